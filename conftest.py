@@ -1,0 +1,1 @@
+pytest_plugins = ["fsdp_bench.pytest_plugin"]

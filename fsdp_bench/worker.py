@@ -1,0 +1,346 @@
+"""The torchrun entry point: one rank of one case.
+
+    python -m torch.distributed.run ... -m fsdp_bench.worker --case CASE.json --out DIR
+
+Each rank builds the model, applies the strategy, builds the optimizer where the case says,
+trains warmup + measured steps, and writes `DIR/rank-N.json` atomically, whatever happens.
+Importing this module has no side effects; `run(case)` also works in-process at world size 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import sys
+import time
+import traceback
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from fsdp_bench import faults
+from fsdp_bench.case import Case
+from fsdp_bench.results import SCHEMA_VERSION, read_json, utc_now, write_json_atomic
+
+# Stages in the order a rank passes them; a failure records the stage it happened in.
+STAGES = ("init", "data", "model", "shard", "optimizer", "first_step", "warmup", "measure", "memory_probe", "end")
+# Stages after which memory is read, with the label the ODSC tutorial's logs use.
+STAGE_LABELS = {
+    "data": "after data creation",
+    "model": "after model creation",
+    "shard": "after sharding",
+    "optimizer": "after optimizer creation",
+    "first_step": "after first step",
+    "warmup": "after warmup",
+    "end": "at the end",
+}
+
+
+def rank_file(out_dir: Path, rank: int) -> Path:
+    return Path(out_dir) / f"rank-{rank}.json"
+
+
+def pid_file(out_dir: Path, rank: int) -> Path:
+    return Path(out_dir) / f"rank-{rank}.pid"
+
+
+def new_record(case: Case, *, rank: int, world_size: int) -> dict[str, Any]:
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "case_id": case.id,
+        "rank": rank,
+        "world_size": world_size,
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "status": "running",
+        "stage": "init",
+        "error": None,
+        "started_utc": utc_now(),
+        "stages": [],
+        "warmup_step_times_s": [],
+        "step_times_s": [],
+        "losses": [],
+        "memory": {},
+    }
+
+
+class _Stages:
+    """Moves the record through STAGES, injecting contributor faults and reading memory."""
+
+    def __init__(self, record: dict[str, Any], case: Case, rank: int) -> None:
+        self.record = record
+        self.rank = rank
+        self.faults = faults.faults_for(case.id, rank)
+        self.device = None
+
+    def enter(self, stage: str) -> None:
+        self.record["stage"] = stage
+        kind = self.faults.get(stage)
+        if kind:
+            faults.inject(kind, stage)
+
+    def done(self, stage: str) -> None:
+        if stage not in STAGE_LABELS or self.device is None:
+            return
+        from fsdp_bench.memory import read_memory
+
+        reading = {"stage": stage, "label": STAGE_LABELS[stage], "rank": self.rank, **read_memory(self.device)}
+        self.record["stages"].append(reading)
+        if self.rank == 0:
+            print(_format_stage_line(reading), flush=True)
+
+
+def _format_stage_line(reading: dict[str, Any]) -> str:
+    from fsdp_bench.metrics import GIB
+
+    parts = [f"[fsdp-bench] rank {reading['rank']} {reading['label']}:"]
+    for key in ("allocated_bytes", "max_allocated_bytes", "reserved_bytes", "max_reserved_bytes", "rss_bytes"):
+        if reading.get(key) is not None:
+            parts.append(f"{key.replace('_bytes', '_gib')}={reading[key] / GIB:.3f}")
+    return " ".join(parts)
+
+
+def _device_for(case: Case, local_rank: int):
+    import torch
+
+    if case.device == "cuda":
+        if not torch.cuda.is_available():
+            raise RuntimeError("case asks for cuda but torch.cuda.is_available() is False")
+        torch.cuda.set_device(local_rank)
+        return torch.device("cuda", local_rank)
+    return torch.device("cpu")
+
+
+def _init_process_group(case: Case, device) -> bool:
+    """Join the job's process group; True when this call created it (so it must destroy it)."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        return False
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    timeout = timedelta(seconds=case.pg_timeout_s)
+    if "RANK" in os.environ:
+        kwargs = {"device_id": device} if device.type == "cuda" else {}
+        dist.init_process_group(backend, timeout=timeout, **kwargs)
+    else:  # in-process, world size 1
+        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout)
+    return True
+
+
+def _sync(device) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _local_tensor(p):
+    return p.to_local() if hasattr(p, "to_local") else p
+
+
+def param_fingerprint(model) -> list[float]:
+    """Sum and norm of every local parameter shard: changes whenever an update touches it."""
+    import torch
+
+    with torch.no_grad():
+        values = []
+        for p in model.parameters():
+            t = _local_tensor(p).detach().float()
+            values.append(float(t.sum()) if t.numel() else 0.0)
+            values.append(float(t.norm()) if t.numel() else 0.0)
+    return values
+
+
+def build_optimizer(params, case: Case):
+    import torch
+
+    return torch.optim.AdamW(params, lr=case.lr, weight_decay=0.0)
+
+
+def train_step(model, optimizer, batches) -> Any:
+    """One optimizer step over `len(batches)` micro-batches; returns the summed loss tensor."""
+    total = None
+    scale = 1.0 / len(batches)
+    for x, y in batches:
+        loss = model(x, y) * scale
+        loss.backward()
+        total = loss.detach() if total is None else total + loss.detach()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return total
+
+
+def run(case: Case, *, record: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Run one rank of `case`, filling and returning its record. Raises on failure."""
+    import torch
+    import torch.distributed as dist
+
+    from fsdp_bench.data import make_synthetic_batches
+    from fsdp_bench.memory import peak_rss_bytes, read_memory, reset_peak, track_step_memory
+    from fsdp_bench.models.build import block_modules, build_model, count_parameters, get_flavor
+    from fsdp_bench.strategies import ShardContext, apply_strategy, clean_param_name, repoint_optimizer
+
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    rank = int(os.environ.get("RANK", 0))
+    world_size = int(os.environ.get("WORLD_SIZE", 1))
+    record = record if record is not None else new_record(case, rank=rank, world_size=world_size)
+    stages = _Stages(record, case, rank)
+
+    stages.enter("init")
+    device = _device_for(case, local_rank)
+    stages.device = device
+    owns_pg = _init_process_group(case, device)
+    try:
+        record["device"] = str(device)
+        record["device_name"] = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+        flavor = get_flavor(case.model)
+
+        stages.enter("data")
+        batches = make_synthetic_batches(flavor, batch_size=case.batch_size, seq_len=case.seq_len,
+                                         count=case.grad_accum, seed=case.seed, rank=rank, device=device)
+        stages.done("data")
+
+        stages.enter("model")
+        model = build_model(flavor, seed=case.seed, device=device)
+        record["n_params"] = count_parameters(model)
+        stages.done("model")
+
+        optimizer = None
+        if case.optimizer_timing != "after_shard":
+            stages.enter("optimizer")
+            before = {n: p for n, p in model.named_parameters()}
+            optimizer = build_optimizer(model.parameters(), case)
+
+        stages.enter("shard")
+        model = apply_strategy(case.strategy, model, ctx=ShardContext(device=device, blocks=block_modules(model)))
+        stages.done("shard")
+
+        if case.optimizer_timing == "after_shard":
+            stages.enter("optimizer")
+            optimizer = build_optimizer(model.parameters(), case)
+        elif case.optimizer_timing == "before_shard_fixed":
+            record["optimizer_params_repointed"] = repoint_optimizer(optimizer, before, model)
+        stages.done("optimizer")
+        record["optimizer_params_match_model"] = _optimizer_matches_model(optimizer, model)
+        fingerprint_before = param_fingerprint(model)
+
+        reset_peak(device)
+        for i in range(case.warmup + case.steps):
+            stage = "first_step" if i == 0 else ("warmup" if i < case.warmup else "measure")
+            if stage != record["stage"]:
+                stages.enter(stage)
+            if i == case.warmup:
+                reset_peak(device)  # the reported peak is the measured steps' peak
+            _sync(device)
+            t0 = time.perf_counter()
+            loss = train_step(model, optimizer, batches)
+            _sync(device)
+            elapsed = time.perf_counter() - t0
+            (record["warmup_step_times_s"] if i < case.warmup else record["step_times_s"]).append(elapsed)
+            # .item() after the timed region: the device already finished this step.
+            record["losses"].append(float(loss.item()))
+            if i == 0:
+                stages.done("first_step")
+            if i == case.warmup - 1:
+                stages.done("warmup")
+
+        mem = read_memory(device)
+        record["memory"].update(
+            peak_allocated_bytes=mem.get("max_allocated_bytes"),
+            peak_reserved_bytes=mem.get("max_reserved_bytes"),
+            method="cuda_caching_allocator" if device.type == "cuda" else "mem_tracker_probe_step",
+        )
+        record["params_changed"] = param_fingerprint(model) != fingerprint_before
+
+        if device.type == "cpu":
+            stages.enter("memory_probe")
+            try:
+                tracked = track_step_memory(lambda: train_step(model, optimizer, batches), [model], optimizer)
+            except RuntimeError as exc:
+                # MemTracker refuses some wrappers (FSDP1's parameter views are not leaves) in its
+                # first forward hook, before any collective: every rank refuses alike. No number
+                # beats a wrong one; the peak RSS below still stands.
+                record["memory"]["method"] = f"unavailable: MemTracker refused this model: {exc}"
+            else:
+                record["memory"]["peak_allocated_bytes"] = tracked["peak_bytes"]
+                record["memory"]["tracked_by_category_bytes"] = tracked["by_category_bytes"]
+
+        stages.enter("end")
+        record["memory"]["peak_rss_bytes"] = peak_rss_bytes()
+        stages.done("end")
+        dist.barrier()
+        record["status"] = "ok"
+        return record
+    finally:
+        if owns_pg and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _optimizer_matches_model(optimizer, model) -> bool:
+    """Whether every parameter the optimizer steps is one the model trains with."""
+    model_ids = {id(p) for p in model.parameters()}
+    return all(id(p) in model_ids for g in optimizer.param_groups for p in g["params"])
+
+
+def _error_record(exc: BaseException) -> dict[str, Any]:
+    return {
+        "type": type(exc).__name__,
+        "message": str(exc)[:2000],
+        "traceback_tail": "".join(traceback.format_exception(exc))[-4000:],
+        "time_unix": time.time(),
+    }
+
+
+def _classify_exception(exc: BaseException) -> str:
+    import torch
+
+    from fsdp_bench.strategies import StrategyUnavailable
+
+    if isinstance(exc, StrategyUnavailable):
+        return "skipped"
+    if isinstance(exc, torch.OutOfMemoryError):
+        return "oom"
+    return "failed"
+
+
+def _raise_on_sigterm(signum, frame) -> None:
+    # torchrun stops workers with SIGTERM; raising lets the rank write what it measured so far.
+    raise SystemExit(128 + signum)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m fsdp_bench.worker", description=__doc__.splitlines()[0])
+    parser.add_argument("--case", required=True, type=Path, help="case JSON written by the runner")
+    parser.add_argument("--out", required=True, type=Path, help="folder for rank-N.json")
+    args = parser.parse_args(argv)
+    case = Case.from_dict(read_json(args.case))
+    rank = int(os.environ.get("RANK", 0))
+    world_size = int(os.environ.get("WORLD_SIZE", 1))
+    args.out.mkdir(parents=True, exist_ok=True)
+    pid_file(args.out, rank).write_text(str(os.getpid()))
+    signal.signal(signal.SIGTERM, _raise_on_sigterm)
+    record = new_record(case, rank=rank, world_size=world_size)
+    try:
+        run(case, record=record)
+        return 0
+    except BaseException as exc:
+        record["status"] = _classify_exception(exc)
+        record["error"] = _error_record(exc)
+        if record["status"] == "skipped":
+            return 0
+        raise
+    finally:
+        record["ended_utc"] = utc_now()
+        write_json_atomic(rank_file(args.out, rank), record, overwrite=True)
+
+
+def _entry() -> None:
+    from torch.distributed.elastic.multiprocessing.errors import record as record_errors
+
+    sys.exit(record_errors(main)())
+
+
+if __name__ == "__main__":
+    _entry()
