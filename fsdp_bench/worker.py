@@ -136,42 +136,6 @@ def _sync(device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _local_tensor(p):
-    return p.to_local() if hasattr(p, "to_local") else p
-
-
-def param_fingerprint(model) -> list[float]:
-    """Sum and norm of every local parameter shard: changes whenever an update touches it."""
-    import torch
-
-    with torch.no_grad():
-        values = []
-        for p in model.parameters():
-            t = _local_tensor(p).detach().float()
-            values.append(float(t.sum()) if t.numel() else 0.0)
-            values.append(float(t.norm()) if t.numel() else 0.0)
-    return values
-
-
-def build_optimizer(params, case: Case):
-    import torch
-
-    return torch.optim.AdamW(params, lr=case.lr, weight_decay=0.0)
-
-
-def train_step(model, optimizer, batches) -> Any:
-    """One optimizer step over `len(batches)` micro-batches; returns the summed loss tensor."""
-    total = None
-    scale = 1.0 / len(batches)
-    for x, y in batches:
-        loss = model(x, y) * scale
-        loss.backward()
-        total = loss.detach() if total is None else total + loss.detach()
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-    return total
-
-
 def run(case: Case, *, record: dict[str, Any] | None = None) -> dict[str, Any]:
     """Run one rank of `case`, filling and returning its record. Raises on failure."""
     import torch
@@ -180,7 +144,8 @@ def run(case: Case, *, record: dict[str, Any] | None = None) -> dict[str, Any]:
     from fsdp_bench.data import make_synthetic_batches
     from fsdp_bench.memory import peak_rss_bytes, read_memory, reset_peak, track_step_memory
     from fsdp_bench.models.build import block_modules, build_model, count_parameters, get_flavor
-    from fsdp_bench.strategies import ShardContext, apply_strategy, clean_param_name, repoint_optimizer
+    from fsdp_bench.strategies import ShardContext, apply_strategy, repoint_optimizer
+    from fsdp_bench.training import build_optimizer, optimizer_matches_model, param_fingerprint, train_step
 
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     rank = int(os.environ.get("RANK", 0))
@@ -223,7 +188,7 @@ def run(case: Case, *, record: dict[str, Any] | None = None) -> dict[str, Any]:
         elif case.optimizer_timing == "before_shard_fixed":
             record["optimizer_params_repointed"] = repoint_optimizer(optimizer, before, model)
         stages.done("optimizer")
-        record["optimizer_params_match_model"] = _optimizer_matches_model(optimizer, model)
+        record["optimizer_params_match_model"] = optimizer_matches_model(optimizer, model)
         fingerprint_before = param_fingerprint(model)
 
         reset_peak(device)
@@ -276,12 +241,6 @@ def run(case: Case, *, record: dict[str, Any] | None = None) -> dict[str, Any]:
     finally:
         if owns_pg and dist.is_initialized():
             dist.destroy_process_group()
-
-
-def _optimizer_matches_model(optimizer, model) -> bool:
-    """Whether every parameter the optimizer steps is one the model trains with."""
-    model_ids = {id(p) for p in model.parameters()}
-    return all(id(p) in model_ids for g in optimizer.param_groups for p in g["params"])
 
 
 def _error_record(exc: BaseException) -> dict[str, Any]:
