@@ -47,15 +47,15 @@ def reset_peak(device: torch.device) -> None:
         torch.cuda.reset_peak_memory_stats(device)
 
 
-def track_step_memory(step: Callable[[], Any], modules: list[torch.nn.Module],
+def track_step_memory(step: Callable[[Any], Any], modules: list[torch.nn.Module],
                       optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-    """Run `step` once under MemTracker; the peak live tensor bytes, total and per category."""
+    """Run `step(tracker)` once under MemTracker; the peak live tensor bytes, total and per category."""
     from torch.distributed._tools.mem_tracker import MemTracker
 
     tracker = MemTracker()
     tracker.track_external(*modules, optimizer)
     with tracker:
-        step()
+        step(tracker)
     snapshot = tracker.get_tracker_snapshot("peak")
     per_device = next(iter(snapshot.values()), {})
     categories = {

@@ -29,11 +29,17 @@ def build_optimizer(params, case: Case):
     return torch.optim.AdamW(params, lr=case.lr, weight_decay=0.0)
 
 
-def train_step(model, optimizer, batches) -> Any:
-    """One optimizer step over `len(batches)` micro-batches; returns the summed loss tensor."""
+def train_step(model, optimizer, batches, before_micro_batch=None) -> Any:
+    """One optimizer step over `len(batches)` micro-batches; returns the summed loss tensor.
+
+    `before_micro_batch` is for the untimed memory probe (MemTracker needs a reset between
+    repeated forwards of the same module); the timed loop passes nothing.
+    """
     total = None
     scale = 1.0 / len(batches)
     for x, y in batches:
+        if before_micro_batch is not None:
+            before_micro_batch()
         loss = model(x, y) * scale
         loss.backward()
         total = loss.detach() if total is None else total + loss.detach()

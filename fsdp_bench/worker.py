@@ -222,7 +222,9 @@ def run(case: Case, *, record: dict[str, Any] | None = None) -> dict[str, Any]:
         if device.type == "cpu":
             stages.enter("memory_probe")
             try:
-                tracked = track_step_memory(lambda: train_step(model, optimizer, batches), [model], optimizer)
+                tracked = track_step_memory(
+                    lambda tracker: train_step(model, optimizer, batches, tracker.reset_mod_stats),
+                    [model], optimizer)
             except RuntimeError as exc:
                 # MemTracker refuses some wrappers (FSDP1's parameter views are not leaves) in its
                 # first forward hook, before any collective: every rank refuses alike. No number

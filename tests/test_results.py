@@ -1,0 +1,74 @@
+import json
+import os
+
+import pytest
+
+from fsdp_bench.results import (
+    ResultError,
+    create_run_dir,
+    flatten_result,
+    load_case_result,
+    load_run,
+    newest_run,
+    sort_rows,
+    write_json_atomic,
+)
+
+
+def test_atomic_write_refuses_to_overwrite(tmp_path):
+    path = tmp_path / "a.json"
+    write_json_atomic(path, {"x": 1})
+    with pytest.raises(FileExistsError):
+        write_json_atomic(path, {"x": 2})
+    assert json.loads(path.read_text()) == {"x": 1}
+    write_json_atomic(path, {"x": 3}, overwrite=True)
+    assert json.loads(path.read_text()) == {"x": 3}
+    assert [p.name for p in tmp_path.iterdir()] == ["a.json"]  # no temp file left behind
+
+
+def test_run_dirs_are_never_reused(tmp_path):
+    runs = {create_run_dir(tmp_path) for _ in range(5)}
+    assert len(runs) == 5
+    assert newest_run(tmp_path) == max(runs, key=lambda p: p.name)
+
+
+def _result(case_id="ddp-x", status="ok", **extra):
+    return {"schema_version": 1, "case_id": case_id, "case": {"strategy": "ddp", "model": "gpt_tiny",
+            "batch_size": 2, "grad_accum": 1, "optimizer_timing": "after_shard"}, "status": status,
+            "metrics": {"tokens_per_s": 10.0}, **extra}
+
+
+def test_load_reports_bad_files_by_name(tmp_path):
+    run = create_run_dir(tmp_path)
+    write_json_atomic(run / "cases" / "good.json", _result())
+    (run / "cases" / "torn.json").write_text('{"schema_version": 1, "case')
+    write_json_atomic(run / "cases" / "future.json", {**_result(), "schema_version": 99})
+    results, problems = load_run(run)
+    assert [r["case_id"] for r in results] == ["ddp-x"]
+    assert any("torn.json: not valid JSON" in p for p in problems)
+    assert any("future.json: schema_version 99 is not supported" in p for p in problems)
+
+
+def test_unknown_status_is_rejected(tmp_path):
+    path = tmp_path / "r.json"
+    write_json_atomic(path, _result(status="meh"))
+    with pytest.raises(ResultError, match="unknown status 'meh'"):
+        load_case_result(path)
+
+
+def test_flatten_and_sort():
+    rows = sort_rows([flatten_result(_result("b")), flatten_result(_result("a"))])
+    assert rows[0]["tokens_per_s"] == 10.0 and rows[0]["status"] == "ok" and rows[0]["strategy"] == "ddp"
+    big = flatten_result({**_result("c"), "case": {**_result()["case"], "batch_size": 16}})
+    small = flatten_result(_result("d"))
+    assert [r["case_id"] for r in sort_rows([big, small])] == ["d", "c"]  # numeric, not lexical
+
+
+def test_newest_run_errors(tmp_path):
+    with pytest.raises(ResultError, match="holds no runs"):
+        newest_run(tmp_path)
+    with pytest.raises(ResultError, match="no results folder"):
+        newest_run(tmp_path / "missing")
+    os.mkdir(tmp_path / "not-a-run")
+    with pytest.raises(ResultError):
+        newest_run(tmp_path)

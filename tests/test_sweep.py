@@ -1,0 +1,85 @@
+"""A real sweep through the pytest plugin: 2 gloo ranks per case, each case its own torchrun."""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import PROJECT_ROOT
+from tests.sweep_helpers import TINY, load_results, only_run
+
+pytestmark = pytest.mark.slow
+
+STRATEGIES = "ddp,fsdp1_full_shard,fsdp2"
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):  # noqa: D401
+    """One sweep, shared by the assertions below: 3 strategies x 2 batch sizes, grad-accum 1 and 2."""
+    pytester_dir = tmp_path_factory.mktemp("sweep")
+    (pytester_dir / "conftest.py").write_text('pytest_plugins = ["fsdp_bench.pytest_plugin"]\n')
+    (pytester_dir / "test_sweep.py").write_text("def test_case(bench_case, bench_run):\n    bench_run(bench_case)\n")
+    cmd = [sys.executable, "-m", "pytest", "test_sweep.py", "-p", "no:cacheprovider", "-q", "-rA",
+           f"--bench-strategies={STRATEGIES}", "--bench-batch-sizes=1,2", "--bench-grad-accum=1,2",
+           "--bench-results-dir=results", "--benchmark-json=bench.json", *TINY, "-k", "bs2 or ga1"]
+    env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
+    proc = subprocess.run(cmd, cwd=pytester_dir, capture_output=True, text=True, timeout=900, env=env)
+    return pytester_dir, proc
+
+
+def test_every_case_passes(sweep):
+    _, proc = sweep
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    # -k selected on case ids: bs2 (any ga) or ga1 (any bs) = 3 of the 4 points per strategy
+    assert "9 passed, 3 deselected" in proc.stdout
+
+
+def test_case_json_is_merged_from_both_ranks(sweep):
+    root, _ = sweep
+    results = load_results(only_run(root / "results"))
+    assert len(results) == 9
+    r = results["fsdp2-gpt_tiny-ws2-bs2-ga2-opt_after-sl32"]
+    assert r["status"] == "ok" and r["schema_version"] >= 1
+    assert [x["rank"] for x in r["ranks"]] == [0, 1]
+    assert all(len(x["step_times_s"]) == 3 for x in r["ranks"])
+    m = r["metrics"]
+    assert m["tokens_per_s"] == pytest.approx(2 * 2 * 2 * 32 / m["step_time_s_median"])
+    assert m["tokens_per_s_per_device"] == pytest.approx(m["tokens_per_s"] / 2)
+    assert m["params_changed"] is True and m["loss_last"] < m["loss_first"]
+    assert m["peak_allocated_gib"] > 0
+
+
+def test_strategies_agree_on_the_loss(sweep):
+    root, _ = sweep
+    results = load_results(only_run(root / "results"))
+    firsts = {s: results[f"{s}-gpt_tiny-ws2-bs2-ga1-opt_after-sl32"]["ranks"][0]["losses"] for s in STRATEGIES.split(",")}
+    for losses in firsts.values():
+        assert losses == pytest.approx(firsts["ddp"], rel=1e-4)
+
+
+def test_env_csv_and_charts_are_written(sweep):
+    root, _ = sweep
+    run = only_run(root / "results")
+    env = json.loads((run / "env.json").read_text())
+    assert env["torch"].startswith("2.") and env["python"] and "git_dirty" in env and env["utc_time"]
+    rows = list(csv.DictReader((run / "comparison.csv").open()))
+    assert len(rows) == 9 and {r["status"] for r in rows} == {"ok"}
+    assert {"case_id", "strategy", "batch_size", "tokens_per_s_per_device", "peak_allocated_gib"} <= set(rows[0])
+    for name in ("throughput_vs_batch_size.png", "peak_memory_vs_batch_size.png"):
+        png = (run / name).read_bytes()
+        assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+
+
+def test_pytest_benchmark_sees_the_measured_step_times(sweep):
+    root, _ = sweep
+    data = json.loads((root / "bench.json").read_text())
+    bench = {b["param"]: b for b in data["benchmarks"]}
+    case_id = "ddp-gpt_tiny-ws2-bs1-ga1-opt_after-sl32"
+    result = load_results(only_run(root / "results"))[case_id]
+    slowest = [max(a, b) for a, b in zip(*(r["step_times_s"] for r in result["ranks"]))]
+    assert bench[case_id]["stats"]["rounds"] == 3
+    assert bench[case_id]["stats"]["median"] == pytest.approx(sorted(slowest)[1])
+    assert bench[case_id]["extra_info"]["tokens_per_s"] == pytest.approx(result["metrics"]["tokens_per_s"])
