@@ -1,0 +1,80 @@
+"""A hand-written training loop with no harness, the reference for harness-fidelity checks.
+
+    torchrun --standalone --nproc-per-node 2 scripts/bare_loop.py --strategy fsdp2 --model gpt_small \
+        --batch-size 4 --seq-len 128 --steps 30 --warmup 5 --out times.json
+
+Same model class, same batch, same optimizer as the suite; wrapping written out by hand.
+Rank 0 writes the measured step times (s) to --out.
+"""
+
+import argparse
+import json
+import os
+import time
+
+import torch
+import torch.distributed as dist
+from torch.distributed.fsdp import fully_shard
+from torch.nn.parallel import DistributedDataParallel
+
+from fsdp_bench.models.build import build_model, get_flavor
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--strategy", choices=["ddp", "fsdp2"], required=True)
+    p.add_argument("--model", default="gpt_small")
+    p.add_argument("--batch-size", type=int, default=4)
+    p.add_argument("--grad-accum", type=int, default=1)
+    p.add_argument("--seq-len", type=int, default=128)
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--out", required=True)
+    args = p.parse_args()
+
+    cuda = torch.cuda.is_available()
+    device = torch.device("cuda", int(os.environ["LOCAL_RANK"])) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    dist.init_process_group("nccl" if cuda else "gloo")
+    rank = dist.get_rank()
+    flavor = get_flavor(args.model)
+    model = build_model(flavor, seed=0, device=device)
+    if args.strategy == "ddp":
+        model = DistributedDataParallel(model, device_ids=[device.index] if cuda else None)
+    else:
+        for block in model.blocks:
+            fully_shard(block)
+        fully_shard(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
+    g = torch.Generator().manual_seed(rank)
+    vocab = flavor.config["vocab_size"]
+    batches = []
+    for _ in range(args.grad_accum):
+        t = torch.randint(0, vocab, (args.batch_size, args.seq_len + 1), generator=g)
+        batches.append((t[:, :-1].contiguous().to(device), t[:, 1:].contiguous().to(device)))
+
+    times = []
+    for i in range(args.warmup + args.steps):
+        if cuda:
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for x, y in batches:
+            (model(x, y) / args.grad_accum).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if cuda:
+            torch.cuda.synchronize()
+        if i >= args.warmup:
+            times.append(time.perf_counter() - t0)
+    # like the suite, a step lasts as long as its slowest rank
+    t = torch.tensor(times, dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    if rank == 0:
+        with open(args.out, "w") as fh:
+            json.dump(t.tolist(), fh)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

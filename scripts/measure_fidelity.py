@@ -1,0 +1,80 @@
+"""Harness fidelity and per-case overhead, measured on this machine.
+
+    python scripts/measure_fidelity.py --strategy fsdp2 --model gpt_small --repeats 3
+
+Fidelity: the suite's median step time for a case vs `scripts/bare_loop.py` (same model,
+strategy, batch), interleaved `--repeats` times so drift hits both alike.
+Overhead: a case's wall time minus its training steps (launch to first step plus teardown) vs a
+bare torchrun that only imports torch and initializes the process group.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from fsdp_bench.case import Case  # noqa: E402
+from fsdp_bench.results import create_run_dir  # noqa: E402
+from fsdp_bench.runner import build_env, run_case  # noqa: E402
+
+BARE_INIT = "import torch, torch.distributed as d; d.init_process_group('gloo'); d.barrier(); d.destroy_process_group()"
+
+
+def torchrun(nproc: int, *args: str) -> float:
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
+                    *args], check=True, env=build_env(), capture_output=True)
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--strategy", default="fsdp2", choices=["ddp", "fsdp2"])
+    p.add_argument("--model", default="gpt_small")
+    p.add_argument("--batch-size", type=int, default=4)
+    p.add_argument("--seq-len", type=int, default=128)
+    p.add_argument("--nproc", type=int, default=2)
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--repeats", type=int, default=3)
+    args = p.parse_args()
+
+    case = Case(strategy=args.strategy, model=args.model, batch_size=args.batch_size, seq_len=args.seq_len,
+                nproc=args.nproc, steps=args.steps, warmup=args.warmup)
+    suite, bare, overhead, bare_init = [], [], [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        init_script = Path(tmp) / "init_only.py"
+        init_script.write_text(BARE_INIT)
+        for i in range(args.repeats):
+            out = Path(tmp) / f"bare-{i}.json"
+            torchrun(args.nproc, str(ROOT / "scripts" / "bare_loop.py"), "--strategy", args.strategy,
+                     "--model", args.model, "--batch-size", str(args.batch_size), "--seq-len", str(args.seq_len),
+                     "--steps", str(args.steps), "--warmup", str(args.warmup), "--out", str(out))
+            bare.append(statistics.median(json.loads(out.read_text())))
+            result = run_case(case, create_run_dir(Path(tmp) / "runs"), timeout_s=1800)
+            assert result["status"] == "ok", result["reason"]
+            suite.append(result["metrics"]["step_time_s_median"])
+            train_s = max(sum(r["warmup_step_times_s"]) + sum(r["step_times_s"]) for r in result["ranks"])
+            overhead.append(result["duration_s"] - train_s)
+            bare_init.append(torchrun(args.nproc, str(init_script)))
+    s, b = statistics.median(suite), statistics.median(bare)
+    o, bi = statistics.median(overhead), statistics.median(bare_init)
+    print(f"case: {case.id}")
+    print(f"suite median step time: {s * 1e3:.2f} ms   bare loop: {b * 1e3:.2f} ms   "
+          f"suite/bare: {s / b:.4f} ({100 * (s / b - 1):+.2f}%)")
+    print(f"per-case overhead: {o:.2f} s   bare torchrun (import torch + init gloo): {bi:.2f} s   "
+          f"ratio: {o / bi:.2f}x")
+    print(f"raw: suite={suite} bare={bare} overhead={overhead} bare_init={bare_init}")
+
+
+if __name__ == "__main__":
+    main()
