@@ -232,6 +232,9 @@ def skip_reason(case: Case) -> str | None:
         if case.precision == "fp16":
             return ("fp16 needs CUDA: the fp16 recipe (half params + sharded GradScaler) is a GPU training "
                     "choice; CPU kernels for half matmuls are slow emulation, so its timings mean nothing")
+        if case.strategy == "fsdp1_offload":
+            return ("fsdp1_offload needs CUDA: FSDP1 CPUOffload(offload_params=True) raises 'Cannot access "
+                    "accelerator device when none is available' at the first forward on a CPU-only machine")
         if case.strategy == "fsdp2_offload":
             return ("fsdp2_offload needs CUDA: FSDP2 CPUOffloadPolicy raises 'Cannot access accelerator "
                     "device when none is available' on a CPU-only machine")

@@ -43,13 +43,16 @@ def _peak(device: torch.device) -> int | None:
     return torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
 
 
-def save_state(kind: str, model, optimizer, folder: Path) -> None:
+def save_state(kind: str, model, optimizer, folder: Path, device: torch.device) -> None:
     from torch.distributed.checkpoint import save
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
 
     full = kind == "full"
+    # cpu_offload gathers to the host on rank 0 only; on a CPU device it would "move" tensors that
+    # already live there and FSDP1 frees the gathered storage under them (rank 0 segfaults).
+    offload = full and device.type == "cuda"
     model_sd, optim_sd = get_state_dict(model, optimizer,
-                                        options=StateDictOptions(full_state_dict=full, cpu_offload=full))
+                                        options=StateDictOptions(full_state_dict=full, cpu_offload=offload))
     if full:
         if dist.get_rank() == 0:  # gathered on rank 0 (host memory), written once
             torch.save({"model": model_sd, "optim": optim_sd}, folder / "full.pt")
@@ -83,7 +86,7 @@ def run_checkpoint_benchmark(kind: str, model, optimizer, step: Callable[[int], 
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
         t0 = _sync_time(device)
-        save_state(kind, model, optimizer, folder)
+        save_state(kind, model, optimizer, folder, device)
         save_s = _sync_time(device) - t0
         save_peak = _peak(device)
         size = _folder_bytes(folder)
