@@ -10,7 +10,7 @@ import itertools
 from dataclasses import dataclass, field, fields
 from typing import Any, Iterable, Mapping
 
-from fsdp_bench.models.flavors import MODEL_FLAVORS, is_hf_path
+from fsdp_bench.models.flavors import MODEL_FLAVORS, hf_path_problem, is_hf_path
 
 # Strategy names and what a user reads in `--help` and error messages. The torch side
 # (fsdp_bench.strategies.STRATEGY_REGISTRY) must hold exactly these keys; a test checks it.
@@ -21,7 +21,21 @@ STRATEGIES: dict[str, str] = {
     "fsdp1_no_shard": "FSDP1 NO_SHARD: DDP-like replication through the FSDP1 code path",
     "fsdp2": "FSDP2 fully_shard, reshard_after_forward=True (ZeRO-3-like)",
     "fsdp2_no_reshard": "FSDP2 fully_shard, reshard_after_forward=False (ZeRO-2-like)",
+    "fsdp1_offload": "FSDP1 FULL_SHARD with CPUOffload(offload_params=True): params and grads live on the host",
+    "fsdp2_offload": "FSDP2 fully_shard with CPUOffloadPolicy: sharded params, grads and optimizer step on the host",
+    "accelerate_fsdp2": "Hugging Face accelerate FSDP2: model and optimizer built first, then Accelerator.prepare",
 }
+
+FSDP1_STRATEGIES = frozenset({"fsdp1_full_shard", "fsdp1_shard_grad_op", "fsdp1_no_shard", "fsdp1_offload"})
+FSDP2_STRATEGIES = frozenset({"fsdp2", "fsdp2_no_reshard", "fsdp2_offload"})
+
+# Knob values (first = default, mirrored by the Case field defaults below).
+PRECISIONS = ("fp32", "bf16", "fp16")
+OPTIMIZER_IMPLS = ("auto", "fused", "foreach", "plain")
+WRAP_POLICIES = ("module", "size_based", "none")
+BACKWARD_PREFETCHES = ("pre", "post", "none")
+GRAD_SYNCS = ("every", "last")
+CHECKPOINTS = ("none", "full", "sharded")
 
 # Optimizer timing and its short form in case ids.
 OPTIMIZER_TIMINGS: dict[str, str] = {
@@ -30,9 +44,11 @@ OPTIMIZER_TIMINGS: dict[str, str] = {
     "before_shard_fixed": "before_fixed",
 }
 
-# Strategies that do not replace the module's parameters, so building the optimizer
-# before or after wrapping is the same program: only `after_shard` is run for them.
-TIMING_INSENSITIVE = frozenset({"ddp"})
+# Strategies whose optimizer timing is fixed by the strategy itself: DDP does not replace the
+# module's parameters (before or after is the same program), and accelerate users build the
+# optimizer first and let `prepare` re-point it. Grids give them this one timing.
+FIXED_TIMING = {"ddp": "after_shard", "accelerate_fsdp2": "before_shard_fixed"}
+TIMING_INSENSITIVE = frozenset(FIXED_TIMING)
 
 DEVICES = ("cpu", "cuda")
 
@@ -62,6 +78,21 @@ class Case:
     seed: int = 0
     lr: float = 1e-3
     pg_timeout_s: float = 120.0  # collective timeout; the runner keeps the case timeout above it
+    # Training knobs (issue 5). In the id only when not at these defaults.
+    precision: str = "fp32"  # fp32 | bf16 | fp16: FSDP1 MixedPrecision, FSDP2 MixedPrecisionPolicy, DDP autocast
+    act_ckpt: bool = False  # activation checkpointing of every block
+    compile: bool = False  # torch.compile of every block
+    optimizer_impl: str = "auto"  # AdamW implementation: auto (torch picks) | fused | foreach | plain
+    grad_clip: float = 0.0  # max global grad norm (0: no clipping)
+    wrap_policy: str = "module"  # FSDP1 auto-wrap: module (per block) | size_based | none (root only)
+    min_num_params: int = 100_000_000  # FSDP1 size_based threshold (torch's default)
+    forward_prefetch: int = 0  # FSDP1: >0 turns forward_prefetch on; FSDP2: blocks prefetched ahead
+    backward_prefetch: str = "pre"  # FSDP1 BACKWARD_PRE | POST | NONE; FSDP2 only pre
+    grad_sync: str = "every"  # reduce grads every micro-step, or only on the last (no_sync)
+    checkpoint: str = "none"  # after the measured steps: save/load a full or sharded state dict
+    data: str = ""  # folder of .txt/.json/.jsonl text ("" = synthetic tokens)
+    suite: str = ""  # named suite that produced this case (not in the id)
+    scaled_down: str = ""  # what a suite scaled down to fit this device ("" = full size; not in the id)
 
     def __post_init__(self) -> None:
         validate_case(self)
@@ -113,13 +144,18 @@ class Case:
 # they differ from their default. Measurement settings never appear: they do not change
 # what is being compared, and resuming a run must find the same ids.
 _ID_AXES = frozenset({"strategy", "model", "nproc", "batch_size", "grad_accum", "optimizer_timing"})
-_NOT_IN_ID = frozenset({"steps", "warmup", "device", "pg_timeout_s"})
-_ID_PREFIX = {"seq_len": "sl", "seed": "seed", "lr": "lr"}
+_NOT_IN_ID = frozenset({"steps", "warmup", "device", "pg_timeout_s", "suite", "scaled_down"})
+_ID_PREFIX = {"seq_len": "sl", "seed": "seed", "lr": "lr", "precision": "", "act_ckpt": "ac",
+              "compile": "compiled", "optimizer_impl": "adamw_", "grad_clip": "clip", "wrap_policy": "wrap_",
+              "min_num_params": "mnp", "forward_prefetch": "fwdpf", "backward_prefetch": "bwdpf_",
+              "grad_sync": "sync_", "checkpoint": "ckpt_", "data": "data_"}
 
 
 def _format_id_value(value: Any) -> str:
     if isinstance(value, bool):
-        return "on" if value else "off"
+        return "" if value else "_off"
+    if isinstance(value, str) and ("/" in value or ":" in value):  # a path: its last part
+        return value.rstrip("/").rsplit("/", 1)[-1].replace(":", "_")
     return str(value)
 
 
@@ -137,6 +173,8 @@ def validate_case(case: Case) -> None:
         )
     if case.model not in MODEL_FLAVORS and not is_hf_path(case.model):
         raise CaseError(f"unknown model {case.model!r}; known: {_known(MODEL_FLAVORS)} or hf:PATH")
+    if is_hf_path(case.model) and (problem := hf_path_problem(case.model)):
+        raise CaseError(problem)
     if case.device not in DEVICES:
         raise CaseError(f"unknown device {case.device!r}; known: {_known(DEVICES)}")
     for name in ("batch_size", "grad_accum", "seq_len", "steps", "nproc"):
@@ -154,10 +192,58 @@ def validate_case(case: Case) -> None:
         raise CaseError(
             f"seq_len {case.seq_len} exceeds {case.model}'s context of {flavor.max_seq_len} tokens"
         )
+    for name, known in (("precision", PRECISIONS), ("optimizer_impl", OPTIMIZER_IMPLS),
+                        ("wrap_policy", WRAP_POLICIES), ("backward_prefetch", BACKWARD_PREFETCHES),
+                        ("grad_sync", GRAD_SYNCS), ("checkpoint", CHECKPOINTS)):
+        if getattr(case, name) not in known:
+            raise CaseError(f"unknown {name} {getattr(case, name)!r}; known: {_known(known)}")
+    for name in ("act_ckpt", "compile"):
+        if not isinstance(getattr(case, name), bool):
+            raise CaseError(f"{name} must be true or false, got {getattr(case, name)!r}")
+    if isinstance(case.grad_clip, bool) or not isinstance(case.grad_clip, (int, float)) or case.grad_clip < 0:
+        raise CaseError(f"grad_clip must be a non-negative number, got {case.grad_clip!r}")
+    _positive_int("min_num_params", case.min_num_params)
+    if isinstance(case.forward_prefetch, bool) or not isinstance(case.forward_prefetch, int) or case.forward_prefetch < 0:
+        raise CaseError(f"forward_prefetch must be a non-negative integer, got {case.forward_prefetch!r}")
+    if case.data and flavor is not None and flavor.family == "linear":
+        raise CaseError(f"data {case.data!r} needs a language model; {case.model} takes vectors, not tokens")
+
+
+def applicable(case: Case) -> Case:
+    """The case with knobs its strategy ignores reset to their defaults, so a grid never runs the
+    same program under two ids (like DDP's optimizer timing)."""
+    changes: dict[str, Any] = {}
+    if case.strategy in FIXED_TIMING:
+        changes["optimizer_timing"] = FIXED_TIMING[case.strategy]
+    if case.strategy not in FSDP1_STRATEGIES:
+        changes.update(wrap_policy="module", min_num_params=_DEFAULTS["min_num_params"])
+    elif case.wrap_policy != "size_based":
+        changes["min_num_params"] = _DEFAULTS["min_num_params"]
+    if case.strategy not in FSDP1_STRATEGIES | FSDP2_STRATEGIES:
+        changes.update(forward_prefetch=0, backward_prefetch="pre")
+    if case.grad_accum == 1:
+        changes["grad_sync"] = "every"
+    return case.replace(**changes) if changes else case
 
 
 def skip_reason(case: Case) -> str | None:
     """Why this case cannot run where it would run, known before launching it (None: it can)."""
+    if case.device == "cpu":
+        if case.precision == "fp16":
+            return ("fp16 needs CUDA: the fp16 recipe (half params + sharded GradScaler) is a GPU training "
+                    "choice; CPU kernels for half matmuls are slow emulation, so its timings mean nothing")
+        if case.strategy == "fsdp1_offload":
+            return ("fsdp1_offload needs CUDA: FSDP1 CPUOffload(offload_params=True) raises 'Cannot access "
+                    "accelerator device when none is available' at the first forward on a CPU-only machine")
+        if case.strategy == "fsdp2_offload":
+            return ("fsdp2_offload needs CUDA: FSDP2 CPUOffloadPolicy raises 'Cannot access accelerator "
+                    "device when none is available' on a CPU-only machine")
+        if case.strategy == "accelerate_fsdp2":
+            return ("accelerate_fsdp2 needs CUDA: accelerate 1.15 on CPU runs as DistributedType.MULTI_CPU "
+                    "and wraps the model in DDP, ignoring the FSDP2 plugin, so nothing would be sharded")
+    if case.strategy in FSDP2_STRATEGIES and case.backward_prefetch != "pre":
+        return (f"backward_prefetch={case.backward_prefetch} does not exist in FSDP2: fully_shard always "
+                "prefetches the next block in backward (only explicit deeper prefetch can be set)")
     return None
 
 
@@ -170,23 +256,28 @@ class Grid:
     grad_accums: tuple[int, ...] = (1,)
     optimizer_timings: tuple[str, ...] = ("after_shard",)
     base: Mapping[str, Any] = field(default_factory=dict)
+    knobs: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)  # more case fields to cross
 
 
 def expand_grid(grid: Grid) -> list[Case]:
     """The product of the grid's axes as cases, in a stable order, without duplicates.
 
-    Timing-insensitive strategies (DDP) get a single `after_shard` case instead of three
-    identical ones.
+    Strategies with a fixed optimizer timing get that one case instead of three identical ones,
+    and knobs a strategy ignores are reset (see `applicable`).
     """
     cases: dict[str, Case] = {}
-    for strategy, bs, ga, timing in itertools.product(
-        grid.strategies, grid.batch_sizes, grid.grad_accums, grid.optimizer_timings
+    knob_names = list(grid.knobs)
+    for strategy, bs, ga, timing, *knob_values in itertools.product(
+        grid.strategies, grid.batch_sizes, grid.grad_accums, grid.optimizer_timings,
+        *(grid.knobs[n] for n in knob_names),
     ):
-        if strategy in TIMING_INSENSITIVE:
-            timing = "after_shard"
         case = Case(
             **{**grid.base, "strategy": strategy, "batch_size": bs, "grad_accum": ga,
-               "optimizer_timing": timing}
+               "optimizer_timing": timing, **dict(zip(knob_names, knob_values))}
         )
+        case = applicable(case)
         cases.setdefault(case.id, case)
     return list(cases.values())
+
+
+_DEFAULTS = {f.name: f.default for f in fields(Case)}

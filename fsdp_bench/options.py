@@ -12,17 +12,23 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from fsdp_bench.case import DEVICES, OPTIMIZER_TIMINGS, STRATEGIES, Case, CaseError, Grid, expand_grid
-from fsdp_bench.models.flavors import MODEL_FLAVORS, is_hf_path
+from fsdp_bench.case import (BACKWARD_PREFETCHES, CHECKPOINTS, DEVICES, GRAD_SYNCS, OPTIMIZER_IMPLS,
+                             OPTIMIZER_TIMINGS, PRECISIONS, STRATEGIES, WRAP_POLICIES, Case, CaseError, Grid,
+                             expand_grid)
+from fsdp_bench.models.flavors import MODEL_FLAVORS, hf_path_problem, is_hf_path
+from fsdp_bench.suites import SUITES, SuiteSettings, suite_cases
+from fsdp_bench.text_data import data_folder_problem
 
 _CASE_DEFAULTS = {f.name: f.default for f in fields(Case) if f.name != "strategy"}
+# The default sweep: the core strategies. Offload and accelerate are opt-in (and in the suites).
+DEFAULT_STRATEGIES = tuple(s for s in STRATEGIES if s not in ("fsdp1_offload", "fsdp2_offload", "accelerate_fsdp2"))
 
 
 @dataclass(frozen=True, kw_only=True)
 class Sweep:
     """A validated sweep: the grid axes, the shared case settings and how to run them."""
 
-    strategies: tuple[str, ...] = tuple(STRATEGIES)
+    strategies: tuple[str, ...] = DEFAULT_STRATEGIES
     batch_sizes: tuple[int, ...] = (2, 4)
     grad_accums: tuple[int, ...] = (1, 2)
     optimizer_timings: tuple[str, ...] = ("after_shard",)
@@ -37,6 +43,9 @@ class Sweep:
     resume: Path | None = None
     report: bool = True
     extra: Mapping[str, Any] = field(default_factory=dict)
+    knobs: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)  # training knobs crossed as axes
+    data: str = _CASE_DEFAULTS["data"]
+    suite: str | None = None
 
     def process_group_timeout_s(self) -> float:
         """Collectives must time out before the case does, so a hang ends as a rank error."""
@@ -49,15 +58,25 @@ class Sweep:
                 optimizer_timings=self.optimizer_timings,
                 base={"model": model, "seq_len": self.seq_len, "steps": self.steps, "warmup": self.warmup,
                       "device": device, "nproc": nproc, "pg_timeout_s": self.process_group_timeout_s(),
-                      **self.extra},
+                      "data": self.data, **self.extra},
+                knobs=self.knobs,
             )
             for model in self.models
         ]
 
     def cases(self) -> list[Case]:
+        if self.suite is not None:
+            return self.suite_cases(self.suite)
         device = resolve_device(self.device)
         nproc = resolve_nproc(self.nproc, device)
         return [case for grid in self.grids(device, nproc) for case in expand_grid(grid)]
+
+    def suite_cases(self, name: str) -> list[Case]:
+        """A named suite's cases; the user's device, nproc, steps, warmup and data still apply."""
+        device = resolve_device(self.device)
+        settings = SuiteSettings(device=device, nproc=resolve_nproc(self.nproc, device), steps=self.steps,
+                                 warmup=self.warmup, pg_timeout_s=self.process_group_timeout_s(), data=self.data)
+        return suite_cases(name, settings)
 
 
 # --- device discovery without torch -------------------------------------------------------------
@@ -141,7 +160,39 @@ def _models(option: str, raw: str) -> tuple[str, ...]:
     for name in names:
         if name not in MODEL_FLAVORS and not is_hf_path(name):
             raise CaseError(f"{option}: unknown model {name!r}; choose from {', '.join(MODEL_FLAVORS)} or hf:PATH")
+        if is_hf_path(name) and (problem := hf_path_problem(name)):
+            raise CaseError(f"{option}: {problem}")
     return tuple(dict.fromkeys(names))
+
+
+def _on_off(option: str, raw: str) -> tuple[bool, ...]:
+    values = {"on": True, "off": False, "true": True, "false": False, "1": True, "0": False}
+    out = []
+    for item in _split(option, raw):
+        if item.lower() not in values:
+            raise CaseError(f"{option}: {item!r} is not on or off")
+        out.append(values[item.lower()])
+    return tuple(dict.fromkeys(out))
+
+
+def _non_negative_floats(option: str, raw: str) -> tuple[float, ...]:
+    out = []
+    for item in _split(option, raw):
+        try:
+            value = float(item)
+        except ValueError:
+            value = -1.0
+        if not value >= 0:
+            raise CaseError(f"{option}: {item!r} is not a non-negative number")
+        out.append(value)
+    return tuple(dict.fromkeys(out))
+
+
+def _data_folder(option: str, raw: str) -> str:
+    problem = data_folder_problem(raw)
+    if problem:
+        raise CaseError(f"{option}: {problem}")
+    return str(Path(raw).expanduser().resolve())
 
 
 def _writable_dir(option: str, raw: str) -> Path:
@@ -164,7 +215,7 @@ def _existing_run(option: str, raw: str) -> Path:
 # option name (without --bench-) -> (Sweep field, parser, help)
 OPTIONS: dict[str, tuple[str, Callable[[str, str], Any], str]] = {
     "strategies": ("strategies", lambda o, r: _names(o, r, STRATEGIES),
-                   f"comma list of strategies (default: all): {', '.join(STRATEGIES)}"),
+                   f"comma list of strategies (default: {', '.join(DEFAULT_STRATEGIES)}): {', '.join(STRATEGIES)}"),
     "batch-sizes": ("batch_sizes", lambda o, r: tuple(_positive_int(o, s) for s in _split(o, r)),
                     f"per-device micro-batch sizes (default: {','.join(map(str, Sweep.batch_sizes))})"),
     "grad-accum": ("grad_accums", lambda o, r: tuple(_positive_int(o, s) for s in _split(o, r)),
@@ -180,16 +231,43 @@ OPTIONS: dict[str, tuple[str, Callable[[str, str], Any], str]] = {
     "timeout": ("timeout_s", _positive_float, f"seconds per case before it is stopped (default: {Sweep.timeout_s:g})"),
     "results-dir": ("results_dir", _writable_dir, "where run folders are created (default: results)"),
     "resume": ("resume", _existing_run, "continue this run folder: keep its ok cases, re-run the rest"),
+    "suite": ("suite", lambda o, r: _names(o, r, SUITES)[0],
+              f"run one of the write-ups' experiments by name: {', '.join(SUITES)}"),
+    "data": ("data", _data_folder, "folder of .txt/.json/.jsonl text to train on (default: synthetic tokens)"),
+    # Training knobs: comma lists crossed like the axes above; in case ids only when not default.
+    "precision": ("knobs.precision", lambda o, r: _names(o, r, PRECISIONS), f"{', '.join(PRECISIONS)} (default: fp32)"),
+    "act-ckpt": ("knobs.act_ckpt", _on_off, "activation checkpointing per block: off, on (default: off)"),
+    "compile": ("knobs.compile", _on_off, "torch.compile each block: off, on (default: off)"),
+    "optimizer-impl": ("knobs.optimizer_impl", lambda o, r: _names(o, r, OPTIMIZER_IMPLS),
+                       f"AdamW implementation: {', '.join(OPTIMIZER_IMPLS)} (default: auto)"),
+    "grad-clip": ("knobs.grad_clip", _non_negative_floats, "max global grad norm, 0 = off (default: 0)"),
+    "wrap-policy": ("knobs.wrap_policy", lambda o, r: _names(o, r, WRAP_POLICIES),
+                    f"FSDP1 auto-wrap: {', '.join(WRAP_POLICIES)} (default: module)"),
+    "min-num-params": ("knobs.min_num_params", lambda o, r: tuple(_positive_int(o, s) for s in _split(o, r)),
+                       "FSDP1 size_based wrap threshold (default: 100000000)"),
+    "forward-prefetch": ("knobs.forward_prefetch", lambda o, r: tuple(_non_negative_int(o, s) for s in _split(o, r)),
+                         "blocks prefetched ahead; FSDP1: >0 sets forward_prefetch (default: 0)"),
+    "backward-prefetch": ("knobs.backward_prefetch", lambda o, r: _names(o, r, BACKWARD_PREFETCHES),
+                          f"FSDP1 backward prefetch: {', '.join(BACKWARD_PREFETCHES)} (default: pre)"),
+    "grad-sync": ("knobs.grad_sync", lambda o, r: _names(o, r, GRAD_SYNCS),
+                  "grad-accum reduction: every micro-step, or only the last (no_sync) (default: every)"),
+    "checkpoint": ("knobs.checkpoint", lambda o, r: _names(o, r, CHECKPOINTS),
+                   f"checkpoint benchmark after the steps: {', '.join(CHECKPOINTS)} (default: none)"),
 }
 
 
 def parse_sweep(raw: Mapping[str, str | None], *, no_report: bool = False) -> Sweep:
     """A Sweep from option texts (None: not given). Raises CaseError naming the bad option."""
     values: dict[str, Any] = {}
+    knobs: dict[str, tuple[Any, ...]] = {}
     for name, (attr, parse, _help) in OPTIONS.items():
         text = raw.get(name)
         if text is not None:
-            values[attr] = parse(f"--bench-{name}", str(text))
+            if attr.startswith("knobs."):
+                knobs[attr.removeprefix("knobs.")] = parse(f"--bench-{name}", str(text))
+            else:
+                values[attr] = parse(f"--bench-{name}", str(text))
+    values["knobs"] = knobs
     values["report"] = not no_report
     sweep = Sweep(**values)
     _check_devices(sweep)

@@ -45,12 +45,49 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     customize = getattr(metafunc.module, "bench_sweep", None)
     if customize is not None:
         sweep = customize(sweep)
+    suite = getattr(metafunc.module, "BENCH_SUITE", None)
+    cases = sweep.suite_cases(suite) if suite else sweep.cases()
     params = []
-    for case in sweep.cases():
+    for case in cases:
         reason = skip_reason(case)
         marks = [pytest.mark.skip(reason=reason)] if reason else []
         params.append(pytest.param(case, id=case.id, marks=marks))
     metafunc.parametrize("bench_case", params)
+
+
+def _module_suite(item: pytest.Item) -> str | None:
+    return getattr(getattr(item, "module", None), "BENCH_SUITE", None)
+
+
+def _named_on_command_line(config: pytest.Config, item: pytest.Item) -> bool:
+    path = Path(str(item.fspath)).resolve()
+    for arg in config.args:
+        target = Path(arg.split("::")[0]).resolve()
+        if target == path:
+            return True
+    return False
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """`--bench-suite NAME` keeps only that suite's module; without it, suite modules run only when
+    their file is named on the command line, so `pytest benchmarks` stays the strategy sweep."""
+    sweep = config.stash.get(_SWEEP_KEY, None)
+    if sweep is None:
+        return
+    keep, drop = [], []
+    for item in items:
+        if "bench_case" not in getattr(item, "fixturenames", ()):
+            keep.append(item)
+            continue
+        suite = _module_suite(item)
+        if sweep.suite is not None:
+            wanted = suite == sweep.suite
+        else:
+            wanted = suite is None or _named_on_command_line(config, item)
+        (keep if wanted else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
 
 
 class BenchSession:
@@ -175,4 +212,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
             return
         for note in notes:
             terminalreporter.write_line(f"note: {note}")
+        for suite, scaled in sorted({(r["case"].get("suite"), r["case"].get("scaled_down"))
+                                     for r in session.results if r.get("case", {}).get("scaled_down")}):
+            terminalreporter.write_line(f"note: suite {suite} ran scaled down ({scaled})")
         terminalreporter.write_line(f"table and charts: {', '.join(p.name for p in written)}")

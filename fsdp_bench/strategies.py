@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 from torch import nn
+
+from fsdp_bench.case import FSDP1_STRATEGIES, Case
 
 
 class StrategyUnavailable(RuntimeError):
@@ -24,38 +26,88 @@ class ShardContext:
 
     device: torch.device
     blocks: list[nn.Module]
+    case: Case | None = None  # the knobs; None: every knob at its default
+    seed: int = 0
+
+    def knob(self, name: str) -> Any:
+        return getattr(self.case, name) if self.case is not None else Case.__dataclass_fields__[name].default
+
+
+_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def compute_dtype(precision: str) -> torch.dtype:
+    return _DTYPES[precision]
 
 
 def apply_ddp(model: nn.Module, *, ctx: ShardContext) -> nn.Module:
     from torch.nn.parallel import DistributedDataParallel as DDP
 
+    from fsdp_bench.models.build import has_meta_params, materialize_module
+
+    if has_meta_params(model):  # a replica per rank: DDP needs the whole model anyway
+        materialize_module(model, ctx.device, ctx.seed)
     device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
     return DDP(model, device_ids=device_ids)
 
 
-def apply_fsdp1(model: nn.Module, *, sharding_strategy: str, ctx: ShardContext) -> nn.Module:
+def apply_fsdp1(model: nn.Module, *, sharding_strategy: str, ctx: ShardContext, offload: bool = False) -> nn.Module:
+    from torch.distributed.fsdp import BackwardPrefetch, CPUOffload, MixedPrecision, ShardingStrategy
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-    from torch.distributed.fsdp import ShardingStrategy
-    from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+    from torch.distributed.fsdp.wrap import ModuleWrapPolicy, size_based_auto_wrap_policy
 
-    block_types = {type(b) for b in ctx.blocks}
+    from fsdp_bench.models.build import has_meta_params, param_init_fn
+
+    policy = ctx.knob("wrap_policy")
+    if policy == "module":
+        auto_wrap = ModuleWrapPolicy({type(b) for b in ctx.blocks})
+    elif policy == "size_based":
+        auto_wrap = functools.partial(size_based_auto_wrap_policy, min_num_params=ctx.knob("min_num_params"))
+    else:
+        auto_wrap = None  # one flat parameter for the whole model
+    dtype = compute_dtype(ctx.knob("precision"))
+    mixed = None if dtype == torch.float32 else MixedPrecision(param_dtype=dtype, reduce_dtype=dtype, buffer_dtype=dtype)
+    prefetch = {"pre": BackwardPrefetch.BACKWARD_PRE, "post": BackwardPrefetch.BACKWARD_POST, "none": None}
     # use_orig_params=True keeps the module's Parameter objects (as views into the flat
     # parameter), which torch.compile and per-parameter optimizer groups need.
     return FSDP(
         model,
         sharding_strategy=ShardingStrategy[sharding_strategy],
-        auto_wrap_policy=ModuleWrapPolicy(block_types),
+        auto_wrap_policy=auto_wrap,
         device_id=ctx.device,
         use_orig_params=True,
+        mixed_precision=mixed,
+        cpu_offload=CPUOffload(offload_params=True) if offload else None,
+        forward_prefetch=ctx.knob("forward_prefetch") > 0,
+        backward_prefetch=prefetch[ctx.knob("backward_prefetch")],
+        # Meta-built models: each wrapped unit is materialized as FSDP reaches it, then sharded.
+        param_init_fn=param_init_fn(model, ctx.device, ctx.seed) if has_meta_params(model) else None,
     )
 
 
-def apply_fsdp2(model: nn.Module, *, reshard_after_forward: bool, ctx: ShardContext) -> nn.Module:
-    from torch.distributed.fsdp import fully_shard
+def apply_fsdp2(model: nn.Module, *, reshard_after_forward: bool, ctx: ShardContext, offload: bool = False) -> nn.Module:
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
+    from fsdp_bench.models.build import has_meta_params, materialize_fsdp2
+
+    dtype = compute_dtype(ctx.knob("precision"))
+    kwargs: dict[str, Any] = {"reshard_after_forward": reshard_after_forward}
+    if dtype != torch.float32:
+        kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=dtype)
+    if offload:
+        kwargs["offload_policy"] = CPUOffloadPolicy()
     for block in ctx.blocks:
-        fully_shard(block, reshard_after_forward=reshard_after_forward)
-    fully_shard(model, reshard_after_forward=reshard_after_forward)
+        fully_shard(block, **kwargs)
+    fully_shard(model, **kwargs)
+    depth = ctx.knob("forward_prefetch")
+    if depth > 0:  # explicit prefetch: gather the next `depth` blocks' params ahead of need
+        for i, block in enumerate(ctx.blocks):
+            if ctx.blocks[i + 1:i + 1 + depth]:
+                block.set_modules_to_forward_prefetch(ctx.blocks[i + 1:i + 1 + depth])
+            if ctx.blocks[max(0, i - depth):i]:
+                block.set_modules_to_backward_prefetch(list(reversed(ctx.blocks[max(0, i - depth):i])))
+    if has_meta_params(model):
+        materialize_fsdp2(model, ctx.device, ctx.seed)
     return model
 
 
@@ -68,7 +120,86 @@ STRATEGY_REGISTRY: dict[str, StrategyFn] = {
     "fsdp1_no_shard": functools.partial(apply_fsdp1, sharding_strategy="NO_SHARD"),
     "fsdp2": functools.partial(apply_fsdp2, reshard_after_forward=True),
     "fsdp2_no_reshard": functools.partial(apply_fsdp2, reshard_after_forward=False),
+    "fsdp1_offload": functools.partial(apply_fsdp1, sharding_strategy="FULL_SHARD", offload=True),
+    "fsdp2_offload": functools.partial(apply_fsdp2, reshard_after_forward=True, offload=True),
+    "accelerate_fsdp2": lambda model, *, ctx: apply_accelerate_fsdp2(model, None, ctx=ctx)[0],
 }
+
+
+def apply_accelerate_fsdp2(model: nn.Module, optimizer: torch.optim.Optimizer | None, *, ctx: ShardContext):
+    """Shard through `Accelerator.prepare` with FSDP2, as accelerate users do: model and optimizer
+    are built first, and accelerate re-points the optimizer at the sharded parameters."""
+    try:
+        from accelerate import Accelerator
+        from accelerate.utils import FullyShardedDataParallelPlugin
+    except ImportError as exc:
+        raise StrategyUnavailable(f"accelerate_fsdp2: accelerate is not installed ({exc})") from exc
+    from torch.distributed.tensor import DTensor
+
+    plugin = FullyShardedDataParallelPlugin(
+        fsdp_version=2, reshard_after_forward=True,
+        auto_wrap_policy="transformer_based_wrap",
+        transformer_cls_names_to_wrap=sorted({type(b).__name__ for b in ctx.blocks}),
+        activation_checkpointing=bool(ctx.knob("act_ckpt")),
+    )
+    precision = {"fp32": "no", "bf16": "bf16", "fp16": "fp16"}[ctx.knob("precision")]
+    accelerator = Accelerator(fsdp_plugin=plugin, mixed_precision=precision, cpu=ctx.device.type == "cpu")
+    prepared = accelerator.prepare(model, optimizer) if optimizer is not None else (accelerator.prepare(model),)
+    if not any(isinstance(p, DTensor) for p in prepared[0].parameters()):
+        raise StrategyUnavailable(
+            f"accelerate_fsdp2 on {ctx.device.type}: accelerate ran as {accelerator.distributed_type} and "
+            f"returned {type(prepared[0]).__name__}, not an FSDP2 module (it cannot shard here)")
+    return prepared[0], (prepared[1] if optimizer is not None else None)
+
+
+def prepare_blocks(model: nn.Module, case: Case) -> tuple[nn.Module, list[nn.Module]]:
+    """Compile and/or activation-checkpoint every block before sharding; the blocks to shard.
+
+    FSDP1 gets its checkpoint wrappers after wrapping (see `finish_fsdp1`), as its docs advise;
+    blocks are compiled in place (`Module.compile`) so the module tree and names stay the same.
+    """
+    from fsdp_bench.models.build import block_modules
+
+    blocks = block_modules(model)
+    if case.compile:
+        for block in blocks:
+            block.compile()
+    if case.act_ckpt and case.strategy not in FSDP1_STRATEGIES and case.strategy != "accelerate_fsdp2":
+        blocks = _checkpoint_blocks(model, blocks)
+    return model, blocks
+
+
+def _checkpoint_blocks(model: nn.Module, blocks: list[nn.Module]) -> list[nn.Module]:
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
+        CheckpointImpl, CheckpointWrapper, apply_activation_checkpointing, checkpoint_wrapper)
+
+    targets = {id(b) for b in blocks}
+    apply_activation_checkpointing(
+        model, checkpoint_wrapper_fn=functools.partial(checkpoint_wrapper, checkpoint_impl=CheckpointImpl.NO_REENTRANT),
+        check_fn=lambda m: id(m) in targets)
+    return [m for m in model.modules() if isinstance(m, CheckpointWrapper)]
+
+
+def shard_model(case: Case, model: nn.Module, optimizer: torch.optim.Optimizer | None, *,
+                device: torch.device) -> tuple[nn.Module, torch.optim.Optimizer | None]:
+    """Apply the case's strategy and knobs; returns the model to train (and accelerate's optimizer)."""
+    model, blocks = prepare_blocks(model, case)
+    ctx = ShardContext(device=device, blocks=blocks, case=case, seed=case.seed)
+    if case.strategy == "accelerate_fsdp2":
+        from fsdp_bench.models.build import has_meta_params, materialize_module
+
+        if has_meta_params(model):
+            materialize_module(model, device, case.seed)
+        try:
+            return apply_accelerate_fsdp2(model, optimizer, ctx=ctx)
+        except RuntimeError as exc:
+            if _is_platform_refusal(exc):
+                raise StrategyUnavailable(f"accelerate_fsdp2 on {device.type}: {exc}") from exc
+            raise
+    model = apply_strategy(case.strategy, model, ctx=ctx)
+    if case.act_ckpt and case.strategy in FSDP1_STRATEGIES:
+        _checkpoint_blocks(model, [m for m in model.modules() if type(m) in {type(b) for b in blocks}])
+    return model, optimizer
 
 
 def apply_strategy(name: str, model: nn.Module, *, ctx: ShardContext) -> nn.Module:

@@ -25,7 +25,8 @@ from fsdp_bench.case import Case
 from fsdp_bench.results import SCHEMA_VERSION, read_json, utc_now, write_json_atomic
 
 # Stages in the order a rank passes them; a failure records the stage it happened in.
-STAGES = ("init", "data", "model", "shard", "optimizer", "first_step", "warmup", "measure", "memory_probe", "end")
+STAGES = ("init", "data", "model", "shard", "optimizer", "first_step", "warmup", "measure", "checkpoint",
+          "memory_probe", "end")
 # Stages after which memory is read, with the label the ODSC tutorial's logs use.
 STAGE_LABELS = {
     "data": "after data creation",
@@ -141,11 +142,11 @@ def run(case: Case, *, record: dict[str, Any] | None = None) -> dict[str, Any]:
     import torch
     import torch.distributed as dist
 
-    from fsdp_bench.data import make_synthetic_batches
-    from fsdp_bench.memory import peak_rss_bytes, read_memory, reset_peak, track_step_memory
-    from fsdp_bench.models.build import block_modules, build_model, count_parameters, get_flavor
-    from fsdp_bench.strategies import ShardContext, apply_strategy, repoint_optimizer
-    from fsdp_bench.training import build_optimizer, optimizer_matches_model, param_fingerprint, train_step
+    from fsdp_bench.data import make_batch_source
+    from fsdp_bench.memory import peak_rss_bytes, read_memory, reset_peak, rss_bytes, track_step_memory
+    from fsdp_bench.models.build import build_model, count_parameters, get_flavor
+    from fsdp_bench.strategies import repoint_optimizer, shard_model
+    from fsdp_bench.training import Trainer, build_optimizer, optimizer_matches_model, param_fingerprint
 
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     rank = int(os.environ.get("RANK", 0))
@@ -163,12 +164,16 @@ def run(case: Case, *, record: dict[str, Any] | None = None) -> dict[str, Any]:
         flavor = get_flavor(case.model)
 
         stages.enter("data")
-        batches = make_synthetic_batches(flavor, batch_size=case.batch_size, seq_len=case.seq_len,
-                                         count=case.grad_accum, seed=case.seed, rank=rank, device=device)
+        source = make_batch_source(flavor, data=case.data, batch_size=case.batch_size, seq_len=case.seq_len,
+                                   grad_accum=case.grad_accum, seed=case.seed, rank=rank,
+                                   world_size=world_size, device=device)
+        record["data"] = source.info
         stages.done("data")
 
         stages.enter("model")
-        model = build_model(flavor, seed=case.seed, device=device)
+        construction = {"rss_before_bytes": rss_bytes(), "t0": time.perf_counter()}
+        # Hugging Face models are built on the meta device and materialized after sharding.
+        model = build_model(flavor, seed=case.seed, device=device, meta=flavor.family == "hf")
         record["n_params"] = count_parameters(model)
         stages.done("model")
 
@@ -179,17 +184,22 @@ def run(case: Case, *, record: dict[str, Any] | None = None) -> dict[str, Any]:
             optimizer = build_optimizer(model.parameters(), case)
 
         stages.enter("shard")
-        model = apply_strategy(case.strategy, model, ctx=ShardContext(device=device, blocks=block_modules(model)))
+        model, optimizer = shard_model(case, model, optimizer, device=device)
+        record["construction"] = {
+            "method": "meta device, materialized after sharding" if flavor.family == "hf" else "full model per rank",
+            "rss_before_bytes": construction["rss_before_bytes"], "rss_after_bytes": rss_bytes(),
+            "peak_rss_bytes": peak_rss_bytes(), "build_and_shard_s": time.perf_counter() - construction["t0"]}
         stages.done("shard")
 
         if case.optimizer_timing == "after_shard":
             stages.enter("optimizer")
             optimizer = build_optimizer(model.parameters(), case)
-        elif case.optimizer_timing == "before_shard_fixed":
+        elif case.optimizer_timing == "before_shard_fixed" and case.strategy != "accelerate_fsdp2":
             record["optimizer_params_repointed"] = repoint_optimizer(optimizer, before, model)
         stages.done("optimizer")
         record["optimizer_params_match_model"] = optimizer_matches_model(optimizer, model)
         fingerprint_before = param_fingerprint(model)
+        trainer = Trainer(case, model, optimizer, device=device)
 
         reset_peak(device)
         for i in range(case.warmup + case.steps):
@@ -200,7 +210,7 @@ def run(case: Case, *, record: dict[str, Any] | None = None) -> dict[str, Any]:
                 reset_peak(device)  # the reported peak is the measured steps' peak
             _sync(device)
             t0 = time.perf_counter()
-            loss = train_step(model, optimizer, batches)
+            loss = trainer(source.batches(i))
             _sync(device)
             elapsed = time.perf_counter() - t0
             (record["warmup_step_times_s"] if i < case.warmup else record["step_times_s"]).append(elapsed)
@@ -218,13 +228,20 @@ def run(case: Case, *, record: dict[str, Any] | None = None) -> dict[str, Any]:
             method="cuda_caching_allocator" if device.type == "cuda" else "mem_tracker_probe_step",
         )
         record["params_changed"] = param_fingerprint(model) != fingerprint_before
+        record.update(trainer.summary())
+        if case.checkpoint != "none":
+            from fsdp_bench.checkpointing import run_checkpoint_benchmark
+
+            stages.enter("checkpoint")
+            record["checkpoint"] = run_checkpoint_benchmark(
+                case.checkpoint, model, optimizer, lambda i: trainer(source.batches(i)),
+                case.warmup + case.steps, device)
 
         if device.type == "cpu":
             stages.enter("memory_probe")
             try:
                 tracked = track_step_memory(
-                    lambda tracker: train_step(model, optimizer, batches, tracker.reset_mod_stats),
-                    [model], optimizer)
+                    lambda tracker: trainer.step(source.batches(0), tracker.reset_mod_stats), [model], optimizer)
             except RuntimeError as exc:
                 # MemTracker refuses some wrappers (FSDP1's parameter views are not leaves) in its
                 # first forward hook, before any collective: every rank refuses alike. No number
