@@ -177,6 +177,11 @@ def _writable_dir(option: str, raw: str) -> Path:
     return path
 
 
+def writable_dir(option: str, raw: str) -> Path:
+    """`raw` as a folder that exists or can be created and written; CaseError otherwise."""
+    return _writable_dir(option, raw)
+
+
 def _existing_run(option: str, raw: str) -> Path:
     path = Path(raw)
     if not path.is_dir():
