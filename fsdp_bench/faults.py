@@ -2,10 +2,19 @@
 
     FSDP_BENCH_FAULTS="KIND@STAGE:RANK[/CASE_ID_SUBSTRING],..."
 
-KIND is `raise` (RuntimeError), `oom` (torch.OutOfMemoryError, what a real CUDA OOM raises),
-`hang` (sleep forever: a rank stuck outside a collective), or `kill` (SIGKILL to itself).
-STAGE is a worker stage name (see `fsdp_bench.worker.STAGES`). Without a case substring the
-fault applies to every case. Pure parsing; only `inject` has side effects.
+KIND is one of:
+  raise   RuntimeError, like any bug in model build, strategy or step;
+  oom     out of memory: on a CUDA device a real allocation larger than the GPU (the allocator
+          raises, the OOM observer fires, a snapshot is dumped if enabled); on CPU
+          torch.OutOfMemoryError raised directly, the same exception type a CUDA OOM raises;
+  hang    sleep forever: the other ranks block in their next collective until the process-group
+          timeout; SIGTERM still stops it;
+  stuck   like hang, but SIGTERM is ignored, as by a rank stuck in native code: only SIGKILL
+          (torchrun's or the runner's, after their grace periods) ends it;
+  kill    SIGKILL to itself, as the kernel's OOM killer or a segfault would end it.
+STAGE is a worker stage name (`fsdp_bench.worker.STAGES`). Without a case substring the fault
+applies to every case. Several faults are separated by commas. Parsing is pure; only `inject`
+has side effects. The plugin checks the variable before any case starts.
 """
 
 from __future__ import annotations
@@ -16,7 +25,7 @@ import time
 from dataclasses import dataclass
 
 ENV_VAR = "FSDP_BENCH_FAULTS"
-KINDS = ("raise", "oom", "hang", "kill")
+KINDS = ("raise", "oom", "hang", "stuck", "kill")
 
 
 @dataclass(frozen=True)
@@ -27,7 +36,7 @@ class Fault:
     case_substring: str = ""
 
 
-def parse_faults(spec: str) -> list[Fault]:
+def parse_faults(spec: str, *, stages: tuple[str, ...] | None = None) -> list[Fault]:
     faults = []
     for item in filter(None, (s.strip() for s in spec.split(","))):
         try:
@@ -39,8 +48,20 @@ def parse_faults(spec: str) -> list[Fault]:
             raise ValueError(f"{ENV_VAR}: cannot parse {item!r}; expected KIND@STAGE:RANK[/CASE]") from None
         if fault.kind not in KINDS:
             raise ValueError(f"{ENV_VAR}: unknown fault kind {fault.kind!r}; known: {', '.join(KINDS)}")
+        if stages is not None and fault.stage not in stages:
+            raise ValueError(f"{ENV_VAR}: unknown stage {fault.stage!r} in {item!r}; known: {', '.join(stages)}")
+        if fault.rank < 0:
+            raise ValueError(f"{ENV_VAR}: rank must be >= 0 in {item!r}")
         faults.append(fault)
     return faults
+
+
+def check_spec(spec: str | None = None) -> list[Fault]:
+    """Parse the variable (or `spec`) against the worker's stage names; ValueError if bad."""
+    from fsdp_bench.worker import STAGES  # no torch at import time
+
+    spec = os.environ.get(ENV_VAR, "") if spec is None else spec
+    return parse_faults(spec, stages=STAGES)
 
 
 def faults_for(case_id: str, rank: int, spec: str | None = None) -> dict[str, str]:
@@ -49,13 +70,21 @@ def faults_for(case_id: str, rank: int, spec: str | None = None) -> dict[str, st
     return {f.stage: f.kind for f in parse_faults(spec) if f.rank == rank and f.case_substring in case_id}
 
 
-def inject(kind: str, stage: str) -> None:
+def inject(kind: str, stage: str, device=None) -> None:
+    """Make this rank fail at `stage` the way `kind` says; `device` is the rank's torch device."""
     if kind == "raise":
         raise RuntimeError(f"injected fault at stage {stage}")
     if kind == "oom":
         import torch
 
-        raise torch.OutOfMemoryError(f"CUDA out of memory (injected fault at stage {stage})")
+        if device is not None and device.type == "cuda":
+            # A real OOM through the caching allocator: twice the device's memory cannot fit.
+            total = torch.cuda.get_device_properties(device).total_memory
+            torch.empty(2 * total, dtype=torch.uint8, device=device)
+        raise torch.OutOfMemoryError(f"out of memory (injected fault at stage {stage}, no CUDA allocator on {device})")
+    if kind == "stuck":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        kind = "hang"
     if kind == "hang":
         while True:
             time.sleep(3600)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import tempfile
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -39,6 +40,7 @@ class Sweep:
     warmup: int = _CASE_DEFAULTS["warmup"]
     seq_len: int = _CASE_DEFAULTS["seq_len"]
     timeout_s: float = 600.0
+    kill_grace_s: float = 30.0  # SIGTERM to torchrun, then this long before SIGKILL
     results_dir: Path = Path("results")
     resume: Path | None = None
     report: bool = True
@@ -195,21 +197,55 @@ def _data_folder(option: str, raw: str) -> str:
     return str(Path(raw).expanduser().resolve())
 
 
+def _can_write_in(folder: Path) -> bool:
+    """Really try: os.access says yes to root on a read-only mount or /proc."""
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".fsdp-bench-probe-", dir=folder)
+    except OSError:
+        return False
+    os.close(fd)
+    os.unlink(tmp)
+    return True
+
+
 def _writable_dir(option: str, raw: str) -> Path:
     path = Path(raw)
     probe = path
-    while not probe.exists():
+    while not probe.exists() and probe != probe.parent:
+        if probe.is_symlink():  # a dangling link: mkdir would fail later
+            raise CaseError(f"{option}: {str(probe)!r} is a broken symbolic link")
         probe = probe.parent
-    if not probe.is_dir() or not os.access(probe, os.W_OK):
-        raise CaseError(f"{option}: {raw!r} is not a writable folder")
+    if not probe.is_dir():
+        raise CaseError(f"{option}: {raw!r} is not a folder ({str(probe)!r} is a file)")
+    if not _can_write_in(probe):
+        raise CaseError(f"{option}: {raw!r} is not writable (cannot create files in {str(probe)!r})")
     return path
+
+
+def writable_dir(option: str, raw: str) -> Path:
+    """`raw` as a folder that exists or can be created and written; CaseError otherwise."""
+    return _writable_dir(option, raw)
 
 
 def _existing_run(option: str, raw: str) -> Path:
     path = Path(raw)
+    if not path.is_dir():
+        raise CaseError(f"{option}: {raw!r} does not exist or is not a folder")
     if not (path / "cases").is_dir():
         raise CaseError(f"{option}: {raw!r} is not a run folder (no cases/ inside)")
+    if not _can_write_in(path / "cases"):
+        raise CaseError(f"{option}: {raw!r} is not writable")
     return path
+
+
+def _grace(option: str, text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 3600:
+        raise CaseError(f"{option}: {text!r} is not a number of seconds between 0 and 3600")
+    return value
 
 
 # option name (without --bench-) -> (Sweep field, parser, help)
@@ -229,6 +265,9 @@ OPTIONS: dict[str, tuple[str, Callable[[str, str], Any], str]] = {
     "seq-len": ("seq_len", _positive_int, f"tokens per sample (default: {Sweep.seq_len})"),
     "device": ("device", lambda o, r: _names(o, r, ("auto", *DEVICES))[0], "auto, cpu or cuda (default: auto)"),
     "timeout": ("timeout_s", _positive_float, f"seconds per case before it is stopped (default: {Sweep.timeout_s:g})"),
+    "kill-grace": ("kill_grace_s", _grace,
+                   f"seconds torchrun gets after SIGTERM before everything of the case is SIGKILLed "
+                   f"(default: {Sweep.kill_grace_s:g})"),
     "results-dir": ("results_dir", _writable_dir, "where run folders are created (default: results)"),
     "resume": ("resume", _existing_run, "continue this run folder: keep its ok cases, re-run the rest"),
     "suite": ("suite", lambda o, r: _names(o, r, SUITES)[0],
@@ -278,10 +317,25 @@ def parse_sweep(raw: Mapping[str, str | None], *, no_report: bool = False) -> Sw
     return sweep
 
 
+def max_cpu_ranks() -> int:
+    """The most gloo ranks a CPU case may have: one per core, but at least 4.
+
+    A CPU rank is one process with one thread; more ranks than cores only time-slice, so their
+    timings mean little, and each rank costs a few hundred MB of RAM for torch alone. 4 stays
+    allowed on small machines because 4-rank functional checks (a 2x2 hybrid mesh) need it.
+    """
+    return max(4, os.cpu_count() or 1)
+
+
 def _check_devices(sweep: Sweep) -> None:
     if sweep.device == "cuda" and count_cuda_devices() == 0:
         raise CaseError("--bench-device: cuda requested but no NVIDIA GPU is visible")
-    if resolve_device(sweep.device) == "cuda" and sweep.nproc is not None:
+    if sweep.nproc is None:
+        return
+    if resolve_device(sweep.device) == "cuda":
         available = count_cuda_devices()
         if sweep.nproc > available:
             raise CaseError(f"--bench-nproc: {sweep.nproc} ranks requested but only {available} GPU(s) visible")
+    elif sweep.nproc > max_cpu_ranks():
+        raise CaseError(f"--bench-nproc: {sweep.nproc} CPU ranks requested but at most {max_cpu_ranks()} "
+                        f"are allowed on this machine ({os.cpu_count()} cores; CPU ranks beyond the cores only time-slice)")

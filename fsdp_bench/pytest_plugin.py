@@ -6,18 +6,23 @@ Collection imports no torch: cases come from `fsdp_bench.options`, which is pure
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from fsdp_bench import faults
 from fsdp_bench.case import Case, CaseError, skip_reason
 from fsdp_bench.options import OPTIONS, Sweep, parse_sweep
 from fsdp_bench.results import create_run_dir, load_case_result, case_result_path, ResultError
 
 _SWEEP_KEY = pytest.StashKey[Sweep]()
 _SESSION_KEY = pytest.StashKey["BenchSession"]()
+_INTERRUPTED: list[bool] = []  # set by pytest_keyboard_interrupt (Ctrl-C or SIGTERM)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -29,13 +34,47 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    _INTERRUPTED.clear()
     raw = {name: config.getoption(f"bench_{name.replace('-', '_')}") for name in OPTIONS}
     try:
         sweep = parse_sweep(raw, no_report=config.getoption("bench_no_report"))
-    except CaseError as exc:
+        faults.check_spec()
+    except (CaseError, ValueError) as exc:
         raise pytest.UsageError(str(exc)) from None
+    session = BenchSession(sweep, config)
+    if sweep.resume is not None:
+        try:
+            session.lock_run_dir(sweep.resume)  # before any case: a busy run is a usage error
+        except RunBusy as exc:
+            raise pytest.UsageError(f"--bench-resume: {exc}") from None
     config.stash[_SWEEP_KEY] = sweep
-    config.stash[_SESSION_KEY] = BenchSession(sweep, config)
+    config.stash[_SESSION_KEY] = session
+    _sigterm_as_interrupt(config)
+
+
+def _sigterm_as_interrupt(config: pytest.Config) -> None:
+    """SIGTERM to pytest (a scheduler, `kill`) ends the sweep like Ctrl-C: Python's default
+    would exit on the spot and orphan the running case's processes; KeyboardInterrupt unwinds
+    through the runner, which stops them. Restored at unconfigure."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def _interrupt(signum, frame):
+        raise KeyboardInterrupt(f"{signal.Signals(signum).name} received")
+
+    signal.signal(signal.SIGTERM, _interrupt)
+    config.add_cleanup(lambda: signal.signal(signal.SIGTERM, previous))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    session = config.stash.get(_SESSION_KEY, None)
+    if session is not None:
+        session.unlock_run_dir()
+
+
+def pytest_keyboard_interrupt(excinfo: Any) -> None:
+    _INTERRUPTED.append(True)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -90,14 +129,40 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = keep
 
 
+class RunBusy(Exception):
+    """Another live sweep holds the run folder."""
+
+
 class BenchSession:
-    """The run folder of this pytest session, created when the first case runs."""
+    """The run folder of this pytest session, created when the first case runs, and locked
+    (flock on RUN/.lock) while this session lives, so a second `--bench-resume` of a run still
+    in progress is refused instead of racing it."""
 
     def __init__(self, sweep: Sweep, config: pytest.Config) -> None:
         self.sweep = sweep
         self.config = config
         self.run_dir: Path | None = None
         self.results: list[dict[str, Any]] = []
+        self._lock_fd: int | None = None
+
+    def lock_run_dir(self, run_dir: Path) -> None:
+        import fcntl
+
+        fd = os.open(Path(run_dir) / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise RunBusy(f"{run_dir} is in use by another running sweep (pid {holder})") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        self._lock_fd = fd
+
+    def unlock_run_dir(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # closing releases the flock
+            self._lock_fd = None
 
     def ensure_run_dir(self) -> Path:
         if self.run_dir is None:
@@ -108,6 +173,7 @@ class BenchSession:
                 self.run_dir = self.sweep.resume
             else:
                 self.run_dir = create_run_dir(self.sweep.results_dir)
+                self.lock_run_dir(self.run_dir)
                 write_environment(self.run_dir, PROJECT_ROOT, env=build_env())
         return self.run_dir
 
@@ -121,7 +187,7 @@ class BenchSession:
         else:
             if previous is not None:
                 _set_aside(run_dir, case.id)
-            result = run_case(case, run_dir, timeout_s=self.sweep.timeout_s)
+            result = run_case(case, run_dir, timeout_s=self.sweep.timeout_s, grace_s=self.sweep.kill_grace_s)
         self.results.append(result)
         return result
 
@@ -202,6 +268,11 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         return
     terminalreporter.write_sep("-", "fsdp-bench")
     terminalreporter.write_line(f"results: {session.run_dir}")
+    not_ok = sum(r.get("status") not in ("ok", "skipped") for r in session.results)
+    if _INTERRUPTED or not_ok:
+        why = "interrupted" if _INTERRUPTED else f"{not_ok} case(s) not ok"
+        terminalreporter.write_line(f"{why}; to finish this run (ok cases are kept, the rest re-run): "
+                                    f"pytest benchmarks --bench-resume {session.run_dir} [same --bench-* options]")
     if session.sweep.report:
         from fsdp_bench.report import write_report
 

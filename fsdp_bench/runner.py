@@ -19,6 +19,7 @@ from typing import Any, Sequence
 import fsdp_bench
 from fsdp_bench.case import Case
 from fsdp_bench.metrics import aggregate_rank_metrics
+from fsdp_bench.processes import TORCHRUN_GRACE_S, stop_case
 from fsdp_bench.results import (
     SCHEMA_VERSION,
     ResultError,
@@ -30,14 +31,8 @@ from fsdp_bench.results import (
 )
 
 LOG_TAIL_CHARS = 4000
-TORCHRUN_GRACE_S = 30.0  # how long torchrun gets to stop its workers after SIGTERM
+CLASSIFY_TAIL_CHARS = 64000  # torchrun's failure summary lists every failed rank; read enough
 PROJECT_ROOT = Path(fsdp_bench.__file__).resolve().parent.parent
-
-
-@dataclass(frozen=True)
-class Outcome:
-    status: str
-    reason: str
 
 
 def build_command(case: Case, case_file: Path, out_dir: Path, *, python: str = sys.executable) -> list[str]:
@@ -59,9 +54,12 @@ def build_command(case: Case, case_file: Path, out_dir: Path, *, python: str = s
     ]
 
 
-def build_env(base: dict[str, str] | None = None) -> dict[str, str]:
-    """The worker's environment: this checkout importable, one thread per CPU rank."""
+def build_env(base: dict[str, str] | None = None, *, grace_s: float = TORCHRUN_GRACE_S) -> dict[str, str]:
+    """The worker's environment: this checkout importable, one thread per CPU rank, and
+    torchrun's own SIGTERM-to-SIGKILL wait shorter than the runner's, so torchrun gets to
+    kill its workers itself before the runner has to."""
     env = dict(os.environ if base is None else base)
+    env["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] = str(max(1, int(grace_s * 0.5)))
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
     env.setdefault("OMP_NUM_THREADS", "1")
     env.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
@@ -69,7 +67,17 @@ def build_env(base: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-_SIGNAL_RE = re.compile(r"exitcode\s*:\s*-(\d+)")
+# torchrun's failure summary: "rank      : 1 (local_rank: 1)" then "exitcode  : -9 (pid: ...)".
+_RANK_EXIT_RE = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank[^)]*\)\s*exitcode\s*:\s*(-?\d+)")
+_EXITCODE_RE = re.compile(r"exitcode\s*:\s*-(\d+)")
+# A collective that gave up waiting: the process-group timeout fired because another rank hung.
+_COLLECTIVE_TIMEOUT_RE = re.compile(
+    r"Timed out waiting|Watchdog caught collective operation timeout|collective operation timeout"
+    r"|Socket Timeout|wait timeout after|timed out after \d+", re.I)
+# An error a rank raised only because a peer died first; never the root cause.
+_PEER_LOST_RE = re.compile(
+    r"Connection closed by peer|Connection reset by peer|remote worker crash|Broken pipe"
+    r"|Connection refused|communicator was aborted|ncclRemoteError", re.I)
 
 
 def signal_name(number: int) -> str:
@@ -79,99 +87,108 @@ def signal_name(number: int) -> str:
         return f"signal {number}"
 
 
+def rank_signals(log_tail: str) -> dict[int, str]:
+    """rank -> name of the signal that ended it, from torchrun's failure summary."""
+    return {int(rank): signal_name(-int(code)) for rank, code in _RANK_EXIT_RE.findall(log_tail)
+            if int(code) < 0}
+
+
+def rank_failure_kind(record: dict[str, Any] | None) -> str:
+    """What one rank's record says happened to it: ok, skipped, oom, error, died (no final
+    record: killed by a signal), collective_timeout, peer_lost or terminated (stopped by SIGTERM)."""
+    if record is None or record.get("status") in (None, "running"):
+        return "died"
+    status = record["status"]
+    if status in ("ok", "skipped", "oom", "terminated"):
+        return status
+    message = (record.get("error") or {}).get("message", "")
+    if _COLLECTIVE_TIMEOUT_RE.search(message):
+        return "collective_timeout"
+    if _PEER_LOST_RE.search(message):
+        return "peer_lost"
+    return "error"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: str
+    reason: str
+    rank: int | None = None  # the rank the status is about (first to fail), when there is one
+    stage: str | None = None
+
+
+def _first(records: list[dict[str, Any]]) -> dict[str, Any]:
+    return min(records, key=lambda r: ((r.get("error") or {}).get("time_unix", float("inf")), r.get("rank", 0)))
+
+
 def classify_outcome(*, returncode: int | None, timed_out: bool, ranks: Sequence[dict[str, Any]],
-                     world_size: int, log_tail: str) -> Outcome:
+                     world_size: int, log_tail: str, timeout_s: float | None = None) -> Outcome:
     """ok|failed|oom|timeout|skipped from what the case left behind. Pure, so it is unit-tested.
 
     A rank's own record beats torchrun's exit code: torchrun exits 1 for every failure and its
-    'root cause' may name a rank it killed itself. Among failed ranks the first to raise wins.
+    'root cause' may name a rank it killed itself. Causes beat consequences: an OOM, then an
+    exception (the first raised), then a rank that died without a final record (killed by a
+    signal), then a collective timeout (another rank hung: `timeout`); errors that only say a
+    peer vanished, and ranks stopped by SIGTERM, are never the cause.
     """
+    by_rank = {r.get("rank"): r for r in ranks}
+    kinds: dict[str, list[dict[str, Any]]] = {}
+    for rank in range(world_size):
+        record = by_rank.get(rank)
+        kinds.setdefault(rank_failure_kind(record), []).append(record or {"rank": rank, "stage": None})
+
+    def about(kind: str) -> dict[str, Any]:
+        return _first(kinds[kind])
+
     if timed_out:
-        stages = sorted({r.get("stage", "?") for r in ranks})
-        where = f" (ranks had reached: {', '.join(stages)})" if stages else ""
-        return Outcome("timeout", f"case exceeded its timeout{where}")
-    errored = sorted((r for r in ranks if r.get("status") in ("failed", "oom")),
-                     key=lambda r: (r.get("error") or {}).get("time_unix", float("inf")))
-    if any(r.get("status") == "oom" for r in errored):
-        first = next(r for r in errored if r["status"] == "oom")
-        return Outcome("oom", f"rank {first['rank']} out of memory at stage {first.get('stage')}: "
-                              f"{(first.get('error') or {}).get('message', '')[:300]}")
-    if errored:
-        first = errored[0]
+        stages = sorted({r.get("stage") or "?" for r in ranks})
+        where = f"; ranks had reached: {', '.join(stages)}" if stages else ""
+        limit = f" of {timeout_s:g}s" if timeout_s is not None else ""
+        hung = ""
+        if "collective_timeout" in kinds:
+            hung = f"; rank {about('collective_timeout')['rank']}'s collective had timed out (another rank hung)"
+        return Outcome("timeout", f"case exceeded its timeout{limit} and was stopped{where}{hung}")
+    for kind, status, verb in (("oom", "oom", "ran out of memory"), ("error", "failed", "raised")):
+        if kind in kinds:
+            first = about(kind)
+            err = first.get("error") or {}
+            what = f"{verb} {err.get('type')}" if kind == "error" else verb
+            return Outcome(status, f"rank {first['rank']} {what} at stage {first.get('stage')}: "
+                                   f"{err.get('message', '')[:300]}", first["rank"], first.get("stage"))
+    if "died" in kinds:
+        signals = rank_signals(log_tail)
+        first = next((r for r in kinds["died"] if r["rank"] in signals), kinds["died"][0])
+        rank = first["rank"]
+        if rank in signals:
+            how = f"was killed by {signals[rank]}"
+        elif returncode is not None and returncode < 0:
+            how = f"was lost: torchrun itself was killed by {signal_name(-returncode)}"
+        else:
+            match = _EXITCODE_RE.search(log_tail)
+            how = (f"died without a result (a rank was killed by {signal_name(int(match.group(1)))})"
+                   if match else f"died without a result (torchrun exited with {returncode})")
+        stage = first.get("stage")
+        at = f" at stage {stage}" if stage else " before it started"
+        return Outcome("failed", f"rank {rank} {how}{at}", rank, stage)
+    if "collective_timeout" in kinds:
+        first = about("collective_timeout")
         err = first.get("error") or {}
-        return Outcome("failed", f"rank {first['rank']} raised {err.get('type')} at stage "
-                                 f"{first.get('stage')}: {err.get('message', '')[:300]}")
-    skipped = [r for r in ranks if r.get("status") == "skipped"]
-    if skipped:
-        return Outcome("skipped", (skipped[0].get("error") or {}).get("message", "skipped"))
-    if returncode is not None and returncode < 0:
-        return Outcome("failed", f"torchrun killed by {signal_name(-returncode)}")
-    match = _SIGNAL_RE.search(log_tail)
-    missing = world_size - len(ranks)
-    if returncode != 0 or missing:
-        if match:
-            return Outcome("failed", f"a rank was killed by {signal_name(int(match.group(1)))}"
-                                     f" ({missing} of {world_size} ranks wrote no result)")
-        return Outcome("failed", f"torchrun exited with {returncode}; {missing} of {world_size} ranks wrote no result")
-    if any(r.get("status") != "ok" for r in ranks):
-        return Outcome("failed", "a rank ended without a final status")
+        return Outcome("timeout", f"rank {first['rank']}'s collective timed out at stage {first.get('stage')} "
+                                  f"(another rank hung): {err.get('message', '')[:300]}",
+                       first["rank"], first.get("stage"))
+    for kind in ("peer_lost", "terminated"):
+        if kind in kinds:
+            first = about(kind)
+            err = first.get("error") or {}
+            return Outcome("failed", f"rank {first['rank']} {kind.replace('_', ' ')} at stage "
+                                     f"{first.get('stage')}: {err.get('message', '')[:300]}",
+                           first["rank"], first.get("stage"))
+    if "skipped" in kinds:
+        first = kinds["skipped"][0]
+        return Outcome("skipped", (first.get("error") or {}).get("message", "skipped"))
+    if returncode != 0:
+        return Outcome("failed", f"every rank finished but torchrun exited with {returncode}")
     return Outcome("ok", "")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _is_our_worker(pid: int, marker: str) -> bool:
-    """Guards against pid reuse: only kill a process whose command line names our case folder."""
-    try:
-        return marker in Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return False
-
-
-def kill_ranks(work_dir: Path) -> list[int]:
-    """SIGKILL every rank of a case still alive, by the pid each recorded. Returns those killed."""
-    killed = []
-    for pid_path in Path(work_dir).glob("rank-*.pid"):
-        try:
-            pid = int(pid_path.read_text().strip())
-        except (OSError, ValueError):
-            continue
-        if _alive(pid) and _is_our_worker(pid, str(work_dir)):
-            try:
-                os.kill(pid, signal.SIGKILL)
-                killed.append(pid)
-            except ProcessLookupError:
-                pass
-    return killed
-
-
-def stop_case(proc: subprocess.Popen, work_dir: Path, *, grace_s: float = TORCHRUN_GRACE_S) -> None:
-    """Stop torchrun the way it expects: SIGTERM (it forwards to its workers), SIGKILL after the
-    grace period, then any rank left behind. Each rank runs in its own session since torch 2.2,
-    so killing torchrun's process group alone would orphan them."""
-    if proc.poll() is None:
-        try:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait()
-    kill_ranks(work_dir)
-    # Ranks may still be unwinding when torchrun returns; wait (bounded) until none is left.
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and kill_ranks(work_dir):
-        time.sleep(0.1)
 
 
 def _read_ranks(work_dir: Path, world_size: int) -> list[dict[str, Any]]:
@@ -199,7 +216,12 @@ def _tail(path: Path, chars: int = LOG_TAIL_CHARS) -> str:
 
 def run_case(case: Case, run_dir: Path, *, timeout_s: float, env: dict[str, str] | None = None,
              grace_s: float = TORCHRUN_GRACE_S) -> dict[str, Any]:
-    """Run one case in a fresh torchrun and save its merged result; returns that result."""
+    """Run one case in a fresh torchrun and save its merged result; returns that result.
+
+    Whatever happens (timeout, Ctrl-C, SIGTERM turned into an exception by the caller), no
+    process of the case is left when this returns or raises. An interrupted case writes no
+    result: `--bench-resume` sets its folder aside and runs it again.
+    """
     work_dir = Path(run_dir).resolve() / "cases" / case.id
     work_dir.mkdir(parents=True, exist_ok=False)
     case_file = work_dir / "case.json"
@@ -210,30 +232,28 @@ def run_case(case: Case, run_dir: Path, *, timeout_s: float, env: dict[str, str]
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
             build_command(case, case_file, work_dir), stdout=log, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, env=build_env(env), cwd=work_dir, start_new_session=True,
+            stdin=subprocess.DEVNULL, env=build_env(env, grace_s=grace_s), cwd=work_dir,
+            start_new_session=True,
         )
         try:
             proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             timed_out = True
-        except BaseException:  # Ctrl-C or SIGTERM to the parent: leave no process behind
-            stop_case(proc, work_dir, grace_s=grace_s)
-            raise
-        finally:
-            if proc.poll() is None or timed_out:
-                stop_case(proc, work_dir, grace_s=grace_s)
-            else:
-                kill_ranks(work_dir)
+        finally:  # also on Ctrl-C or SIGTERM to the parent: leave no process behind
+            leftover = stop_case(proc, work_dir, grace_s=grace_s)
     ranks = _read_ranks(work_dir, case.nproc)
-    log_tail = _tail(log_path)
+    log_tail = _tail(log_path, CLASSIFY_TAIL_CHARS)
     outcome = classify_outcome(returncode=proc.returncode, timed_out=timed_out, ranks=ranks,
-                               world_size=case.nproc, log_tail=log_tail)
+                               world_size=case.nproc, log_tail=log_tail, timeout_s=timeout_s)
+    log_tail = log_tail[-LOG_TAIL_CHARS:]
     result = {
         "schema_version": SCHEMA_VERSION,
         "case_id": case.id,
         "case": case.to_dict(),
         "status": outcome.status,
         "reason": outcome.reason,
+        "failed_rank": outcome.rank,
+        "failed_stage": outcome.stage,
         "returncode": proc.returncode,
         "started_utc": started_utc,
         "duration_s": time.monotonic() - started,
@@ -244,6 +264,8 @@ def run_case(case: Case, run_dir: Path, *, timeout_s: float, env: dict[str, str]
         ) if ranks else {},
         "ranks": ranks,
     }
+    if leftover:  # never expected; said loudly rather than hidden
+        result["leftover_pids"] = leftover
     write_json_atomic(case_result_path(run_dir, case.id), result)
     return result
 

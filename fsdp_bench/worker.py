@@ -78,9 +78,10 @@ class _Stages:
 
     def enter(self, stage: str) -> None:
         self.record["stage"] = stage
+        save_progress(self.record)
         kind = self.faults.get(stage)
         if kind:
-            faults.inject(kind, stage)
+            faults.inject(kind, stage, self.device)
 
     def done(self, stage: str) -> None:
         if stage not in STAGE_LABELS or self.device is None:
@@ -262,16 +263,44 @@ def run(case: Case, *, record: dict[str, Any] | None = None) -> dict[str, Any]:
             dist.destroy_process_group()
 
 
+# --- main(): whatever happens, each rank leaves a record -----------------------------------------
+
+_PROGRESS_FILE: Path | None = None  # set by main(); run() in-process writes no progress
+
+
+def save_progress(record: dict[str, Any]) -> None:
+    """Write the record as it stands (status `running`) when the rank enters a stage, so a rank
+    killed by a signal still leaves the stage it reached and the steps it finished. Between
+    stages only, never inside a timed step."""
+    if _PROGRESS_FILE is not None:
+        try:
+            write_json_atomic(_PROGRESS_FILE, record, overwrite=True)
+        except OSError:
+            pass  # a full disk must not turn a healthy case into a failed one
+
+
+class Terminated(SystemExit):
+    """SIGTERM arrived: torchrun (or the runner) is stopping this rank because of another."""
+
+
+def _raise_on_sigterm(signum, frame) -> None:
+    # Raising lets the rank write what it measured so far before it exits.
+    raise Terminated(128 + signum)
+
+
 def _error_record(exc: BaseException) -> dict[str, Any]:
+    message = str(exc) if not isinstance(exc, Terminated) else "stopped by SIGTERM (another rank failed or the case was stopped)"
     return {
         "type": type(exc).__name__,
-        "message": str(exc)[:2000],
+        "message": message[:2000],
         "traceback_tail": "".join(traceback.format_exception(exc))[-4000:],
         "time_unix": time.time(),
     }
 
 
 def _classify_exception(exc: BaseException) -> str:
+    if isinstance(exc, Terminated):
+        return "terminated"
     import torch
 
     from fsdp_bench.strategies import StrategyUnavailable
@@ -283,35 +312,95 @@ def _classify_exception(exc: BaseException) -> str:
     return "failed"
 
 
-def _raise_on_sigterm(signum, frame) -> None:
-    # torchrun stops workers with SIGTERM; raising lets the rank write what it measured so far.
-    raise SystemExit(128 + signum)
+def _install_cuda_oom_observer(case: Case, record: dict[str, Any], out_dir: Path, rank: int) -> None:
+    """On CUDA, catch the allocator's OOM at the moment it happens, before the stack unwinds and
+    frees tensors: record the device's state then and, when the case asks for it
+    (`memory_snapshot`), dump the allocator snapshot (load it at https://pytorch.org/memory_viz).
+    Both calls create the CUDA context, so this rank's device is selected first (else every rank
+    would put a context on GPU 0)."""
+    if case.device != "cuda":
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        return  # run() reports the missing device as the case's error
+    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+    want_snapshot = bool(getattr(case, "memory_snapshot", False))
+    if want_snapshot:
+        # Stacks in the dump need allocation history on from the start. If run() switches it on
+        # again with its own settings, those win; switching it on twice is harmless.
+        try:
+            torch.cuda.memory._record_memory_history(max_entries=100_000)
+        except Exception as exc:  # the snapshot is a help, never a reason to fail
+            record["oom_snapshot_error"] = f"cannot record memory history: {exc}"
+
+    def on_oom(device: int, alloc: int, device_alloc: int, device_free: int) -> None:
+        if "oom" in record:  # the first OOM is the one that matters
+            return
+        record["oom"] = {"device": device, "requested_bytes": alloc, "allocated_bytes": device_alloc,
+                         "device_free_bytes": device_free, "time_unix": time.time()}
+        if want_snapshot:
+            path = Path(out_dir) / f"oom-snapshot-rank{rank}.pickle"
+            try:
+                torch.cuda.memory._dump_snapshot(str(path))
+                record["oom"]["snapshot"] = path.name
+            except Exception as exc:
+                record["oom_snapshot_error"] = f"{type(exc).__name__}: {exc}"
+
+    try:
+        torch._C._cuda_attach_out_of_memory_observer(on_oom)
+    except (AttributeError, RuntimeError) as exc:
+        record["oom_observer_error"] = f"{type(exc).__name__}: {exc}"
+
+
+def _memory_at_failure(record: dict[str, Any]) -> None:
+    """The allocator's readings after an OOM or error: what was held when the rank gave up."""
+    try:
+        import torch
+
+        from fsdp_bench.memory import read_memory
+
+        device = torch.device(record["device"]) if record.get("device") else torch.device("cpu")
+        reading = read_memory(device)
+        if device.type == "cuda":
+            stats = torch.cuda.memory_stats(device)
+            reading["num_ooms"] = stats.get("num_ooms")
+            reading["num_alloc_retries"] = stats.get("num_alloc_retries")
+        record["memory_at_failure"] = reading
+    except Exception as exc:  # a broken device must not hide the original error
+        record["memory_at_failure"] = {"error": f"{type(exc).__name__}: {exc}"}
 
 
 def main(argv: list[str] | None = None) -> int:
+    global _PROGRESS_FILE
     parser = argparse.ArgumentParser(prog="python -m fsdp_bench.worker", description=__doc__.splitlines()[0])
     parser.add_argument("--case", required=True, type=Path, help="case JSON written by the runner")
     parser.add_argument("--out", required=True, type=Path, help="folder for rank-N.json")
     args = parser.parse_args(argv)
-    case = Case.from_dict(read_json(args.case))
     rank = int(os.environ.get("RANK", 0))
     world_size = int(os.environ.get("WORLD_SIZE", 1))
     args.out.mkdir(parents=True, exist_ok=True)
     pid_file(args.out, rank).write_text(str(os.getpid()))
     signal.signal(signal.SIGTERM, _raise_on_sigterm)
+    case = Case.from_dict(read_json(args.case))
     record = new_record(case, rank=rank, world_size=world_size)
+    _PROGRESS_FILE = rank_file(args.out, rank)
     try:
+        _install_cuda_oom_observer(case, record, args.out, rank)
         run(case, record=record)
         return 0
     except BaseException as exc:
         record["status"] = _classify_exception(exc)
         record["error"] = _error_record(exc)
+        if record["status"] in ("oom", "failed"):
+            _memory_at_failure(record)
         if record["status"] == "skipped":
             return 0
         raise
     finally:
         record["ended_utc"] = utc_now()
         write_json_atomic(rank_file(args.out, rank), record, overwrite=True)
+        _PROGRESS_FILE = None
 
 
 def _entry() -> None:

@@ -1,13 +1,20 @@
-"""Shared set-up for tests that run real sweeps through the plugin with pytester."""
+"""Shared set-up for tests that run real sweeps in a child pytest (no torch imported here)."""
 
 from __future__ import annotations
 
 import json
+import os
+import sys
 from pathlib import Path
 
 import pytest
 
-SWEEP_MODULE = '''
+import fsdp_bench
+from fsdp_bench.processes import find_case_processes
+
+PROJECT_ROOT = Path(fsdp_bench.__file__).resolve().parent.parent
+
+SWEEP_TEST = '''
 def test_case(bench_case, bench_run):
     bench_run(bench_case)
 '''
@@ -19,7 +26,7 @@ TINY = ["--bench-model=gpt_tiny", "--bench-steps=3", "--bench-warmup=1", "--benc
 
 def make_sweep_project(pytester: pytest.Pytester) -> None:
     pytester.makeconftest('pytest_plugins = ["fsdp_bench.pytest_plugin"]')
-    pytester.makepyfile(test_sweep=SWEEP_MODULE)
+    pytester.makepyfile(test_sweep=SWEEP_TEST)
 
 
 def only_run(results_dir: Path) -> Path:
@@ -30,3 +37,40 @@ def only_run(results_dir: Path) -> Path:
 
 def load_results(run: Path) -> dict[str, dict]:
     return {p.stem: json.loads(p.read_text()) for p in (run / "cases").glob("*.json")}
+
+
+# The smallest real cases: 2 gloo ranks of gpt_tiny, 2 steps after 1 warmup step.
+SMALL = ["--bench-model", "gpt_tiny", "--bench-strategies", "ddp", "--bench-grad-accum", "1",
+         "--bench-steps", "2", "--bench-warmup", "1", "--bench-seq-len", "32", "--bench-nproc", "2",
+         "--bench-device", "cpu", "--bench-no-report"]
+
+
+def write_sweep_project(path: Path) -> None:
+    """A folder where `pytest` collects one parametrized sweep through the fsdp-bench plugin."""
+    (path / "conftest.py").write_text('pytest_plugins = ["fsdp_bench.pytest_plugin"]\n')
+    (path / "test_sweep.py").write_text(SWEEP_TEST)
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
+    env.pop("FSDP_BENCH_FAULTS", None)
+    env.update(extra)
+    return env
+
+
+def pytest_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args]
+
+
+def run_dirs(results: Path) -> list[Path]:
+    return sorted(p for p in Path(results).iterdir() if (p / "cases").is_dir()) if Path(results).is_dir() else []
+
+
+def case_results(run_dir: Path) -> dict[str, dict]:
+    return {p.stem: json.loads(p.read_text()) for p in sorted((Path(run_dir) / "cases").glob("*.json"))}
+
+
+def processes_of(run_dir: Path) -> list[int]:
+    """Live processes whose command line names something inside the run folder."""
+    return find_case_processes(str(Path(run_dir).resolve()) + os.sep)
