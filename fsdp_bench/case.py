@@ -21,7 +21,12 @@ STRATEGIES: dict[str, str] = {
     "fsdp1_no_shard": "FSDP1 NO_SHARD: DDP-like replication through the FSDP1 code path",
     "fsdp2": "FSDP2 fully_shard, reshard_after_forward=True (ZeRO-3-like)",
     "fsdp2_no_reshard": "FSDP2 fully_shard, reshard_after_forward=False (ZeRO-2-like)",
+    "fsdp1_hybrid_shard": "FSDP1 HYBRID_SHARD: FULL_SHARD inside a node, replicated across nodes (2D mesh)",
+    "fsdp2_hsdp": "FSDP2 fully_shard on a 2D (replicate x shard) mesh: HSDP",
 }
+
+# Strategies that shard over a 2D (replicate x shard) device mesh; `Case.mesh` applies to them only.
+HYBRID_STRATEGIES = frozenset({"fsdp1_hybrid_shard", "fsdp2_hsdp"})
 
 # Optimizer timing and its short form in case ids.
 OPTIMIZER_TIMINGS: dict[str, str] = {
@@ -62,6 +67,10 @@ class Case:
     seed: int = 0
     lr: float = 1e-3
     pg_timeout_s: float = 120.0  # collective timeout; the runner keeps the case timeout above it
+    # Hybrid strategies' "REPLICATExSHARD" mesh; "" = the node boundary (nodes x ranks per node).
+    mesh: str = ""
+    # Run only rank 0 of an `nproc`-rank job on one device with a fake process group.
+    simulate: bool = False
 
     def __post_init__(self) -> None:
         validate_case(self)
@@ -114,7 +123,7 @@ class Case:
 # what is being compared, and resuming a run must find the same ids.
 _ID_AXES = frozenset({"strategy", "model", "nproc", "batch_size", "grad_accum", "optimizer_timing"})
 _NOT_IN_ID = frozenset({"steps", "warmup", "device", "pg_timeout_s"})
-_ID_PREFIX = {"seq_len": "sl", "seed": "seed", "lr": "lr"}
+_ID_PREFIX = {"seq_len": "sl", "seed": "seed", "lr": "lr", "mesh": "mesh", "simulate": "sim_"}
 
 
 def _format_id_value(value: Any) -> str:
@@ -149,11 +158,45 @@ def validate_case(case: Case) -> None:
         raise CaseError(f"lr must be a positive number, got {case.lr!r}")
     if not (isinstance(case.pg_timeout_s, (int, float)) and case.pg_timeout_s > 0):
         raise CaseError(f"pg_timeout_s must be a positive number, got {case.pg_timeout_s!r}")
+    if not isinstance(case.simulate, bool):
+        raise CaseError(f"simulate must be true or false, got {case.simulate!r}")
+    if case.mesh:
+        if case.strategy not in HYBRID_STRATEGIES:
+            raise CaseError(f"mesh {case.mesh!r} only applies to {_known(sorted(HYBRID_STRATEGIES))}, not {case.strategy}")
+        replicate, shard = parse_mesh(case.mesh)
+        if replicate * shard != case.nproc:
+            raise CaseError(f"mesh {case.mesh} has {replicate * shard} ranks but the case has {case.nproc}")
     flavor = MODEL_FLAVORS.get(case.model)
     if flavor is not None and flavor.max_seq_len is not None and case.seq_len > flavor.max_seq_len:
         raise CaseError(
             f"seq_len {case.seq_len} exceeds {case.model}'s context of {flavor.max_seq_len} tokens"
         )
+
+
+def parse_mesh(text: str) -> tuple[int, int]:
+    """"2x4" -> (replicate=2, shard=4)."""
+    parts = str(text).lower().split("x")
+    try:
+        replicate, shard = (int(p) for p in parts)
+    except ValueError:
+        raise CaseError(f"mesh {text!r} is not REPLICATExSHARD, e.g. 2x4") from None
+    if replicate < 1 or shard < 1:
+        raise CaseError(f"mesh {text!r} needs positive sizes")
+    return replicate, shard
+
+
+def hybrid_mesh_shape(mesh: str, *, world_size: int, ranks_per_node: int) -> tuple[int, int]:
+    """(replicate, shard) for a hybrid strategy: the case's mesh, else one replica per node so
+    that parameter all-gathers and gradient reduce-scatters stay on the fast intra-node links
+    and only the (sharded) gradient all-reduce crosses nodes."""
+    if mesh:
+        replicate, shard = parse_mesh(mesh)
+    else:
+        shard = max(1, min(ranks_per_node, world_size))
+        replicate = world_size // shard
+    if replicate * shard != world_size:
+        raise CaseError(f"mesh {replicate}x{shard} does not cover a world of {world_size} ranks")
+    return replicate, shard
 
 
 def skip_reason(case: Case) -> str | None:

@@ -6,14 +6,17 @@ as a one-line usage error.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from fsdp_bench.case import DEVICES, OPTIMIZER_TIMINGS, STRATEGIES, Case, CaseError, Grid, expand_grid
+from fsdp_bench.case import (DEVICES, HYBRID_STRATEGIES, OPTIMIZER_TIMINGS, STRATEGIES, Case, CaseError, Grid,
+                             expand_grid, parse_mesh)
 from fsdp_bench.models.flavors import MODEL_FLAVORS, is_hf_path
+from fsdp_bench.multinode import Launch, LaunchError, validate_launch
 
 _CASE_DEFAULTS = {f.name: f.default for f in fields(Case) if f.name != "strategy"}
 
@@ -36,28 +39,46 @@ class Sweep:
     results_dir: Path = Path("results")
     resume: Path | None = None
     report: bool = True
+    # Multi-node launch settings (fsdp_bench.multinode): how cases run, not what they are.
+    nnodes: int = 1
+    node_rank: int = 0
+    rdzv_endpoint: str | None = None
+    run_id: str | None = None  # the run folder's name; required on several nodes
+    mesh: str = ""  # hybrid strategies' REPLICATExSHARD; "" = the node boundary
+    simulate_world_sizes: tuple[int, ...] = ()  # non-empty: simulate rank 0 at these world sizes
     extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def launch(self) -> Launch:
+        return Launch(nnodes=self.nnodes, node_rank=self.node_rank, rdzv_endpoint=self.rdzv_endpoint,
+                      run_id=self.run_id)
 
     def process_group_timeout_s(self) -> float:
         """Collectives must time out before the case does, so a hang ends as a rank error."""
         return max(5.0, min(_CASE_DEFAULTS["pg_timeout_s"], self.timeout_s * 0.5))
 
-    def grids(self, device: str, nproc: int) -> list[Grid]:
+    def grids(self, device: str, nproc: int, simulate: bool = False) -> list[Grid]:
         return [
             Grid(
                 strategies=self.strategies, batch_sizes=self.batch_sizes, grad_accums=self.grad_accums,
                 optimizer_timings=self.optimizer_timings,
                 base={"model": model, "seq_len": self.seq_len, "steps": self.steps, "warmup": self.warmup,
                       "device": device, "nproc": nproc, "pg_timeout_s": self.process_group_timeout_s(),
-                      **self.extra},
+                      **({"simulate": True} if simulate else {}), **self.extra},
             )
             for model in self.models
         ]
 
     def cases(self) -> list[Case]:
+        """Every case, in the same order on every node. `nproc` is ranks per node, so a case's
+        world size (its `nproc`, `ws` in the id) is nproc x nnodes."""
         device = resolve_device(self.device)
-        nproc = resolve_nproc(self.nproc, device)
-        return [case for grid in self.grids(device, nproc) for case in expand_grid(grid)]
+        nproc = resolve_nproc(self.nproc, device) * self.nnodes
+        worlds = [(n, True) for n in self.simulate_world_sizes] or [(nproc, False)]
+        cases = [case for world, simulate in worlds for grid in self.grids(device, world, simulate)
+                 for case in expand_grid(grid)]
+        if self.mesh:
+            cases = [c.replace(mesh=self.mesh) if c.strategy in HYBRID_STRATEGIES else c for c in cases]
+        return cases
 
 
 # --- device discovery without torch -------------------------------------------------------------
@@ -154,6 +175,20 @@ def _writable_dir(option: str, raw: str) -> Path:
     return path
 
 
+def _mesh(option: str, raw: str) -> str:
+    try:
+        replicate, shard = parse_mesh(raw)
+    except CaseError as exc:
+        raise CaseError(f"{option}: {exc}") from None
+    return f"{replicate}x{shard}"
+
+
+def _text(option: str, raw: str) -> str:
+    if not raw.strip():
+        raise CaseError(f"{option}: empty value")
+    return raw.strip()
+
+
 def _existing_run(option: str, raw: str) -> Path:
     path = Path(raw)
     if not (path / "cases").is_dir():
@@ -180,6 +215,15 @@ OPTIONS: dict[str, tuple[str, Callable[[str, str], Any], str]] = {
     "timeout": ("timeout_s", _positive_float, f"seconds per case before it is stopped (default: {Sweep.timeout_s:g})"),
     "results-dir": ("results_dir", _writable_dir, "where run folders are created (default: results)"),
     "resume": ("resume", _existing_run, "continue this run folder: keep its ok cases, re-run the rest"),
+    "nnodes": ("nnodes", _positive_int, "nodes each case spans; run the same command on every node (default: 1)"),
+    "node-rank": ("node_rank", _non_negative_int, "this node's rank, 0..nnodes-1; node 0 writes the results (default: 0)"),
+    "rdzv-endpoint": ("rdzv_endpoint", _text, "HOST:PORT on node 0 for the c10d rendezvous (needed with --bench-nnodes > 1)"),
+    "run-id": ("run_id", _text, "name of the run folder under --bench-results-dir, the same on every node "
+                                "(needed with --bench-nnodes > 1; default under Slurm: slurm-$SLURM_JOB_ID)"),
+    "mesh": ("mesh", _mesh, "hybrid strategies' REPLICATExSHARD mesh, e.g. 2x2 (default: the node boundary)"),
+    "simulate-world-size": ("simulate_world_sizes", lambda o, r: tuple(_positive_int(o, s) for s in _split(o, r)),
+                            "simulate rank 0 of these world sizes on one device with a fake process group, "
+                            "e.g. 8,64 (memory measured, communication modelled)"),
 }
 
 
@@ -193,11 +237,26 @@ def parse_sweep(raw: Mapping[str, str | None], *, no_report: bool = False) -> Sw
     values["report"] = not no_report
     sweep = Sweep(**values)
     _check_devices(sweep)
+    sweep = _check_launch(sweep)
     try:
         sweep.cases()
     except CaseError as exc:
         raise CaseError(f"--bench-* options: {exc}") from None
     return sweep
+
+
+def _check_launch(sweep: Sweep) -> Sweep:
+    try:
+        launch = validate_launch(sweep.launch(), env=dict(os.environ))
+    except LaunchError as exc:
+        raise CaseError(str(exc)) from None
+    if launch.multi_node and sweep.resume is not None:
+        raise CaseError("--bench-resume: not supported with --bench-nnodes > 1 (every node must run the same cases)")
+    if launch.multi_node and sweep.simulate_world_sizes:
+        raise CaseError("--bench-simulate-world-size: runs on one device; drop --bench-nnodes")
+    if sweep.run_id is not None and sweep.resume is not None:
+        raise CaseError("--bench-run-id: names a new run folder; use --bench-resume alone to continue one")
+    return dataclasses.replace(sweep, run_id=launch.run_id)
 
 
 def _check_devices(sweep: Sweep) -> None:

@@ -24,13 +24,45 @@ class ShardContext:
 
     device: torch.device
     blocks: list[nn.Module]
+    mesh: str = ""  # hybrid strategies: "REPLICATExSHARD"; "" = the node boundary
+
+
+def build_hybrid_mesh(ctx: ShardContext):
+    """The 2D (replicate, shard) device mesh of a hybrid strategy.
+
+    The default replicate dimension is the node boundary: torchrun's LOCAL_WORLD_SIZE ranks
+    share a node, so WORLD_SIZE / LOCAL_WORLD_SIZE replicas, each sharded within its node.
+    """
+    import os
+
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from fsdp_bench.case import hybrid_mesh_shape
+
+    world = dist.get_world_size()
+    per_node = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    shape = hybrid_mesh_shape(ctx.mesh, world_size=world, ranks_per_node=per_node)
+    return init_device_mesh(ctx.device.type, shape, mesh_dim_names=("replicate", "shard"))
 
 
 def apply_ddp(model: nn.Module, *, ctx: ShardContext) -> nn.Module:
+    import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
-    return DDP(model, device_ids=device_ids)
+    ddp = DDP(model, device_ids=device_ids)
+    if dist.get_backend() == "fake":
+        # Simulation: the fake group's all-reduce future resolves to None, which DDP's reducer
+        # rejects. A real all-reduce works in place on the bucket, so hand the bucket back.
+        ddp.register_comm_hook(None, _bucket_unchanged)
+    return ddp
+
+
+def _bucket_unchanged(state, bucket):
+    fut = torch.futures.Future()
+    fut.set_result(bucket.buffer())
+    return fut
 
 
 def apply_fsdp1(model: nn.Module, *, sharding_strategy: str, ctx: ShardContext) -> nn.Module:
@@ -39,6 +71,7 @@ def apply_fsdp1(model: nn.Module, *, sharding_strategy: str, ctx: ShardContext) 
     from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 
     block_types = {type(b) for b in ctx.blocks}
+    hybrid = {"device_mesh": build_hybrid_mesh(ctx)} if sharding_strategy == "HYBRID_SHARD" else {}
     # use_orig_params=True keeps the module's Parameter objects (as views into the flat
     # parameter), which torch.compile and per-parameter optimizer groups need.
     return FSDP(
@@ -47,15 +80,19 @@ def apply_fsdp1(model: nn.Module, *, sharding_strategy: str, ctx: ShardContext) 
         auto_wrap_policy=ModuleWrapPolicy(block_types),
         device_id=ctx.device,
         use_orig_params=True,
+        **hybrid,
     )
 
 
-def apply_fsdp2(model: nn.Module, *, reshard_after_forward: bool, ctx: ShardContext) -> nn.Module:
+def apply_fsdp2(model: nn.Module, *, reshard_after_forward: bool, ctx: ShardContext,
+                hybrid: bool = False) -> nn.Module:
     from torch.distributed.fsdp import fully_shard
 
+    # A 2D mesh makes fully_shard replicate over dim 0 and shard over dim 1 (HSDP).
+    kwargs = {"mesh": build_hybrid_mesh(ctx)} if hybrid else {}
     for block in ctx.blocks:
-        fully_shard(block, reshard_after_forward=reshard_after_forward)
-    fully_shard(model, reshard_after_forward=reshard_after_forward)
+        fully_shard(block, reshard_after_forward=reshard_after_forward, **kwargs)
+    fully_shard(model, reshard_after_forward=reshard_after_forward, **kwargs)
     return model
 
 
@@ -68,6 +105,8 @@ STRATEGY_REGISTRY: dict[str, StrategyFn] = {
     "fsdp1_no_shard": functools.partial(apply_fsdp1, sharding_strategy="NO_SHARD"),
     "fsdp2": functools.partial(apply_fsdp2, reshard_after_forward=True),
     "fsdp2_no_reshard": functools.partial(apply_fsdp2, reshard_after_forward=False),
+    "fsdp1_hybrid_shard": functools.partial(apply_fsdp1, sharding_strategy="HYBRID_SHARD"),
+    "fsdp2_hsdp": functools.partial(apply_fsdp2, reshard_after_forward=True, hybrid=True),
 }
 
 

@@ -179,7 +179,8 @@ def run(case: Case, *, record: dict[str, Any] | None = None) -> dict[str, Any]:
             optimizer = build_optimizer(model.parameters(), case)
 
         stages.enter("shard")
-        model = apply_strategy(case.strategy, model, ctx=ShardContext(device=device, blocks=block_modules(model)))
+        model = apply_strategy(case.strategy, model, ctx=ShardContext(device=device, blocks=block_modules(model),
+                                                                 mesh=case.mesh))
         stages.done("shard")
 
         if case.optimizer_timing == "after_shard":
