@@ -256,6 +256,9 @@ def _check_launch(sweep: Sweep) -> Sweep:
         raise CaseError("--bench-simulate-world-size: runs on one device; drop --bench-nnodes")
     if sweep.run_id is not None and sweep.resume is not None:
         raise CaseError("--bench-run-id: names a new run folder; use --bench-resume alone to continue one")
+    existing = sweep.results_dir / launch.run_id / "cases" if launch.run_id else None
+    if existing is not None and launch.owns_results and existing.exists():
+        raise CaseError(f"--bench-run-id: {existing.parent} already holds results; choose a new run id")
     return dataclasses.replace(sweep, run_id=launch.run_id)
 
 

@@ -77,6 +77,15 @@ def test_bad_multi_node_options_name_the_option(raw, message, monkeypatch):
         parse_sweep({"device": "cpu", **raw})
 
 
+def test_node_zero_refuses_a_run_id_that_already_holds_results(tmp_path):
+    (tmp_path / "taken" / "cases").mkdir(parents=True)
+    raw = {"device": "cpu", "results-dir": str(tmp_path), "run-id": "taken"}
+    with pytest.raises(CaseError, match="--bench-run-id: .* already holds results"):
+        parse_sweep(raw)
+    # another node only adds its node folder beside node 0's results
+    parse_sweep({**raw, "nnodes": "2", "node-rank": "1", "rdzv-endpoint": "h:1"})
+
+
 def test_world_size_is_ranks_per_node_times_nodes_and_not_in_the_id():
     sweep = parse_sweep({"device": "cpu", "nproc": "2", "nnodes": "2", "rdzv-endpoint": "h:1", "run-id": "r",
                          "strategies": "fsdp2", "batch-sizes": "2", "grad-accum": "1"})
