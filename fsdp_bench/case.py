@@ -24,10 +24,13 @@ STRATEGIES: dict[str, str] = {
     "fsdp1_offload": "FSDP1 FULL_SHARD with CPUOffload(offload_params=True): params and grads live on the host",
     "fsdp2_offload": "FSDP2 fully_shard with CPUOffloadPolicy: sharded params, grads and optimizer step on the host",
     "accelerate_fsdp2": "Hugging Face accelerate FSDP2: model and optimizer built first, then Accelerator.prepare",
+    "fsdp1_hybrid_shard": "FSDP1 HYBRID_SHARD: FULL_SHARD inside a node, replicated across nodes (2D mesh)",
+    "fsdp2_hsdp": "FSDP2 fully_shard on a 2D (replicate x shard) mesh: HSDP",
 }
 
-FSDP1_STRATEGIES = frozenset({"fsdp1_full_shard", "fsdp1_shard_grad_op", "fsdp1_no_shard", "fsdp1_offload"})
-FSDP2_STRATEGIES = frozenset({"fsdp2", "fsdp2_no_reshard", "fsdp2_offload"})
+FSDP1_STRATEGIES = frozenset({"fsdp1_full_shard", "fsdp1_shard_grad_op", "fsdp1_no_shard", "fsdp1_offload",
+                              "fsdp1_hybrid_shard"})
+FSDP2_STRATEGIES = frozenset({"fsdp2", "fsdp2_no_reshard", "fsdp2_offload", "fsdp2_hsdp"})
 
 # Knob values (first = default, mirrored by the Case field defaults below).
 PRECISIONS = ("fp32", "bf16", "fp16")
@@ -36,6 +39,9 @@ WRAP_POLICIES = ("module", "size_based", "none")
 BACKWARD_PREFETCHES = ("pre", "post", "none")
 GRAD_SYNCS = ("every", "last")
 CHECKPOINTS = ("none", "full", "sharded")
+
+# Strategies that shard over a 2D (replicate x shard) device mesh; `Case.mesh` applies to them only.
+HYBRID_STRATEGIES = frozenset({"fsdp1_hybrid_shard", "fsdp2_hsdp"})
 
 # Optimizer timing and its short form in case ids.
 OPTIMIZER_TIMINGS: dict[str, str] = {
@@ -93,6 +99,10 @@ class Case:
     data: str = ""  # folder of .txt/.json/.jsonl text ("" = synthetic tokens)
     suite: str = ""  # named suite that produced this case (not in the id)
     scaled_down: str = ""  # what a suite scaled down to fit this device ("" = full size; not in the id)
+    # Hybrid strategies' "REPLICATExSHARD" mesh; "" = the node boundary (nodes x ranks per node).
+    mesh: str = ""
+    # Run only rank 0 of an `nproc`-rank job on one device with a fake process group.
+    simulate: bool = False
 
     def __post_init__(self) -> None:
         validate_case(self)
@@ -148,7 +158,7 @@ _NOT_IN_ID = frozenset({"steps", "warmup", "device", "pg_timeout_s", "suite", "s
 _ID_PREFIX = {"seq_len": "sl", "seed": "seed", "lr": "lr", "precision": "", "act_ckpt": "ac",
               "compile": "compiled", "optimizer_impl": "adamw_", "grad_clip": "clip", "wrap_policy": "wrap_",
               "min_num_params": "mnp", "forward_prefetch": "fwdpf", "backward_prefetch": "bwdpf_",
-              "grad_sync": "sync_", "checkpoint": "ckpt_", "data": "data_"}
+              "grad_sync": "sync_", "checkpoint": "ckpt_", "data": "data_", "mesh": "mesh", "simulate": "sim"}
 
 
 def _format_id_value(value: Any) -> str:
@@ -187,6 +197,14 @@ def validate_case(case: Case) -> None:
         raise CaseError(f"lr must be a positive number, got {case.lr!r}")
     if not (isinstance(case.pg_timeout_s, (int, float)) and case.pg_timeout_s > 0):
         raise CaseError(f"pg_timeout_s must be a positive number, got {case.pg_timeout_s!r}")
+    if not isinstance(case.simulate, bool):
+        raise CaseError(f"simulate must be true or false, got {case.simulate!r}")
+    if case.mesh:
+        if case.strategy not in HYBRID_STRATEGIES:
+            raise CaseError(f"mesh {case.mesh!r} only applies to {_known(sorted(HYBRID_STRATEGIES))}, not {case.strategy}")
+        replicate, shard = parse_mesh(case.mesh)
+        if replicate * shard != case.nproc:
+            raise CaseError(f"mesh {case.mesh} has {replicate * shard} ranks but the case has {case.nproc}")
     flavor = MODEL_FLAVORS.get(case.model)
     if flavor is not None and flavor.max_seq_len is not None and case.seq_len > flavor.max_seq_len:
         raise CaseError(
@@ -224,6 +242,32 @@ def applicable(case: Case) -> Case:
     if case.grad_accum == 1:
         changes["grad_sync"] = "every"
     return case.replace(**changes) if changes else case
+
+
+def parse_mesh(text: str) -> tuple[int, int]:
+    """"2x4" -> (replicate=2, shard=4)."""
+    parts = str(text).lower().split("x")
+    try:
+        replicate, shard = (int(p) for p in parts)
+    except ValueError:
+        raise CaseError(f"mesh {text!r} is not REPLICATExSHARD, e.g. 2x4") from None
+    if replicate < 1 or shard < 1:
+        raise CaseError(f"mesh {text!r} needs positive sizes")
+    return replicate, shard
+
+
+def hybrid_mesh_shape(mesh: str, *, world_size: int, ranks_per_node: int) -> tuple[int, int]:
+    """(replicate, shard) for a hybrid strategy: the case's mesh, else one replica per node so
+    that parameter all-gathers and gradient reduce-scatters stay on the fast intra-node links
+    and only the (sharded) gradient all-reduce crosses nodes."""
+    if mesh:
+        replicate, shard = parse_mesh(mesh)
+    else:
+        shard = max(1, min(ranks_per_node, world_size))
+        replicate = world_size // shard
+    if replicate * shard != world_size:
+        raise CaseError(f"mesh {replicate}x{shard} does not cover a world of {world_size} ranks")
+    return replicate, shard
 
 
 def skip_reason(case: Case) -> str | None:

@@ -6,6 +6,7 @@ as a one-line usage error.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import tempfile
@@ -13,16 +14,19 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from fsdp_bench.case import (BACKWARD_PREFETCHES, CHECKPOINTS, DEVICES, GRAD_SYNCS, OPTIMIZER_IMPLS,
-                             OPTIMIZER_TIMINGS, PRECISIONS, STRATEGIES, WRAP_POLICIES, Case, CaseError, Grid,
-                             expand_grid)
+from fsdp_bench.case import (BACKWARD_PREFETCHES, CHECKPOINTS, DEVICES, GRAD_SYNCS, HYBRID_STRATEGIES,
+                             OPTIMIZER_IMPLS, OPTIMIZER_TIMINGS, PRECISIONS, STRATEGIES, WRAP_POLICIES, Case,
+                             CaseError, Grid, expand_grid, parse_mesh)
 from fsdp_bench.models.flavors import MODEL_FLAVORS, hf_path_problem, is_hf_path
+from fsdp_bench.multinode import Launch, LaunchError, validate_launch
 from fsdp_bench.suites import SUITES, SuiteSettings, suite_cases
 from fsdp_bench.text_data import data_folder_problem
 
 _CASE_DEFAULTS = {f.name: f.default for f in fields(Case) if f.name != "strategy"}
-# The default sweep: the core strategies. Offload and accelerate are opt-in (and in the suites).
-DEFAULT_STRATEGIES = tuple(s for s in STRATEGIES if s not in ("fsdp1_offload", "fsdp2_offload", "accelerate_fsdp2"))
+# The default sweep: the six core strategies. Offload, accelerate and hybrid sharding (which on one
+# node is FULL_SHARD over a 1 x N mesh) are opt-in and appear in the suites.
+DEFAULT_STRATEGIES = tuple(s for s in STRATEGIES if s not in (
+    "fsdp1_offload", "fsdp2_offload", "accelerate_fsdp2", *HYBRID_STRATEGIES))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,34 +48,52 @@ class Sweep:
     results_dir: Path = Path("results")
     resume: Path | None = None
     report: bool = True
+    # Multi-node launch settings (fsdp_bench.multinode): how cases run, not what they are.
+    nnodes: int = 1
+    node_rank: int = 0
+    rdzv_endpoint: str | None = None
+    run_id: str | None = None  # the run folder's name; required on several nodes
+    mesh: str = ""  # hybrid strategies' REPLICATExSHARD; "" = the node boundary
+    simulate_world_sizes: tuple[int, ...] = ()  # non-empty: simulate rank 0 at these world sizes
     extra: Mapping[str, Any] = field(default_factory=dict)
     knobs: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)  # training knobs crossed as axes
     data: str = _CASE_DEFAULTS["data"]
     suite: str | None = None
 
+    def launch(self) -> Launch:
+        return Launch(nnodes=self.nnodes, node_rank=self.node_rank, rdzv_endpoint=self.rdzv_endpoint,
+                      run_id=self.run_id)
+
     def process_group_timeout_s(self) -> float:
         """Collectives must time out before the case does, so a hang ends as a rank error."""
         return max(5.0, min(_CASE_DEFAULTS["pg_timeout_s"], self.timeout_s * 0.5))
 
-    def grids(self, device: str, nproc: int) -> list[Grid]:
+    def grids(self, device: str, nproc: int, simulate: bool = False) -> list[Grid]:
         return [
             Grid(
                 strategies=self.strategies, batch_sizes=self.batch_sizes, grad_accums=self.grad_accums,
                 optimizer_timings=self.optimizer_timings,
                 base={"model": model, "seq_len": self.seq_len, "steps": self.steps, "warmup": self.warmup,
                       "device": device, "nproc": nproc, "pg_timeout_s": self.process_group_timeout_s(),
-                      "data": self.data, **self.extra},
+                      "data": self.data, **({"simulate": True} if simulate else {}), **self.extra},
                 knobs=self.knobs,
             )
             for model in self.models
         ]
 
     def cases(self) -> list[Case]:
+        """Every case, in the same order on every node. `nproc` is ranks per node, so a case's
+        world size (its `nproc`, `ws` in the id) is nproc x nnodes."""
         if self.suite is not None:
             return self.suite_cases(self.suite)
         device = resolve_device(self.device)
-        nproc = resolve_nproc(self.nproc, device)
-        return [case for grid in self.grids(device, nproc) for case in expand_grid(grid)]
+        nproc = resolve_nproc(self.nproc, device) * self.nnodes
+        worlds = [(n, True) for n in self.simulate_world_sizes] or [(nproc, False)]
+        cases = [case for world, simulate in worlds for grid in self.grids(device, world, simulate)
+                 for case in expand_grid(grid)]
+        if self.mesh:
+            cases = [c.replace(mesh=self.mesh) if c.strategy in HYBRID_STRATEGIES else c for c in cases]
+        return cases
 
     def suite_cases(self, name: str) -> list[Case]:
         """A named suite's cases; the user's device, nproc, steps, warmup and data still apply."""
@@ -227,6 +249,20 @@ def writable_dir(option: str, raw: str) -> Path:
     return _writable_dir(option, raw)
 
 
+def _mesh(option: str, raw: str) -> str:
+    try:
+        replicate, shard = parse_mesh(raw)
+    except CaseError as exc:
+        raise CaseError(f"{option}: {exc}") from None
+    return f"{replicate}x{shard}"
+
+
+def _text(option: str, raw: str) -> str:
+    if not raw.strip():
+        raise CaseError(f"{option}: empty value")
+    return raw.strip()
+
+
 def _existing_run(option: str, raw: str) -> Path:
     path = Path(raw)
     if not path.is_dir():
@@ -292,6 +328,17 @@ OPTIONS: dict[str, tuple[str, Callable[[str, str], Any], str]] = {
                   "grad-accum reduction: every micro-step, or only the last (no_sync) (default: every)"),
     "checkpoint": ("knobs.checkpoint", lambda o, r: _names(o, r, CHECKPOINTS),
                    f"checkpoint benchmark after the steps: {', '.join(CHECKPOINTS)} (default: none)"),
+
+
+    "nnodes": ("nnodes", _positive_int, "nodes each case spans; run the same command on every node (default: 1)"),
+    "node-rank": ("node_rank", _non_negative_int, "this node's rank, 0..nnodes-1; node 0 writes the results (default: 0)"),
+    "rdzv-endpoint": ("rdzv_endpoint", _text, "HOST:PORT on node 0 for the c10d rendezvous (needed with --bench-nnodes > 1)"),
+    "run-id": ("run_id", _text, "name of the run folder under --bench-results-dir, the same on every node "
+                                "(needed with --bench-nnodes > 1; default under Slurm: slurm-$SLURM_JOB_ID)"),
+    "mesh": ("mesh", _mesh, "hybrid strategies' REPLICATExSHARD mesh, e.g. 2x2 (default: the node boundary)"),
+    "simulate-world-size": ("simulate_world_sizes", lambda o, r: tuple(_positive_int(o, s) for s in _split(o, r)),
+                            "simulate rank 0 of these world sizes on one device with a fake process group, "
+                            "e.g. 8,64 (memory measured, communication modelled)"),
 }
 
 
@@ -310,6 +357,7 @@ def parse_sweep(raw: Mapping[str, str | None], *, no_report: bool = False) -> Sw
     values["report"] = not no_report
     sweep = Sweep(**values)
     _check_devices(sweep)
+    sweep = _check_launch(sweep)
     try:
         sweep.cases()
     except CaseError as exc:
@@ -325,6 +373,23 @@ def max_cpu_ranks() -> int:
     allowed on small machines because 4-rank functional checks (a 2x2 hybrid mesh) need it.
     """
     return max(4, os.cpu_count() or 1)
+
+
+def _check_launch(sweep: Sweep) -> Sweep:
+    try:
+        launch = validate_launch(sweep.launch(), env=dict(os.environ))
+    except LaunchError as exc:
+        raise CaseError(str(exc)) from None
+    if launch.multi_node and sweep.resume is not None:
+        raise CaseError("--bench-resume: not supported with --bench-nnodes > 1 (every node must run the same cases)")
+    if launch.multi_node and sweep.simulate_world_sizes:
+        raise CaseError("--bench-simulate-world-size: runs on one device; drop --bench-nnodes")
+    if sweep.run_id is not None and sweep.resume is not None:
+        raise CaseError("--bench-run-id: names a new run folder; use --bench-resume alone to continue one")
+    existing = sweep.results_dir / launch.run_id / "cases" if launch.run_id else None
+    if existing is not None and launch.owns_results and existing.exists():
+        raise CaseError(f"--bench-run-id: {existing.parent} already holds results; choose a new run id")
+    return dataclasses.replace(sweep, run_id=launch.run_id)
 
 
 def _check_devices(sweep: Sweep) -> None:

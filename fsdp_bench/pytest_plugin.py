@@ -143,6 +143,8 @@ class BenchSession:
         self.config = config
         self.run_dir: Path | None = None
         self.results: list[dict[str, Any]] = []
+        self.launch = sweep.launch()
+        self.store = None  # node 0's rendezvous store process in a multi-node sweep
         self._lock_fd: int | None = None
 
     def lock_run_dir(self, run_dir: Path) -> None:
@@ -167,27 +169,48 @@ class BenchSession:
     def ensure_run_dir(self) -> Path:
         if self.run_dir is None:
             from fsdp_bench.environment import write_environment
-            from fsdp_bench.runner import PROJECT_ROOT, build_env
+            from fsdp_bench.multinode import node_dir
+            from fsdp_bench.runner import PROJECT_ROOT, build_env, start_rendezvous_store
 
+            if self.launch.multi_node and self.launch.owns_results:
+                # first, so that faster nodes find the rendezvous store as early as possible
+                self.store = start_rendezvous_store(self.launch)
             if self.sweep.resume is not None:
                 self.run_dir = self.sweep.resume
+            elif self.sweep.run_id is not None:
+                self.run_dir = _named_run_dir(self.sweep.results_dir / self.sweep.run_id, self.launch.owns_results)
+                write_environment(node_dir(self.run_dir, self.launch.node_rank), PROJECT_ROOT, env=build_env())
             else:
                 self.run_dir = create_run_dir(self.sweep.results_dir)
                 self.lock_run_dir(self.run_dir)
                 write_environment(self.run_dir, PROJECT_ROOT, env=build_env())
         return self.run_dir
 
+    def close(self) -> None:
+        if self.store is not None:
+            from fsdp_bench.runner import stop_rendezvous_store
+
+            stop_rendezvous_store(self.store)
+            self.store = None
+
     def run(self, case: Case) -> dict[str, Any]:
+        from fsdp_bench.multinode import node_dir
         from fsdp_bench.runner import run_case
 
         run_dir = self.ensure_run_dir()
+        if not self.launch.owns_results:  # node R > 0: no merged results, no resume; just run in step
+            result = run_case(case, run_dir, timeout_s=self.sweep.timeout_s, grace_s=self.sweep.kill_grace_s,
+                              launch=self.launch)
+            self.results.append(result)
+            return result
         previous = self._previous_result(run_dir, case)
         if previous is not None and previous["status"] == "ok":
             result = previous  # resumed: an ok case is never re-run
         else:
             if previous is not None:
                 _set_aside(run_dir, case.id)
-            result = run_case(case, run_dir, timeout_s=self.sweep.timeout_s, grace_s=self.sweep.kill_grace_s)
+            result = run_case(case, run_dir, timeout_s=self.sweep.timeout_s, grace_s=self.sweep.kill_grace_s,
+                              launch=self.launch)
         self.results.append(result)
         return result
 
@@ -202,6 +225,25 @@ class BenchSession:
             return load_case_result(path)
         except ResultError:
             return {"status": "failed"}
+
+
+def _named_run_dir(path: Path, owner: bool) -> Path:
+    """The run folder every node names alike (--bench-run-id). Node 0 makes its cases/ and
+    refuses one that already holds results; other nodes only make their node folder."""
+    path.mkdir(parents=True, exist_ok=True)
+    if owner:
+        try:
+            (path / "cases").mkdir()
+        except FileExistsError:
+            raise pytest.UsageError(f"--bench-run-id: {path} already holds results; choose a new run id "
+                                    f"or continue it with --bench-resume {path}") from None
+    return path
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    session = config.stash.get(_SESSION_KEY, None)
+    if session is not None:
+        session.close()
 
 
 def _set_aside(run_dir: Path, case_id: str) -> None:
@@ -268,6 +310,11 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         return
     terminalreporter.write_sep("-", "fsdp-bench")
     terminalreporter.write_line(f"results: {session.run_dir}")
+    if not session.launch.owns_results:
+        terminalreporter.write_line(f"node {session.launch.node_rank}: logs under "
+                                    f"{session.run_dir / 'nodes' / f'node-{session.launch.node_rank}'}; "
+                                    "node 0 writes the results and the report")
+        return
     not_ok = sum(r.get("status") not in ("ok", "skipped") for r in session.results)
     if _INTERRUPTED or not_ok:
         why = "interrupted" if _INTERRUPTED else f"{not_ok} case(s) not ok"

@@ -19,6 +19,7 @@ from typing import Any, Sequence
 import fsdp_bench
 from fsdp_bench.case import Case
 from fsdp_bench.metrics import aggregate_rank_metrics
+from fsdp_bench.multinode import Launch, node_dir, rank_file_dirs, torchrun_rendezvous_args
 from fsdp_bench.processes import TORCHRUN_GRACE_S, stop_case
 from fsdp_bench.results import (
     SCHEMA_VERSION,
@@ -35,17 +36,20 @@ CLASSIFY_TAIL_CHARS = 64000  # torchrun's failure summary lists every failed ran
 PROJECT_ROOT = Path(fsdp_bench.__file__).resolve().parent.parent
 
 
-def build_command(case: Case, case_file: Path, out_dir: Path, *, python: str = sys.executable) -> list[str]:
-    """The torchrun command line for one case on one node.
+def build_command(case: Case, case_file: Path, out_dir: Path, *, python: str = sys.executable,
+                  launch: Launch = Launch(), join_timeout_s: float = 600.0) -> list[str]:
+    """The command line for one case on this node.
 
-    `--standalone` lets the c10d rendezvous bind localhost:0 itself, so concurrent sweeps never
-    race for a port; `--max-restarts 0` because a benchmark must not silently retry.
+    One node: `--standalone` lets the c10d rendezvous bind localhost:0 itself, so concurrent
+    sweeps never race for a port. Several nodes: see `fsdp_bench.multinode`. A simulated case
+    is one process, rank 0 of its world, without torchrun. `--max-restarts 0` because a
+    benchmark must not silently retry.
     """
+    if case.simulate:
+        return [python, "-m", "fsdp_bench.simulate", "--case", str(case_file), "--out", str(out_dir)]
     return [
         python, "-m", "torch.distributed.run",
-        "--standalone",
-        "--nnodes", "1",
-        "--nproc-per-node", str(case.nproc),
+        *torchrun_rendezvous_args(launch, case_id=case.id, world_size=case.nproc, join_timeout_s=join_timeout_s),
         "--max-restarts", "0",
         "--monitor-interval", "0.5",
         "-m", "fsdp_bench.worker",
@@ -191,16 +195,56 @@ def classify_outcome(*, returncode: int | None, timed_out: bool, ranks: Sequence
     return Outcome("ok", "")
 
 
-def _read_ranks(work_dir: Path, world_size: int) -> list[dict[str, Any]]:
+def _read_ranks(work_dirs: Sequence[Path], world_size: int) -> list[dict[str, Any]]:
+    """Rank records found in any of the folders, by rank (each rank writes in one of them)."""
     ranks = []
     for rank in range(world_size):
-        path = Path(work_dir) / f"rank-{rank}.json"
-        if path.exists():
-            try:
-                ranks.append(read_json(path))
-            except ResultError:
-                continue
+        for work_dir in work_dirs:
+            path = Path(work_dir) / f"rank-{rank}.json"
+            if path.exists():
+                try:
+                    ranks.append(read_json(path))
+                except ResultError:
+                    continue
+                break
     return ranks
+
+
+REMOTE_RANK_WAIT_S = 60.0  # other nodes' ranks write their files just after the final barrier
+
+
+def _collect_ranks(case: Case, run_dir: Path, launch: Launch) -> tuple[list[dict[str, Any]], int, str]:
+    """All rank records of a case this node can see, how many it expects, and a note.
+
+    Node 0 of a multi-node case also reads the other nodes' folders; when those are not
+    visible (no shared filesystem) it expects only its own ranks and says so.
+    """
+    if case.simulate:
+        return _read_ranks([run_dir_work(run_dir, case, launch)], 1), 1, ""
+    if not launch.multi_node:
+        return _read_ranks([run_dir_work(run_dir, case, launch)], case.nproc), case.nproc, ""
+    own = run_dir_work(run_dir, case, launch)
+    if not launch.owns_results:
+        local = case.nproc // launch.nnodes
+        return [r for r in _read_ranks([own], case.nproc)], local, ""
+    dirs = rank_file_dirs(run_dir, case.id, launch.nnodes)
+    deadline = time.monotonic() + REMOTE_RANK_WAIT_S
+    while True:
+        ranks = _read_ranks(dirs, case.nproc)
+        shared = all(d.parent.is_dir() for d in dirs[1:])
+        if len(ranks) >= case.nproc or not shared or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    if shared:
+        return ranks, case.nproc, ""
+    local = case.nproc // launch.nnodes
+    return ranks, local, (f"other nodes' folders under {Path(run_dir) / 'nodes'} are not visible here "
+                          f"(no shared filesystem?): the result holds node 0's {local} rank(s) only")
+
+
+def run_dir_work(run_dir: Path, case: Case, launch: Launch) -> Path:
+    """This node's work folder for one case (see fsdp_bench.multinode for the layout)."""
+    return node_dir(Path(run_dir).resolve(), launch.node_rank) / "cases" / case.id
 
 
 def _tail(path: Path, chars: int = LOG_TAIL_CHARS) -> str:
@@ -215,14 +259,17 @@ def _tail(path: Path, chars: int = LOG_TAIL_CHARS) -> str:
 
 
 def run_case(case: Case, run_dir: Path, *, timeout_s: float, env: dict[str, str] | None = None,
-             grace_s: float = TORCHRUN_GRACE_S) -> dict[str, Any]:
+             grace_s: float = TORCHRUN_GRACE_S, launch: Launch = Launch()) -> dict[str, Any]:
     """Run one case in a fresh torchrun and save its merged result; returns that result.
+
+    On a node other than node 0 of a multi-node sweep, the node's own summary goes to its
+    node folder instead (the merged result is node 0's to write, once).
 
     Whatever happens (timeout, Ctrl-C, SIGTERM turned into an exception by the caller), no
     process of the case is left when this returns or raises. An interrupted case writes no
     result: `--bench-resume` sets its folder aside and runs it again.
     """
-    work_dir = Path(run_dir).resolve() / "cases" / case.id
+    work_dir = run_dir_work(run_dir, case, launch)
     work_dir.mkdir(parents=True, exist_ok=False)
     case_file = work_dir / "case.json"
     write_json_atomic(case_file, case.to_dict())
@@ -231,7 +278,7 @@ def run_case(case: Case, run_dir: Path, *, timeout_s: float, env: dict[str, str]
     timed_out = False
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            build_command(case, case_file, work_dir), stdout=log, stderr=subprocess.STDOUT,
+            build_command(case, case_file, work_dir, launch=launch, join_timeout_s=timeout_s), stdout=log, stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL, env=build_env(env, grace_s=grace_s), cwd=work_dir,
             start_new_session=True,
         )
@@ -241,10 +288,10 @@ def run_case(case: Case, run_dir: Path, *, timeout_s: float, env: dict[str, str]
             timed_out = True
         finally:  # also on Ctrl-C or SIGTERM to the parent: leave no process behind
             leftover = stop_case(proc, work_dir, grace_s=grace_s)
-    ranks = _read_ranks(work_dir, case.nproc)
+    ranks, expected, note = _collect_ranks(case, run_dir, launch)
     log_tail = _tail(log_path, CLASSIFY_TAIL_CHARS)
     outcome = classify_outcome(returncode=proc.returncode, timed_out=timed_out, ranks=ranks,
-                               world_size=case.nproc, log_tail=log_tail, timeout_s=timeout_s)
+                               world_size=expected, log_tail=log_tail, timeout_s=timeout_s)
     log_tail = log_tail[-LOG_TAIL_CHARS:]
     result = {
         "schema_version": SCHEMA_VERSION,
@@ -266,8 +313,43 @@ def run_case(case: Case, run_dir: Path, *, timeout_s: float, env: dict[str, str]
     }
     if leftover:  # never expected; said loudly rather than hidden
         result["leftover_pids"] = leftover
-    write_json_atomic(case_result_path(run_dir, case.id), result)
+    if launch.multi_node:
+        result["launch"] = {"nnodes": launch.nnodes, "node_rank": launch.node_rank,
+                            "rdzv_endpoint": launch.rdzv_endpoint, "run_id": launch.run_id, "note": note}
+    if case.simulate and ranks and ranks[0].get("simulation"):
+        result["simulation"] = ranks[0]["simulation"]
+        result["metrics"].update(ranks[0]["simulation"].get("metrics", {}))
+    write_json_atomic(case_result_path(node_dir(run_dir, launch.node_rank), case.id), result)
     return result
+
+
+def start_rendezvous_store(launch: Launch, *, env: dict[str, str] | None = None,
+                           timeout_s: float = 120.0) -> subprocess.Popen:
+    """Node 0's sweep-long rendezvous store (see fsdp_bench.rendezvous). It exits when the
+    returned process's stdin is closed; `stop_rendezvous_store` does that."""
+    _host, port = launch.rdzv_host_port()
+    proc = subprocess.Popen([sys.executable, "-m", "fsdp_bench.rendezvous", "--port", str(port)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            env=build_env(env), start_new_session=True)
+    deadline = time.monotonic() + timeout_s
+    line = b""
+    while time.monotonic() < deadline and proc.poll() is None:
+        line = proc.stdout.readline()
+        if line.strip() == b"ready":
+            return proc
+    rest = proc.stdout.read() if proc.poll() is not None else b""
+    stop_rendezvous_store(proc)
+    raise RuntimeError(f"--bench-rdzv-endpoint: could not host the rendezvous store on port {port}: "
+                       f"{(line + rest).decode(errors='replace').strip()[-500:]}")
+
+
+def stop_rendezvous_store(proc: subprocess.Popen) -> None:
+    try:
+        proc.stdin.close()
+        proc.wait(timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        proc.kill()
+        proc.wait()
 
 
 def load_finished(run_dir: Path, case_id: str) -> dict[str, Any] | None:

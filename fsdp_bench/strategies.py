@@ -40,7 +40,27 @@ def compute_dtype(precision: str) -> torch.dtype:
     return _DTYPES[precision]
 
 
+def build_hybrid_mesh(ctx: ShardContext):
+    """The 2D (replicate, shard) device mesh of a hybrid strategy.
+
+    The default replicate dimension is the node boundary: torchrun's LOCAL_WORLD_SIZE ranks
+    share a node, so WORLD_SIZE / LOCAL_WORLD_SIZE replicas, each sharded within its node.
+    """
+    import os
+
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from fsdp_bench.case import hybrid_mesh_shape
+
+    world = dist.get_world_size()
+    per_node = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    shape = hybrid_mesh_shape(ctx.knob("mesh"), world_size=world, ranks_per_node=per_node)
+    return init_device_mesh(ctx.device.type, shape, mesh_dim_names=("replicate", "shard"))
+
+
 def apply_ddp(model: nn.Module, *, ctx: ShardContext) -> nn.Module:
+    import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     from fsdp_bench.models.build import has_meta_params, materialize_module
@@ -48,7 +68,18 @@ def apply_ddp(model: nn.Module, *, ctx: ShardContext) -> nn.Module:
     if has_meta_params(model):  # a replica per rank: DDP needs the whole model anyway
         materialize_module(model, ctx.device, ctx.seed)
     device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
-    return DDP(model, device_ids=device_ids)
+    ddp = DDP(model, device_ids=device_ids)
+    if dist.get_backend() == "fake":
+        # Simulation: the fake group's all-reduce future resolves to None, which DDP's reducer
+        # rejects. A real all-reduce works in place on the bucket, so hand the bucket back.
+        ddp.register_comm_hook(None, _bucket_unchanged)
+    return ddp
+
+
+def _bucket_unchanged(state, bucket):
+    fut = torch.futures.Future()
+    fut.set_result(bucket.buffer())
+    return fut
 
 
 def apply_fsdp1(model: nn.Module, *, sharding_strategy: str, ctx: ShardContext, offload: bool = False) -> nn.Module:
@@ -68,6 +99,7 @@ def apply_fsdp1(model: nn.Module, *, sharding_strategy: str, ctx: ShardContext, 
     dtype = compute_dtype(ctx.knob("precision"))
     mixed = None if dtype == torch.float32 else MixedPrecision(param_dtype=dtype, reduce_dtype=dtype, buffer_dtype=dtype)
     prefetch = {"pre": BackwardPrefetch.BACKWARD_PRE, "post": BackwardPrefetch.BACKWARD_POST, "none": None}
+    hybrid = {"device_mesh": build_hybrid_mesh(ctx)} if sharding_strategy == "HYBRID_SHARD" else {}
     # use_orig_params=True keeps the module's Parameter objects (as views into the flat
     # parameter), which torch.compile and per-parameter optimizer groups need.
     return FSDP(
@@ -82,10 +114,12 @@ def apply_fsdp1(model: nn.Module, *, sharding_strategy: str, ctx: ShardContext, 
         backward_prefetch=prefetch[ctx.knob("backward_prefetch")],
         # Meta-built models: each wrapped unit is materialized as FSDP reaches it, then sharded.
         param_init_fn=param_init_fn(model, ctx.device, ctx.seed) if has_meta_params(model) else None,
+        **hybrid,
     )
 
 
-def apply_fsdp2(model: nn.Module, *, reshard_after_forward: bool, ctx: ShardContext, offload: bool = False) -> nn.Module:
+def apply_fsdp2(model: nn.Module, *, reshard_after_forward: bool, ctx: ShardContext, offload: bool = False,
+                hybrid: bool = False) -> nn.Module:
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
     from fsdp_bench.models.build import has_meta_params, materialize_fsdp2
@@ -96,6 +130,8 @@ def apply_fsdp2(model: nn.Module, *, reshard_after_forward: bool, ctx: ShardCont
         kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=dtype)
     if offload:
         kwargs["offload_policy"] = CPUOffloadPolicy()
+    if hybrid:  # a 2D mesh makes fully_shard replicate over dim 0 and shard over dim 1 (HSDP)
+        kwargs["mesh"] = build_hybrid_mesh(ctx)
     for block in ctx.blocks:
         fully_shard(block, **kwargs)
     fully_shard(model, **kwargs)
@@ -123,6 +159,8 @@ STRATEGY_REGISTRY: dict[str, StrategyFn] = {
     "fsdp1_offload": functools.partial(apply_fsdp1, sharding_strategy="FULL_SHARD", offload=True),
     "fsdp2_offload": functools.partial(apply_fsdp2, reshard_after_forward=True, offload=True),
     "accelerate_fsdp2": lambda model, *, ctx: apply_accelerate_fsdp2(model, None, ctx=ctx)[0],
+    "fsdp1_hybrid_shard": functools.partial(apply_fsdp1, sharding_strategy="HYBRID_SHARD"),
+    "fsdp2_hsdp": functools.partial(apply_fsdp2, reshard_after_forward=True, hybrid=True),
 }
 
 

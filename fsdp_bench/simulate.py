@@ -1,0 +1,95 @@
+"""Rank 0 of an N-rank job on one device: memory measured for real, communication modelled.
+
+    python -m fsdp_bench.simulate --case CASE.json --out DIR      (the runner launches it)
+
+A fake process group (`init_process_group("fake", store=FakeStore(), rank=0, world_size=N)`,
+torch.testing._internal.distributed.fake_pg) lets every strategy shard, gather and reduce as if
+N ranks were there: collectives return at once without moving data, but every buffer FSDP or
+DDP allocates for them is allocated. So parameters, gradients, optimizer state, gather buffers
+and activations are exactly what rank 0 holds at world size N, and the worker measures them as
+usual (the CUDA allocator on a GPU, MemTracker on CPU). Step times measure compute only; the
+communication that real ranks would add comes from `comm_model`, priced on each cluster of
+`comm_model.CLUSTERS`, giving a predicted step time with and without overlap.
+
+The worker does all the training and measuring; this module only sets up the world around it
+and adds a `simulation` section to `rank-0.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any
+
+from fsdp_bench.case import HYBRID_STRATEGIES, Case, hybrid_mesh_shape
+from fsdp_bench.comm_model import CLUSTERS, GPUS_PER_NODE, comm_volume, model_units, predict_step_time_s
+from fsdp_bench.models.flavors import MODEL_FLAVORS
+from fsdp_bench.results import read_json, write_json_atomic
+
+
+def simulated_environment(case: Case) -> dict[str, str]:
+    """The torchrun variables rank 0 of the simulated job would see. A simulated node holds
+    GPUS_PER_NODE ranks, which sets a hybrid strategy's default mesh."""
+    return {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": str(case.nproc),
+            "LOCAL_WORLD_SIZE": str(min(case.nproc, GPUS_PER_NODE)), "GROUP_RANK": "0"}
+
+
+def simulation_summary(case: Case, record: dict[str, Any]) -> dict[str, Any]:
+    """Communication volume and predicted step times for a finished simulated record. Pure."""
+    flavor = MODEL_FLAVORS.get(case.model)
+    summary: dict[str, Any] = {"world_size": case.nproc, "method": "fake process group, rank 0",
+                               "compute_device": record.get("device_name")}
+    if flavor is None:
+        summary["comm_null_reason"] = f"no communication model for {case.model}"
+        return summary
+    mesh = None
+    if case.strategy in HYBRID_STRATEGIES:
+        mesh = hybrid_mesh_shape(case.mesh, world_size=case.nproc, ranks_per_node=min(case.nproc, GPUS_PER_NODE))
+    volume = comm_volume(case.strategy, model_units(flavor), world_size=case.nproc,
+                         grad_accum=case.grad_accum, mesh=mesh)
+    times = sorted(record.get("step_times_s") or [])
+    compute_s = times[len(times) // 2] if times else None
+    metrics: dict[str, Any] = {f"comm_{k}_per_step": v for k, v in volume.to_dict().items()
+               if k.endswith("_bytes") and k != "largest_unit_bytes"}
+    metrics["simulated_compute_s_per_step"] = compute_s
+    clusters = {}
+    for name, (intra, inter) in CLUSTERS.items():
+        predicted = predict_step_time_s(compute_s or 0.0, volume, intra=intra, inter=inter)
+        clusters[name] = predicted
+        metrics[f"predicted_comm_s_per_step_{name}"] = predicted["comm_s"]
+        if compute_s is not None:
+            metrics[f"predicted_step_time_s_{name}_overlap"] = predicted["overlap_s"]
+            metrics[f"predicted_step_time_s_{name}_no_overlap"] = predicted["no_overlap_s"]
+    summary.update(volume=volume.to_dict(), mesh=list(mesh) if mesh else None, clusters=clusters, metrics=metrics)
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m fsdp_bench.simulate", description=__doc__.splitlines()[0])
+    parser.add_argument("--case", required=True, type=Path)
+    parser.add_argument("--out", required=True, type=Path)
+    args = parser.parse_args(argv)
+    case = Case.from_dict(read_json(args.case))
+    os.environ.update(simulated_environment(case))
+
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    from fsdp_bench import worker
+
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=case.nproc)
+    try:
+        code = worker.main(["--case", str(args.case), "--out", str(args.out)])
+    finally:
+        dist.destroy_process_group()
+    path = worker.rank_file(args.out, 0)
+    record = read_json(path)
+    if record.get("status") == "ok":
+        record["simulation"] = simulation_summary(case, record)
+        write_json_atomic(path, record, overwrite=True)
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
