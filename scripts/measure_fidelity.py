@@ -48,8 +48,11 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3)
     args = p.parse_args()
 
+    from fsdp_bench.options import count_cuda_devices
+
+    device = "cuda" if count_cuda_devices() > 0 else "cpu"  # the bare loop picks the same way
     case = Case(strategy=args.strategy, model=args.model, batch_size=args.batch_size, seq_len=args.seq_len,
-                nproc=args.nproc, steps=args.steps, warmup=args.warmup)
+                nproc=args.nproc, steps=args.steps, warmup=args.warmup, device=device)
     suite, bare, overhead, bare_init = [], [], [], []
     with tempfile.TemporaryDirectory() as tmp:
         init_script = Path(tmp) / "init_only.py"

@@ -56,6 +56,10 @@ MODEL_FLAVORS: dict[str, ModelFlavor] = {
         _hf("codellama_tiny", "codellama_7b.json", 256, "Llama-2 architecture (MHA), 2 layers, d=64: CPU tests",
             {**_TINY_LLAMA, "num_key_value_heads": 4}),
         _hf("llama3_8b", "llama3_8b.json", 8192, "Llama-3-8B shape (LlamaForCausalLM, GQA 4:1), 8.0B params"),
+        _hf("llama3_1b", "llama3_8b.json", 8192, "Llama-3.2-1B shape (16 layers, d=2048, GQA 4:1, tied), 1.24B params: "
+            "the MFU reference model", {"hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16,
+                                        "num_attention_heads": 32, "num_key_value_heads": 8,
+                                        "tie_word_embeddings": True}),
         _hf("llama3_tiny", "llama3_8b.json", 256, "Llama-3 architecture (GQA 4:1), 2 layers, d=64: CPU tests",
             {**_TINY_LLAMA, "num_key_value_heads": 1}),
         _hf("gpt2_124m", "gpt2_124m.json", 1024, "GPT-2 124M (transformers GPT2LMHeadModel)"),
