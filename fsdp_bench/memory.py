@@ -8,6 +8,7 @@ storage as it is created and freed: that is the peak of live tensor bytes, not o
 
 from __future__ import annotations
 
+import gc
 import resource
 from typing import Any, Callable
 
@@ -54,8 +55,15 @@ def track_step_memory(step: Callable[[Any], Any], modules: list[torch.nn.Module]
 
     tracker = MemTracker()
     tracker.track_external(*modules, optimizer)
-    with tracker:
-        step(tracker)
+    # Without the cycle collector, tensors are freed by reference counting alone, at the same
+    # points in every run; otherwise when a collection happens to run shifts the peak's makeup.
+    gc.collect()
+    gc.disable()
+    try:
+        with tracker:
+            step(tracker)
+    finally:
+        gc.enable()
     snapshot = tracker.get_tracker_snapshot("peak")
     per_device = next(iter(snapshot.values()), {})
     categories = {
