@@ -62,6 +62,8 @@ class Case:
     seed: int = 0
     lr: float = 1e-3
     pg_timeout_s: float = 120.0  # collective timeout; the runner keeps the case timeout above it
+    profile: bool = False  # torch.profiler over extra untimed steps: communication breakdown + trace
+    memory_snapshot: bool = False  # CUDA allocator history snapshot per rank (memory_viz pickle)
 
     def __post_init__(self) -> None:
         validate_case(self)
@@ -113,7 +115,7 @@ class Case:
 # they differ from their default. Measurement settings never appear: they do not change
 # what is being compared, and resuming a run must find the same ids.
 _ID_AXES = frozenset({"strategy", "model", "nproc", "batch_size", "grad_accum", "optimizer_timing"})
-_NOT_IN_ID = frozenset({"steps", "warmup", "device", "pg_timeout_s"})
+_NOT_IN_ID = frozenset({"steps", "warmup", "device", "pg_timeout_s", "profile", "memory_snapshot"})
 _ID_PREFIX = {"seq_len": "sl", "seed": "seed", "lr": "lr"}
 
 
@@ -149,6 +151,9 @@ def validate_case(case: Case) -> None:
         raise CaseError(f"lr must be a positive number, got {case.lr!r}")
     if not (isinstance(case.pg_timeout_s, (int, float)) and case.pg_timeout_s > 0):
         raise CaseError(f"pg_timeout_s must be a positive number, got {case.pg_timeout_s!r}")
+    for name in ("profile", "memory_snapshot"):
+        if not isinstance(getattr(case, name), bool):
+            raise CaseError(f"{name} must be true or false, got {getattr(case, name)!r}")
     flavor = MODEL_FLAVORS.get(case.model)
     if flavor is not None and flavor.max_seq_len is not None and case.seq_len > flavor.max_seq_len:
         raise CaseError(

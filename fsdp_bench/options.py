@@ -36,6 +36,8 @@ class Sweep:
     results_dir: Path = Path("results")
     resume: Path | None = None
     report: bool = True
+    profile: bool = _CASE_DEFAULTS["profile"]
+    memory_snapshot: bool = _CASE_DEFAULTS["memory_snapshot"]
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def process_group_timeout_s(self) -> float:
@@ -49,7 +51,7 @@ class Sweep:
                 optimizer_timings=self.optimizer_timings,
                 base={"model": model, "seq_len": self.seq_len, "steps": self.steps, "warmup": self.warmup,
                       "device": device, "nproc": nproc, "pg_timeout_s": self.process_group_timeout_s(),
-                      **self.extra},
+                      "profile": self.profile, "memory_snapshot": self.memory_snapshot, **self.extra},
             )
             for model in self.models
         ]
@@ -144,6 +146,18 @@ def _models(option: str, raw: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
+_TRUE, _FALSE = ("on", "true", "yes", "1"), ("off", "false", "no", "0")
+
+
+def _switch(option: str, text: str) -> bool:
+    value = text.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise CaseError(f"{option}: {text!r} is not on/off (give the flag alone to turn it on)")
+
+
 def _writable_dir(option: str, raw: str) -> Path:
     path = Path(raw)
     probe = path
@@ -180,7 +194,14 @@ OPTIONS: dict[str, tuple[str, Callable[[str, str], Any], str]] = {
     "timeout": ("timeout_s", _positive_float, f"seconds per case before it is stopped (default: {Sweep.timeout_s:g})"),
     "results-dir": ("results_dir", _writable_dir, "where run folders are created (default: results)"),
     "resume": ("resume", _existing_run, "continue this run folder: keep its ok cases, re-run the rest"),
+    "profile": ("profile", _switch, "profile 2 extra untimed steps per case with torch.profiler: communication "
+                "(total, exposed), compute, optimizer and host time per step; TensorBoard trace in the case folder"),
+    "memory-snapshot": ("memory_snapshot", _switch, "CUDA only: record allocator history and write a "
+                        "memory_viz snapshot pickle per rank in the case folder"),
 }
+
+# Options that are switches: given alone they mean "on" (`--bench-profile`), or take on/off.
+SWITCH_OPTIONS = frozenset({"profile", "memory-snapshot"})
 
 
 def parse_sweep(raw: Mapping[str, str | None], *, no_report: bool = False) -> Sweep:

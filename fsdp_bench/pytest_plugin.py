@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from fsdp_bench.case import Case, CaseError, skip_reason
-from fsdp_bench.options import OPTIONS, Sweep, parse_sweep
+from fsdp_bench.options import OPTIONS, SWITCH_OPTIONS, Sweep, parse_sweep
 from fsdp_bench.results import create_run_dir, load_case_result, case_result_path, ResultError
 
 _SWEEP_KEY = pytest.StashKey[Sweep]()
@@ -23,7 +23,9 @@ _SESSION_KEY = pytest.StashKey["BenchSession"]()
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("fsdp-bench", "fsdp-bench sweep (benchmarks/)")
     for name, (_attr, _parse, help_text) in OPTIONS.items():
-        group.addoption(f"--bench-{name}", dest=f"bench_{name.replace('-', '_')}", default=None, help=help_text)
+        switch = {"nargs": "?", "const": "on"} if name in SWITCH_OPTIONS else {}
+        group.addoption(f"--bench-{name}", dest=f"bench_{name.replace('-', '_')}", default=None, help=help_text,
+                        **switch)
     group.addoption("--bench-no-report", action="store_true", default=False,
                     help="do not write the table and charts at the end of the session")
 

@@ -29,16 +29,26 @@ def build_optimizer(params, case: Case):
     return torch.optim.AdamW(params, lr=case.lr, weight_decay=0.0)
 
 
-def train_step(model, optimizer, batches) -> Any:
-    """One optimizer step over `len(batches)` micro-batches; returns the summed loss tensor."""
+def train_step(model, optimizer, batches, on_phase=None) -> Any:
+    """One optimizer step over `len(batches)` micro-batches; returns the summed loss tensor.
+
+    `on_phase(name)`, when given, is called after each forward and backward and after the
+    optimizer step (the memory timeline's sampling points); None keeps the loop bare.
+    """
     total = None
     scale = 1.0 / len(batches)
     for x, y in batches:
         loss = model(x, y) * scale
+        if on_phase is not None:
+            on_phase("after_forward")
         loss.backward()
+        if on_phase is not None:
+            on_phase("after_backward")
         total = loss.detach() if total is None else total + loss.detach()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
+    if on_phase is not None:
+        on_phase("after_optimizer")
     return total
 
 

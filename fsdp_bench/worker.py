@@ -136,14 +136,21 @@ def _sync(device) -> None:
         torch.cuda.synchronize(device)
 
 
-def run(case: Case, *, record: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Run one rank of `case`, filling and returning its record. Raises on failure."""
+def run(case: Case, *, record: dict[str, Any] | None = None, out_dir: Path | None = None) -> dict[str, Any]:
+    """Run one rank of `case`, filling and returning its record. Raises on failure.
+
+    `out_dir` is the case folder: profiler traces and memory snapshots go there (None: not saved).
+    """
     import torch
     import torch.distributed as dist
 
     from fsdp_bench.data import make_synthetic_batches
-    from fsdp_bench.memory import peak_rss_bytes, read_memory, reset_peak, track_step_memory
+    from fsdp_bench.gpu_util import GpuUtilSampler
+    from fsdp_bench.measurement import UpdateNorms, run_probes
+    from fsdp_bench.memory import (MemoryTimeline, allocator_health, dump_memory_snapshot, peak_rss_bytes,
+                                   read_memory, reset_peak, start_memory_history)
     from fsdp_bench.models.build import block_modules, build_model, count_parameters, get_flavor
+    from fsdp_bench.probes import attention_shape, count_matmul_params
     from fsdp_bench.strategies import ShardContext, apply_strategy, repoint_optimizer
     from fsdp_bench.training import build_optimizer, optimizer_matches_model, param_fingerprint, train_step
 
@@ -160,6 +167,8 @@ def run(case: Case, *, record: dict[str, Any] | None = None) -> dict[str, Any]:
     try:
         record["device"] = str(device)
         record["device_name"] = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+        if case.memory_snapshot:
+            record["memory_snapshot_recording"] = start_memory_history(device)
         flavor = get_flavor(case.model)
 
         stages.enter("data")
@@ -170,6 +179,10 @@ def run(case: Case, *, record: dict[str, Any] | None = None) -> dict[str, Any]:
         stages.enter("model")
         model = build_model(flavor, seed=case.seed, device=device)
         record["n_params"] = count_parameters(model)
+        first_param = next(model.parameters())
+        record["dtype"] = str(first_param.dtype).removeprefix("torch.")
+        record["param_bytes"] = first_param.element_size()
+        record["flops"] = {"formula_inputs": {"n_matmul_params": count_matmul_params(model), **attention_shape(model)}}
         stages.done("model")
 
         optimizer = None
@@ -191,6 +204,10 @@ def run(case: Case, *, record: dict[str, Any] | None = None) -> dict[str, Any]:
         record["optimizer_params_match_model"] = optimizer_matches_model(optimizer, model)
         fingerprint_before = param_fingerprint(model)
 
+        timeline = MemoryTimeline(device)
+        on_phase = timeline.sample if timeline.enabled else None  # None: the CPU step stays bare
+        norms = UpdateNorms(model)
+        gpu_util = GpuUtilSampler(device)
         reset_peak(device)
         for i in range(case.warmup + case.steps):
             stage = "first_step" if i == 0 else ("warmup" if i < case.warmup else "measure")
@@ -198,18 +215,24 @@ def run(case: Case, *, record: dict[str, Any] | None = None) -> dict[str, Any]:
                 stages.enter(stage)
             if i == case.warmup:
                 reset_peak(device)  # the reported peak is the measured steps' peak
+                gpu_util.__enter__()
+            norms.before_step()  # untimed: a host copy of the local parameters
+            timeline.step = i
             _sync(device)
             t0 = time.perf_counter()
-            loss = train_step(model, optimizer, batches)
+            timeline.sample("step_start")
+            loss = train_step(model, optimizer, batches, on_phase=on_phase)
             _sync(device)
             elapsed = time.perf_counter() - t0
             (record["warmup_step_times_s"] if i < case.warmup else record["step_times_s"]).append(elapsed)
             # .item() after the timed region: the device already finished this step.
             record["losses"].append(float(loss.item()))
+            norms.after_step()
             if i == 0:
                 stages.done("first_step")
             if i == case.warmup - 1:
                 stages.done("warmup")
+        gpu_util.__exit__(None, None, None)
 
         mem = read_memory(device)
         record["memory"].update(
@@ -218,19 +241,18 @@ def run(case: Case, *, record: dict[str, Any] | None = None) -> dict[str, Any]:
             method="cuda_caching_allocator" if device.type == "cuda" else "mem_tracker_probe_step",
         )
         record["params_changed"] = param_fingerprint(model) != fingerprint_before
+        record["update_norms"] = norms.norms
+        if norms.reason:
+            record["update_norms_null_reason"] = norms.reason
+        record["gpu_util"] = gpu_util.result()
+        if timeline.enabled:
+            record["memory_timeline"] = timeline.samples
+        record["allocator"] = allocator_health(device)
+        if case.memory_snapshot and out_dir is not None and device.type == "cuda":
+            record["memory_snapshot"] = dump_memory_snapshot(Path(out_dir) / f"memory_snapshot_rank{rank}.pickle")
 
-        if device.type == "cpu":
-            stages.enter("memory_probe")
-            try:
-                tracked = track_step_memory(lambda: train_step(model, optimizer, batches), [model], optimizer)
-            except RuntimeError as exc:
-                # MemTracker refuses some wrappers (FSDP1's parameter views are not leaves) in its
-                # first forward hook, before any collective: every rank refuses alike. No number
-                # beats a wrong one; the peak RSS below still stands.
-                record["memory"]["method"] = f"unavailable: MemTracker refused this model: {exc}"
-            else:
-                record["memory"]["peak_allocated_bytes"] = tracked["peak_bytes"]
-                record["memory"]["tracked_by_category_bytes"] = tracked["by_category_bytes"]
+        stages.enter("memory_probe")
+        run_probes(case, model, optimizer, batches, record=record, device=device, rank=rank, out_dir=out_dir)
 
         stages.enter("end")
         record["memory"]["peak_rss_bytes"] = peak_rss_bytes()
@@ -264,6 +286,16 @@ def _classify_exception(exc: BaseException) -> str:
     return "failed"
 
 
+def _dump_oom_snapshot(out_dir: Path, rank: int) -> str | None:
+    """torchtitan's habit: an OOM leaves the allocator's state behind for pytorch.org/memory_viz."""
+    try:
+        from fsdp_bench.memory import dump_memory_snapshot
+
+        return dump_memory_snapshot(Path(out_dir) / f"memory_snapshot_oom_rank{rank}.pickle")
+    except Exception as exc:  # the OOM is the story; a failed dump must not hide it
+        return f"not written: {type(exc).__name__}: {exc}"
+
+
 def _raise_on_sigterm(signum, frame) -> None:
     # torchrun stops workers with SIGTERM; raising lets the rank write what it measured so far.
     raise SystemExit(128 + signum)
@@ -282,11 +314,13 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _raise_on_sigterm)
     record = new_record(case, rank=rank, world_size=world_size)
     try:
-        run(case, record=record)
+        run(case, record=record, out_dir=args.out)
         return 0
     except BaseException as exc:
         record["status"] = _classify_exception(exc)
         record["error"] = _error_record(exc)
+        if record["status"] == "oom":
+            record["memory_snapshot"] = _dump_oom_snapshot(args.out, rank)
         if record["status"] == "skipped":
             return 0
         raise

@@ -1,0 +1,101 @@
+"""What the worker measures around and after the timed steps, kept out of `worker.run`.
+
+Inside the timed region only the memory timeline's allocator reads run (CUDA only). Update norms
+are taken between steps, outside the timed region; FLOP counting, model-state accounting, the
+tensor-level memory breakdown and profiling run on extra untimed probe steps after the measured
+steps, so they never touch the step-time statistics.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from fsdp_bench.case import Case
+from fsdp_bench.training import train_step
+
+# Host copies of the local parameters above this size are not made for update norms: the copy
+# would cost more host memory than a benchmark should take (null with the reason instead).
+UPDATE_NORM_MAX_BYTES = 2 * 2**30
+PROFILE_STEPS = 2
+
+
+def _local(p: torch.Tensor) -> torch.Tensor:
+    return p.to_local() if hasattr(p, "to_local") else p
+
+
+class UpdateNorms:
+    """L2 norm of the change of this rank's local parameters over each optimizer step.
+
+    Ranks hold disjoint shards under FSDP (the global norm is the root of the sum of squares over
+    ranks) and identical replicas under DDP; the value recorded is this rank's local norm. A model
+    the optimizer does not update (optimizer built before sharding, no fix) shows exact zeros.
+    """
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.params = list({id(p): p for p in model.parameters()}.values())
+        nbytes = sum(_local(p).numel() * _local(p).element_size() for p in self.params)
+        self.reason = (f"local parameters are {nbytes} bytes, above the {UPDATE_NORM_MAX_BYTES}-byte "
+                       "limit for a host copy per step") if nbytes > UPDATE_NORM_MAX_BYTES else None
+        self.norms: list[float] = []
+        self._before: list[torch.Tensor] | None = None
+
+    def before_step(self) -> None:
+        if self.reason is None:
+            with torch.no_grad():
+                self._before = [_local(p).detach().to("cpu", copy=True) for p in self.params]
+
+    def after_step(self) -> None:
+        if self.reason is None and self._before is not None:
+            with torch.no_grad():
+                sq = sum(float((_local(p).detach().cpu().double() - b.double()).pow(2).sum())
+                         for p, b in zip(self.params, self._before))
+            self.norms.append(sq ** 0.5)
+            self._before = None
+
+
+def run_probes(case: Case, model, optimizer, batches, *, record: dict[str, Any], device: torch.device,
+               rank: int, out_dir: Path | None) -> None:
+    """The untimed probe steps: FLOPs + model state, memory breakdown, then profiling if asked."""
+    from fsdp_bench.flops import flops_per_token
+    from fsdp_bench.memory import track_step_memory
+    from fsdp_bench.model_state import expected_model_state_bytes
+    from fsdp_bench.probes import count_step_flops, fold_breakdown, measure_model_state_after_step
+
+    step: Callable[[], Any] = lambda: train_step(model, optimizer, batches)
+    flops = record["flops"]
+    measured: dict[str, int] = {}
+    counted = count_step_flops(lambda: measured.update(measure_model_state_after_step(step, optimizer, model)))
+    tokens_per_rank_step = case.batch_size * case.grad_accum * case.seq_len
+    flops["counter_per_step"] = counted
+    flops["per_token_counter"] = counted / tokens_per_rank_step
+    flops["per_token_formula"] = flops_per_token(seq_len=case.seq_len, **flops["formula_inputs"])
+    flops["formula_over_counter"] = flops["per_token_formula"] / flops["per_token_counter"] if counted else None
+    record["measured_model_state_bytes"] = measured or None
+    record["expected_model_state_bytes"] = expected_model_state_bytes(
+        case.strategy, n_params=record["n_params"], world_size=record["world_size"],
+        param_bytes=record["param_bytes"], grad_bytes=record["param_bytes"], optimizer_bytes=2 * record["param_bytes"])
+
+    try:
+        tracked = track_step_memory(step, [model], optimizer)
+    except RuntimeError as exc:
+        # MemTracker refuses FSDP1 (its use_orig_params views are not leaves) in its first
+        # forward hook, before any collective, so every rank refuses alike. No number beats a
+        # wrong one: the breakdown is null with the reason; model state above still stands.
+        record["memory_breakdown_bytes"] = None
+        record["memory_breakdown_null_reason"] = f"MemTracker refused this model: {str(exc)[:300]}"
+    else:
+        record["memory"]["tracked_by_category_bytes"] = tracked["by_category_bytes"]
+        record["memory"]["tracked_peak_bytes"] = tracked["peak_bytes"]
+        record["memory_breakdown_bytes"] = fold_breakdown(tracked["by_category_bytes"])
+        if device.type == "cpu":  # CPU has no allocator peak: the tracked peak is the peak
+            record["memory"]["peak_allocated_bytes"] = tracked["peak_bytes"]
+
+    if case.profile:
+        from fsdp_bench.profiling import profile_steps
+
+        trace_dir = Path(out_dir) / "tb_profile" if out_dir is not None else None
+        record["profile"] = profile_steps(step, n_steps=PROFILE_STEPS, device_type=device.type, rank=rank,
+                                          trace_dir=trace_dir)
