@@ -56,6 +56,22 @@ class UpdateNorms:
             self._before = None
 
 
+def memtracker_refusal(model: torch.nn.Module) -> str | None:
+    """Why torch's MemTracker cannot follow this model (None: it can).
+
+    Asked before trying: MemTracker raises FSDP1's refusal from inside the forward pass, after
+    FSDP1 has unsharded some parameters, and the interrupted step leaves FSDP1 unable to run
+    another one.
+    """
+    from torch.distributed.fsdp import FullyShardedDataParallel
+
+    if any(isinstance(m, FullyShardedDataParallel) for m in model.modules()):
+        return ("MemTracker refuses FSDP1: with use_orig_params=True its parameters are views into the "
+                "flat parameter, not leaf tensors, so MemTracker cannot register its post-accumulate-grad "
+                "hooks on them ('post accumulate grad hooks cannot be registered on non-leaf tensors')")
+    return None
+
+
 def run_probes(case: Case, model, optimizer, batches, *, record: dict[str, Any], device: torch.device,
                rank: int, out_dir: Path | None) -> None:
     """The untimed probe steps: FLOPs + model state, memory breakdown, then profiling if asked."""
@@ -78,20 +94,20 @@ def run_probes(case: Case, model, optimizer, batches, *, record: dict[str, Any],
         case.strategy, n_params=record["n_params"], world_size=record["world_size"],
         param_bytes=record["param_bytes"], grad_bytes=record["param_bytes"], optimizer_bytes=2 * record["param_bytes"])
 
-    try:
+    refusal = memtracker_refusal(model)
+    if refusal is None:
         tracked = track_step_memory(step, [model], optimizer)
-    except RuntimeError as exc:
-        # MemTracker refuses FSDP1 (its use_orig_params views are not leaves) in its first
-        # forward hook, before any collective, so every rank refuses alike. No number beats a
-        # wrong one: the breakdown is null with the reason; model state above still stands.
-        record["memory_breakdown_bytes"] = None
-        record["memory_breakdown_null_reason"] = f"MemTracker refused this model: {str(exc)[:300]}"
-    else:
         record["memory"]["tracked_by_category_bytes"] = tracked["by_category_bytes"]
         record["memory"]["tracked_peak_bytes"] = tracked["peak_bytes"]
         record["memory_breakdown_bytes"] = fold_breakdown(tracked["by_category_bytes"])
         if device.type == "cpu":  # CPU has no allocator peak: the tracked peak is the peak
             record["memory"]["peak_allocated_bytes"] = tracked["peak_bytes"]
+    else:
+        # No number beats a wrong one: the breakdown is null with the reason; the model state
+        # above (read by storage, not by MemTracker) still stands.
+        record["memory_breakdown_bytes"] = None
+        record["memory_breakdown_null_reason"] = refusal
+        record["memory"]["method"] = f"unavailable: {refusal}"
 
     if case.profile:
         from fsdp_bench.profiling import profile_steps
