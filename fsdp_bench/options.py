@@ -200,7 +200,8 @@ OPTIONS: dict[str, tuple[str, Callable[[str, str], Any], str]] = {
                         "memory_viz snapshot pickle per rank in the case folder"),
 }
 
-# Options that are switches: given alone they mean "on" (`--bench-profile`), or take on/off.
+# Options that are switches: the pytest flag alone means "on" (`--bench-profile`); parse_sweep
+# also takes on/off text for them (what the flag stores, and what other callers may pass).
 SWITCH_OPTIONS = frozenset({"profile", "memory-snapshot"})
 
 

@@ -23,7 +23,9 @@ _SESSION_KEY = pytest.StashKey["BenchSession"]()
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("fsdp-bench", "fsdp-bench sweep (benchmarks/)")
     for name, (_attr, _parse, help_text) in OPTIONS.items():
-        switch = {"nargs": "?", "const": "on"} if name in SWITCH_OPTIONS else {}
+        # A switch is a plain flag: `--bench-profile` turns it on (an optional value would
+        # swallow a following test path).
+        switch = {"action": "store_const", "const": "on"} if name in SWITCH_OPTIONS else {}
         group.addoption(f"--bench-{name}", dest=f"bench_{name.replace('-', '_')}", default=None, help=help_text,
                         **switch)
     group.addoption("--bench-no-report", action="store_true", default=False,
