@@ -96,7 +96,12 @@ def run_probes(case: Case, model, optimizer, batches, *, record: dict[str, Any],
 
     refusal = memtracker_refusal(model)
     if refusal is None:
-        tracked = track_step_memory(step, [model], optimizer)
+        try:
+            tracked = track_step_memory(lambda on_phase: train_step(model, optimizer, batches, on_phase=on_phase),
+                                        [model], optimizer)
+        except RuntimeError as exc:  # NotImplementedError included: a model MemTracker cannot follow
+            refusal = f"MemTracker failed: {type(exc).__name__}: {str(exc)[:300]}"
+    if refusal is None:
         record["memory"]["tracked_by_category_bytes"] = tracked["by_category_bytes"]
         record["memory"]["tracked_peak_bytes"] = tracked["peak_bytes"]
         record["memory_breakdown_bytes"] = fold_breakdown(tracked["by_category_bytes"])

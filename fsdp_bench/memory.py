@@ -47,15 +47,24 @@ def reset_peak(device: torch.device) -> None:
         torch.cuda.reset_peak_memory_stats(device)
 
 
-def track_step_memory(step: Callable[[], Any], modules: list[torch.nn.Module],
+def track_step_memory(step: Callable[[Callable[[str], None]], Any], modules: list[torch.nn.Module],
                       optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-    """Run `step` once under MemTracker; the peak live tensor bytes, total and per category."""
+    """Run `step(on_phase)` once under MemTracker; the peak live tensor bytes, total and per category.
+
+    MemTracker refuses a second forward of a module in one session (gradient accumulation), so
+    its per-module statistics are cleared after each backward; the global peak it keeps is not.
+    """
     from torch.distributed._tools.mem_tracker import MemTracker
 
     tracker = MemTracker()
     tracker.track_external(*modules, optimizer)
+
+    def on_phase(phase: str) -> None:
+        if phase == "after_backward":
+            tracker.reset_mod_stats()
+
     with tracker:
-        step()
+        step(on_phase)
     snapshot = tracker.get_tracker_snapshot("peak")
     per_device = next(iter(snapshot.values()), {})
     categories = {

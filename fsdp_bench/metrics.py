@@ -142,7 +142,8 @@ def aggregate_measurements(ranks: Sequence[dict[str, Any]], headline: dict[str, 
             tps = headline["tokens_per_s_per_device"]
             achieved = achieved_tflops_per_device(flops["per_token_formula"], tps)
             out["tflops_per_s_per_device"] = achieved
-            peak_tflops, reason = lookup_peak_tflops(ranks[0].get("device_name"), ranks[0].get("dtype", "float32"))
+            peak_tflops, reason = lookup_peak_tflops(ranks[0].get("device_name"),
+                                                      ranks[0].get("compute_dtype") or ranks[0].get("dtype", "float32"))
             out["mfu_pct"] = utilization_pct(achieved, peak_tflops)
             counter = flops.get("per_token_counter")
             out["hfu_pct"] = utilization_pct(achieved_tflops_per_device(counter, tps), peak_tflops) if counter else None

@@ -182,6 +182,9 @@ def run(case: Case, *, record: dict[str, Any] | None = None, out_dir: Path | Non
         first_param = next(model.parameters())
         record["dtype"] = str(first_param.dtype).removeprefix("torch.")
         record["param_bytes"] = first_param.element_size()
+        # The peak-FLOPs column MFU uses: fp32 matmuls run as TF32 on CUDA only when torch allows it.
+        tf32 = device.type == "cuda" and first_param.dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32
+        record["compute_dtype"] = "tf32" if tf32 else record["dtype"]
         record["flops"] = {"formula_inputs": {"n_matmul_params": count_matmul_params(model), **attention_shape(model)}}
         stages.done("model")
 
