@@ -140,3 +140,9 @@ def dump_memory_snapshot(path) -> str | None:
         return None
     torch.cuda.memory._dump_snapshot(str(path))
     return str(path)
+
+
+def stop_memory_history() -> None:
+    """Stop recording: the probe steps after the snapshot should not pay for it."""
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.memory._record_memory_history(enabled=None)

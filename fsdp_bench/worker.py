@@ -148,7 +148,7 @@ def run(case: Case, *, record: dict[str, Any] | None = None, out_dir: Path | Non
     from fsdp_bench.gpu_util import GpuUtilSampler
     from fsdp_bench.measurement import UpdateNorms, run_probes
     from fsdp_bench.memory import (MemoryTimeline, allocator_health, dump_memory_snapshot, peak_rss_bytes,
-                                   read_memory, reset_peak, start_memory_history)
+                                   read_memory, reset_peak, start_memory_history, stop_memory_history)
     from fsdp_bench.models.build import block_modules, build_model, count_parameters, get_flavor
     from fsdp_bench.probes import attention_shape, count_matmul_params
     from fsdp_bench.strategies import ShardContext, apply_strategy, repoint_optimizer
@@ -253,6 +253,8 @@ def run(case: Case, *, record: dict[str, Any] | None = None, out_dir: Path | Non
         record["allocator"] = allocator_health(device)
         if case.memory_snapshot and out_dir is not None and device.type == "cuda":
             record["memory_snapshot"] = dump_memory_snapshot(Path(out_dir) / f"memory_snapshot_rank{rank}.pickle")
+        if record.get("memory_snapshot_recording"):
+            stop_memory_history()
 
         stages.enter("memory_probe")
         run_probes(case, model, optimizer, batches, record=record, device=device, rank=rank, out_dir=out_dir)

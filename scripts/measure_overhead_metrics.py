@@ -53,6 +53,52 @@ def bare_loop(case) -> list[float]:
         dist.destroy_process_group()
 
 
+def paired_steps(case, pairs: int) -> tuple[list[float], list[float], list[float], list[float]]:
+    """Alternate bare and instrumented steps on one model: machine noise hits both sides of a pair
+    alike, so the per-pair ratio isolates what the instrumentation costs. The instrumented step
+    does exactly what worker.run does around a measured step."""
+    import torch
+    import torch.distributed as dist
+
+    from fsdp_bench.data import make_synthetic_batches
+    from fsdp_bench.measurement import UpdateNorms
+    from fsdp_bench.memory import MemoryTimeline
+    from fsdp_bench.models.build import block_modules, build_model, get_flavor
+    from fsdp_bench.strategies import ShardContext, apply_strategy
+    from fsdp_bench.training import build_optimizer, train_step
+
+    device = torch.device(case.device)
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1, timeout=timedelta(seconds=60))
+    try:
+        flavor = get_flavor(case.model)
+        batches = make_synthetic_batches(flavor, batch_size=case.batch_size, seq_len=case.seq_len,
+                                         count=case.grad_accum, seed=case.seed, rank=0, device=device)
+        model = build_model(flavor, seed=case.seed, device=device)
+        model = apply_strategy(case.strategy, model, ctx=ShardContext(device=device, blocks=block_modules(model)))
+        optimizer = build_optimizer(model.parameters(), case)
+        timeline, norms = MemoryTimeline(device), UpdateNorms(model)
+        on_phase = timeline.sample if timeline.enabled else None
+        bare, measured, bare_cpu, measured_cpu = [], [], [], []
+        for i in range(2 * (pairs + case.warmup)):
+            instrumented = i % 2 == 1
+            if instrumented:
+                norms.before_step()
+            t0, c0 = time.perf_counter(), time.thread_time()
+            if instrumented:
+                timeline.sample("step_start")
+            loss = train_step(model, optimizer, batches, on_phase=on_phase if instrumented else None)
+            elapsed, cpu = time.perf_counter() - t0, time.thread_time() - c0
+            float(loss.item())
+            if instrumented:
+                norms.after_step()
+            if i >= 2 * case.warmup:
+                (measured if instrumented else bare).append(elapsed)
+                (measured_cpu if instrumented else bare_cpu).append(cpu)
+        return bare, measured, bare_cpu, measured_cpu
+    finally:
+        dist.destroy_process_group()
+
+
 def measured_loop(case) -> list[float]:
     from fsdp_bench.worker import run
 
@@ -67,6 +113,7 @@ def main() -> None:
     parser.add_argument("--seq-len", type=int, default=128)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--pairs", type=int, default=40, help="bare/instrumented step pairs")
     parser.add_argument("--no-update-norms", action="store_true",
                         help="skip the per-step parameter copy, to see its share of the overhead")
     args = parser.parse_args()
@@ -82,12 +129,22 @@ def main() -> None:
 
     case = Case(strategy=args.strategy, model=args.model, batch_size=args.batch_size, seq_len=args.seq_len,
                 steps=args.steps, warmup=3, nproc=1)
+    pb, pm, cb, cm = paired_steps(case, args.pairs)
+    # Wall time suffers when other processes take the CPU; the training thread's CPU time
+    # (OMP_NUM_THREADS=1, world size 1: no other thread works for the step) does not.
+    for label, b_, m_ in (("wall", pb, pm), ("thread cpu", cb, cm)):
+        ratios = [m / b for b, m in zip(b_, m_)]
+        print(f"paired steps, {label} time ({len(ratios)} pairs): median instrumented/bare "
+              f"{statistics.median(ratios):.4f} -> overhead {100 * (statistics.median(ratios) - 1):+.2f} %; "
+              f"medians {statistics.median(b_) * 1e3:.3f} / {statistics.median(m_) * 1e3:.3f} ms")
     bare, measured = [], []
     for r in range(args.repeats):
         # alternate the order so drift in machine load hits both sides alike
         first, second = (bare_loop, measured_loop) if r % 2 == 0 else (measured_loop, bare_loop)
         for fn in (first, second):
             (bare if fn is bare_loop else measured).extend(fn(case))
+    if not bare:
+        return
     b, m = statistics.median(bare), statistics.median(measured)
     print(f"case {case.id}: {len(bare)} bare steps, {len(measured)} measured steps")
     print(f"median step time bare     {b * 1e3:.3f} ms  (p10 {sorted(bare)[len(bare) // 10] * 1e3:.3f})")
