@@ -19,6 +19,8 @@ data handling, waiting on a collective's result).
 
 from __future__ import annotations
 
+import json
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -94,20 +96,33 @@ def summarize_events(events: Iterable[TraceEvent]) -> dict[str, Any]:
     }
 
 
-def _trace_events(prof) -> list[TraceEvent]:
-    from torch.autograd import DeviceType
+# Chrome-trace categories that are device-side work (kernels and copies on a GPU stream).
+_DEVICE_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 
+
+def load_trace_events(path: Path) -> list[TraceEvent]:
+    """Complete ("X") events of a saved chrome/TensorBoard trace, the same file a user opens."""
+    with open(path) as fh:
+        trace = json.load(fh)
+    events = trace.get("traceEvents", trace) if isinstance(trace, dict) else trace
     out = []
-    for e in prof.events():
-        tr = e.time_range
-        out.append(TraceEvent(e.name, tr.start / 1e6, tr.end / 1e6, int(e.thread or 0),
-                              e.device_type != DeviceType.CPU))
+    for e in events:
+        if e.get("ph") != "X" or "dur" not in e:
+            continue
+        start = float(e["ts"]) / 1e6
+        tid = e.get("tid", 0)
+        out.append(TraceEvent(e.get("name", ""), start, start + float(e["dur"]) / 1e6,
+                              tid if isinstance(tid, int) else hash(tid), e.get("cat") in _DEVICE_CATEGORIES))
     return out
 
 
 def profile_steps(step: Callable[[], Any], *, n_steps: int, device_type: str, rank: int,
                   trace_dir: Path | None) -> dict[str, Any]:
-    """Run `step` n_steps times under torch.profiler, save the TensorBoard trace, summarize it."""
+    """Run `step` n_steps times under torch.profiler, save the TensorBoard trace, summarize it.
+
+    The summary is read back from the saved trace file, so it describes exactly what TensorBoard
+    shows (without a case folder the trace goes to a temporary folder and is deleted).
+    """
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function, tensorboard_trace_handler
 
@@ -120,9 +135,15 @@ def profile_steps(step: Callable[[], Any], *, n_steps: int, device_type: str, ra
                 step()
                 if device_type == "cuda":  # the step's window must end after its last kernel
                     torch.cuda.synchronize()
-    summary = summarize_events(_trace_events(prof))
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(trace_dir) if trace_dir is not None else Path(tmp)
+        folder.mkdir(parents=True, exist_ok=True)
+        before = set(folder.glob(f"rank{rank}.*.pt.trace.json"))
+        tensorboard_trace_handler(str(folder), worker_name=f"rank{rank}")(prof)
+        written = sorted(set(folder.glob(f"rank{rank}.*.pt.trace.json")) - before)
+        if not written:
+            return {"steps_profiled": 0, "reason": f"torch.profiler wrote no trace file in {folder}"}
+        summary = summarize_events(load_trace_events(written[-1]))
     if trace_dir is not None:
-        Path(trace_dir).mkdir(parents=True, exist_ok=True)
-        tensorboard_trace_handler(str(trace_dir), worker_name=f"rank{rank}")(prof)
-        summary["trace_dir"] = str(trace_dir)
+        summary["trace_file"] = str(written[-1])
     return summary

@@ -11,7 +11,7 @@ from fsdp_bench.flops import flops_per_token, lookup_peak_tflops, utilization_pc
 from fsdp_bench.intervals import exposed_length, intersect, total_length, union
 from fsdp_bench.metrics import GIB, aggregate_measurements, loss_max_abs_dev_vs_ddp
 from fsdp_bench.model_state import expected_model_state_bytes
-from fsdp_bench.profiling import TraceEvent, collective_kind, summarize_events
+from fsdp_bench.profiling import TraceEvent, collective_kind, load_trace_events, summarize_events
 
 
 def test_flops_formula_is_6n_plus_attention_term():
@@ -208,3 +208,20 @@ def test_loss_deviation_vs_matching_ddp_case():
     assert dev["d"] == 0.0
     assert dev["f"] == pytest.approx(0.5)
     assert dev["g"] is None  # no DDP case with the same batch size
+
+
+def test_load_trace_events_reads_chrome_trace_categories(tmp_path):
+    trace = {"traceEvents": [
+        {"ph": "X", "cat": "user_annotation", "name": "fsdp_bench.step", "ts": 0, "dur": 1_000_000, "tid": 7},
+        {"ph": "X", "cat": "gpu_user_annotation", "name": "fsdp_bench.step", "ts": 0, "dur": 1_000_000, "tid": 9},
+        {"ph": "X", "cat": "kernel", "name": "ampere_sgemm", "ts": 100_000, "dur": 500_000, "tid": 9},
+        {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllGather_RING_LL", "ts": 400_000, "dur": 400_000, "tid": 20},
+        {"ph": "i", "name": "instant", "ts": 5},
+    ]}
+    path = tmp_path / "rank0.1.pt.trace.json"
+    path.write_text(json.dumps(trace))
+    s = summarize_events(load_trace_events(path))
+    assert s["steps_profiled"] == 1
+    assert s["comm_total_s_per_step"] == pytest.approx(0.4)
+    assert s["comm_exposed_s_per_step"] == pytest.approx(0.2)
+    assert s["compute_s_per_step"] == pytest.approx(0.5)
