@@ -103,6 +103,8 @@ class Case:
     mesh: str = ""
     # Run only rank 0 of an `nproc`-rank job on one device with a fake process group.
     simulate: bool = False
+    profile: bool = False  # torch.profiler over extra untimed steps: communication breakdown + trace
+    memory_snapshot: bool = False  # CUDA allocator history snapshot per rank (memory_viz pickle)
 
     def __post_init__(self) -> None:
         validate_case(self)
@@ -154,7 +156,8 @@ class Case:
 # they differ from their default. Measurement settings never appear: they do not change
 # what is being compared, and resuming a run must find the same ids.
 _ID_AXES = frozenset({"strategy", "model", "nproc", "batch_size", "grad_accum", "optimizer_timing"})
-_NOT_IN_ID = frozenset({"steps", "warmup", "device", "pg_timeout_s", "suite", "scaled_down"})
+_NOT_IN_ID = frozenset({"steps", "warmup", "device", "pg_timeout_s", "suite", "scaled_down", "profile",
+                        "memory_snapshot"})
 _ID_PREFIX = {"seq_len": "sl", "seed": "seed", "lr": "lr", "precision": "", "act_ckpt": "ac",
               "compile": "compiled", "optimizer_impl": "adamw_", "grad_clip": "clip", "wrap_policy": "wrap_",
               "min_num_params": "mnp", "forward_prefetch": "fwdpf", "backward_prefetch": "bwdpf_",
@@ -205,6 +208,9 @@ def validate_case(case: Case) -> None:
         replicate, shard = parse_mesh(case.mesh)
         if replicate * shard != case.nproc:
             raise CaseError(f"mesh {case.mesh} has {replicate * shard} ranks but the case has {case.nproc}")
+    for name in ("profile", "memory_snapshot"):
+        if not isinstance(getattr(case, name), bool):
+            raise CaseError(f"{name} must be true or false, got {getattr(case, name)!r}")
     flavor = MODEL_FLAVORS.get(case.model)
     if flavor is not None and flavor.max_seq_len is not None and case.seq_len > flavor.max_seq_len:
         raise CaseError(

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import math
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 

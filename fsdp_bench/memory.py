@@ -48,20 +48,29 @@ def reset_peak(device: torch.device) -> None:
         torch.cuda.reset_peak_memory_stats(device)
 
 
-def track_step_memory(step: Callable[[Any], Any], modules: list[torch.nn.Module],
+def track_step_memory(step: Callable[[Callable[[str], None]], Any], modules: list[torch.nn.Module],
                       optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-    """Run `step(tracker)` once under MemTracker; the peak live tensor bytes, total and per category."""
+    """Run `step(on_phase)` once under MemTracker; the peak live tensor bytes, total and per category.
+
+    MemTracker refuses a second forward of a module in one session (gradient accumulation), so
+    its per-module statistics are cleared after each backward; the global peak it keeps is not.
+    """
     from torch.distributed._tools.mem_tracker import MemTracker
 
     tracker = MemTracker()
     tracker.track_external(*modules, optimizer)
+
+    def on_phase(phase: str) -> None:
+        if phase == "after_backward":
+            tracker.reset_mod_stats()
+
     # Without the cycle collector, tensors are freed by reference counting alone, at the same
     # points in every run; otherwise when a collection happens to run shifts the peak's makeup.
     gc.collect()
     gc.disable()
     try:
         with tracker:
-            step(tracker)
+            step(on_phase)
     finally:
         gc.enable()
     snapshot = tracker.get_tracker_snapshot("peak")
@@ -70,3 +79,78 @@ def track_step_memory(step: Callable[[Any], Any], modules: list[torch.nn.Module]
         (k.name.lower() if hasattr(k, "name") else str(k)): v for k, v in per_device.items() if k != "Total"
     }
     return {"peak_bytes": per_device.get("Total", 0), "by_category_bytes": categories}
+
+
+# --- CUDA-only: timeline, allocator health, snapshots ---------------------------------------------
+
+class MemoryTimeline:
+    """Allocated/reserved bytes at step and phase boundaries, read from the CUDA caching allocator.
+
+    Reading the allocator's counters does not synchronize the device, so sampling costs
+    microseconds inside the timed step; `t_s` is host time since the first sample (the device may
+    still be running earlier work). On CPU there is no allocator to read: no timeline is recorded.
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.enabled = device.type == "cuda"
+        self.samples: list[dict[str, Any]] = []
+        self.step = 0
+        self._t0: float | None = None
+
+    def sample(self, phase: str) -> None:
+        if not self.enabled:
+            return
+        import time
+
+        now = time.perf_counter()
+        if self._t0 is None:
+            self._t0 = now
+        self.samples.append({
+            "step": self.step, "phase": phase, "t_s": now - self._t0,
+            "allocated_bytes": torch.cuda.memory_allocated(self.device),
+            "reserved_bytes": torch.cuda.memory_reserved(self.device),
+        })
+
+
+ALLOC_CONF_ENV = "PYTORCH_CUDA_ALLOC_CONF"
+
+
+def allocator_health(device: torch.device) -> dict[str, Any] | None:
+    """Retries, OOMs and the reserved-minus-allocated gap of the CUDA caching allocator."""
+    if device.type != "cuda":
+        return None
+    import os
+
+    stats = torch.cuda.memory_stats(device)
+    return {
+        "num_alloc_retries": stats.get("num_alloc_retries", 0),
+        "num_ooms": stats.get("num_ooms", 0),
+        "reserved_minus_allocated_bytes": torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device),
+        "peak_reserved_minus_peak_allocated_bytes":
+            torch.cuda.max_memory_reserved(device) - torch.cuda.max_memory_allocated(device),
+        "inactive_split_bytes": stats.get("inactive_split_bytes.all.current", 0),
+        "alloc_conf": os.environ.get(ALLOC_CONF_ENV) or os.environ.get("PYTORCH_ALLOC_CONF"),
+    }
+
+
+def start_memory_history(device: torch.device, max_entries: int = 100_000) -> bool:
+    """Record allocation stack traces for a snapshot (CUDA only); True when recording started."""
+    if device.type != "cuda":
+        return False
+    torch.cuda.memory._record_memory_history(max_entries=max_entries)
+    return True
+
+
+def dump_memory_snapshot(path) -> str | None:
+    """Write the allocator snapshot pickle (open it at https://pytorch.org/memory_viz)."""
+    if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return None
+    torch.cuda.memory._dump_snapshot(str(path))
+    return str(path)
+
+
+def stop_memory_history() -> None:
+    """Stop recording: the probe steps after the snapshot should not pay for it."""
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.memory._record_memory_history(enabled=None)

@@ -55,6 +55,8 @@ class Sweep:
     run_id: str | None = None  # the run folder's name; required on several nodes
     mesh: str = ""  # hybrid strategies' REPLICATExSHARD; "" = the node boundary
     simulate_world_sizes: tuple[int, ...] = ()  # non-empty: simulate rank 0 at these world sizes
+    profile: bool = _CASE_DEFAULTS["profile"]
+    memory_snapshot: bool = _CASE_DEFAULTS["memory_snapshot"]
     extra: Mapping[str, Any] = field(default_factory=dict)
     knobs: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)  # training knobs crossed as axes
     data: str = _CASE_DEFAULTS["data"]
@@ -75,7 +77,8 @@ class Sweep:
                 optimizer_timings=self.optimizer_timings,
                 base={"model": model, "seq_len": self.seq_len, "steps": self.steps, "warmup": self.warmup,
                       "device": device, "nproc": nproc, "pg_timeout_s": self.process_group_timeout_s(),
-                      "data": self.data, **({"simulate": True} if simulate else {}), **self.extra},
+                      "data": self.data, "profile": self.profile, "memory_snapshot": self.memory_snapshot,
+                      **({"simulate": True} if simulate else {}), **self.extra},
                 knobs=self.knobs,
             )
             for model in self.models
@@ -100,7 +103,8 @@ class Sweep:
         device = resolve_device(self.device)
         settings = SuiteSettings(device=device, nproc=resolve_nproc(self.nproc, device), steps=self.steps,
                                  warmup=self.warmup, pg_timeout_s=self.process_group_timeout_s(), data=self.data)
-        return suite_cases(name, settings)
+        return [c.replace(profile=self.profile, memory_snapshot=self.memory_snapshot)
+                for c in suite_cases(name, settings)]
 
 
 # --- device discovery without torch -------------------------------------------------------------
@@ -230,6 +234,18 @@ def _can_write_in(folder: Path) -> bool:
     return True
 
 
+_TRUE, _FALSE = ("on", "true", "yes", "1"), ("off", "false", "no", "0")
+
+
+def _switch(option: str, text: str) -> bool:
+    value = text.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise CaseError(f"{option}: {text!r} is not on/off (give the flag alone to turn it on)")
+
+
 def _writable_dir(option: str, raw: str) -> Path:
     path = Path(raw)
     probe = path
@@ -339,7 +355,15 @@ OPTIONS: dict[str, tuple[str, Callable[[str, str], Any], str]] = {
     "simulate-world-size": ("simulate_world_sizes", lambda o, r: tuple(_positive_int(o, s) for s in _split(o, r)),
                             "simulate rank 0 of these world sizes on one device with a fake process group, "
                             "e.g. 8,64 (memory measured, communication modelled)"),
+    "profile": ("profile", _switch, "profile 2 extra untimed steps per case with torch.profiler: communication "
+                "(total, exposed), compute, optimizer and host time per step; TensorBoard trace in the case folder"),
+    "memory-snapshot": ("memory_snapshot", _switch, "CUDA only: record allocator history and write a "
+                        "memory_viz snapshot pickle per rank in the case folder"),
 }
+
+# Options that are switches: the pytest flag alone means "on" (`--bench-profile`); parse_sweep
+# also takes on/off text for them (what the flag stores, and what other callers may pass).
+SWITCH_OPTIONS = frozenset({"profile", "memory-snapshot"})
 
 
 def parse_sweep(raw: Mapping[str, str | None], *, no_report: bool = False) -> Sweep:

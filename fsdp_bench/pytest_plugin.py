@@ -17,7 +17,7 @@ import pytest
 
 from fsdp_bench import faults
 from fsdp_bench.case import Case, CaseError, skip_reason
-from fsdp_bench.options import OPTIONS, Sweep, parse_sweep
+from fsdp_bench.options import OPTIONS, SWITCH_OPTIONS, Sweep, parse_sweep
 from fsdp_bench.results import create_run_dir, load_case_result, case_result_path, ResultError
 
 _SWEEP_KEY = pytest.StashKey[Sweep]()
@@ -28,7 +28,11 @@ _INTERRUPTED: list[bool] = []  # set by pytest_keyboard_interrupt (Ctrl-C or SIG
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("fsdp-bench", "fsdp-bench sweep (benchmarks/)")
     for name, (_attr, _parse, help_text) in OPTIONS.items():
-        group.addoption(f"--bench-{name}", dest=f"bench_{name.replace('-', '_')}", default=None, help=help_text)
+        # A switch is a plain flag: `--bench-profile` turns it on (an optional value would
+        # swallow a following test path).
+        switch = {"action": "store_const", "const": "on"} if name in SWITCH_OPTIONS else {}
+        group.addoption(f"--bench-{name}", dest=f"bench_{name.replace('-', '_')}", default=None, help=help_text,
+                        **switch)
     group.addoption("--bench-no-report", action="store_true", default=False,
                     help="do not write the table and charts at the end of the session")
 
@@ -70,6 +74,7 @@ def _sigterm_as_interrupt(config: pytest.Config) -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     session = config.stash.get(_SESSION_KEY, None)
     if session is not None:
+        session.close()  # the multi-node rendezvous store, if this node hosted one
         session.unlock_run_dir()
 
 
@@ -194,7 +199,6 @@ class BenchSession:
             self.store = None
 
     def run(self, case: Case) -> dict[str, Any]:
-        from fsdp_bench.multinode import node_dir
         from fsdp_bench.runner import run_case
 
         run_dir = self.ensure_run_dir()
@@ -238,12 +242,6 @@ def _named_run_dir(path: Path, owner: bool) -> Path:
             raise pytest.UsageError(f"--bench-run-id: {path} already holds results; choose a new run id "
                                     f"or continue it with --bench-resume {path}") from None
     return path
-
-
-def pytest_unconfigure(config: pytest.Config) -> None:
-    session = config.stash.get(_SESSION_KEY, None)
-    if session is not None:
-        session.close()
 
 
 def _set_aside(run_dir: Path, case_id: str) -> None:

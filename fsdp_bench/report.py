@@ -18,7 +18,14 @@ STRATEGY_COLORS = {name: _PALETTE[i % len(_PALETTE)] for i, name in enumerate(ST
 def build_table(results: list[dict[str, Any]]):
     import pandas as pd
 
+    from fsdp_bench.metrics import loss_max_abs_dev_vs_ddp, mean_across_ranks
+
     rows = sort_rows(flatten_result(r) for r in results)
+    curves = {r["case_id"]: mean_across_ranks(x["losses"] for x in r.get("ranks") or [])
+              for r in results if r.get("ranks") and all(x.get("losses") for x in r["ranks"])}
+    deviation = loss_max_abs_dev_vs_ddp(rows, curves)
+    for row in rows:
+        row["loss_max_abs_dev_vs_ddp"] = deviation.get(row["case_id"])
     return pd.DataFrame(rows)
 
 

@@ -15,7 +15,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# Versions this code reads. 2 added measurement fields (memory breakdown, model state, FLOPs/MFU,
+# profile, update norms, timeline); every field 2 added is optional, so a version-1 file reads as
+# a version-2 file with those fields missing.
+READABLE_SCHEMA_VERSIONS = (1, 2)
 STATUSES = ("ok", "failed", "oom", "timeout", "skipped")
 
 
@@ -69,10 +73,9 @@ def check_schema(path: Path, data: Any) -> None:
     if not isinstance(data, dict):
         raise ResultError(f"{path}: expected a JSON object, got {type(data).__name__}")
     version = data.get("schema_version")
-    if version != SCHEMA_VERSION:
-        raise ResultError(
-            f"{path}: schema_version {version!r} is not supported (this fsdp-bench reads {SCHEMA_VERSION})"
-        )
+    if version not in READABLE_SCHEMA_VERSIONS:
+        readable = ", ".join(map(str, READABLE_SCHEMA_VERSIONS))
+        raise ResultError(f"{path}: schema_version {version!r} is not supported (this fsdp-bench reads {readable})")
 
 
 def load_case_result(path: Path) -> dict[str, Any]:

@@ -58,21 +58,24 @@ class Trainer:
     def __call__(self, batches) -> torch.Tensor:
         return self.step(batches)
 
-    def step(self, batches, before_micro_batch=None) -> torch.Tensor:
+    def step(self, batches, on_phase=None) -> torch.Tensor:
         """One optimizer step over `len(batches)` micro-batches; returns the summed loss tensor.
 
-        `before_micro_batch` is for the untimed memory probe (MemTracker needs a reset between
-        repeated forwards of the same module); the timed loop passes nothing.
+        `on_phase(name)`, when given, is called after each forward and backward and after the
+        optimizer step (the memory timeline's sampling points, the memory probe's resets);
+        None keeps the loop bare.
         """
         total = None
         scale = 1.0 / len(batches)
         for i, (x, y) in enumerate(batches):
-            if before_micro_batch is not None:
-                before_micro_batch()
             last = i == len(batches) - 1
             with self._sync_context(last), self._autocast():
                 loss = self.model(x, y) * scale
+            if on_phase is not None:
+                on_phase("after_forward")
             (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
+            if on_phase is not None:
+                on_phase("after_backward")
             total = loss.detach() if total is None else total + loss.detach()
         if self.case.grad_clip > 0:
             if self.scaler is not None:
@@ -84,6 +87,8 @@ class Trainer:
         else:
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
+        if on_phase is not None:
+            on_phase("after_optimizer")
         return total
 
     def _autocast(self):

@@ -138,14 +138,21 @@ def _sync(device) -> None:
         torch.cuda.synchronize(device)
 
 
-def run(case: Case, *, record: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Run one rank of `case`, filling and returning its record. Raises on failure."""
+def run(case: Case, *, record: dict[str, Any] | None = None, out_dir: Path | None = None) -> dict[str, Any]:
+    """Run one rank of `case`, filling and returning its record. Raises on failure.
+
+    `out_dir` is the case folder: profiler traces and memory snapshots go there (None: not saved).
+    """
     import torch
     import torch.distributed as dist
 
     from fsdp_bench.data import make_batch_source
-    from fsdp_bench.memory import peak_rss_bytes, read_memory, reset_peak, rss_bytes, track_step_memory
+    from fsdp_bench.gpu_util import GpuUtilSampler
+    from fsdp_bench.measurement import UpdateNorms, run_probes
+    from fsdp_bench.memory import (MemoryTimeline, allocator_health, dump_memory_snapshot, peak_rss_bytes,
+                                   read_memory, reset_peak, rss_bytes, start_memory_history, stop_memory_history)
     from fsdp_bench.models.build import build_model, count_parameters, get_flavor
+    from fsdp_bench.probes import attention_shape, count_matmul_params
     from fsdp_bench.strategies import repoint_optimizer, shard_model
     from fsdp_bench.training import Trainer, build_optimizer, optimizer_matches_model, param_fingerprint
 
@@ -162,6 +169,8 @@ def run(case: Case, *, record: dict[str, Any] | None = None) -> dict[str, Any]:
     try:
         record["device"] = str(device)
         record["device_name"] = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+        if case.memory_snapshot:
+            record["memory_snapshot_recording"] = start_memory_history(device)
         flavor = get_flavor(case.model)
 
         stages.enter("data")
@@ -176,6 +185,15 @@ def run(case: Case, *, record: dict[str, Any] | None = None) -> dict[str, Any]:
         # Hugging Face models are built on the meta device and materialized after sharding.
         model = build_model(flavor, seed=case.seed, device=device, meta=flavor.family == "hf")
         record["n_params"] = count_parameters(model)
+        first_param = next(model.parameters())
+        record["dtype"] = str(first_param.dtype).removeprefix("torch.")
+        record["param_bytes"] = first_param.element_size()
+        # The peak-FLOPs column MFU uses: mixed precision computes in its low dtype; fp32 matmuls
+        # run as TF32 on CUDA only when torch allows it.
+        tf32 = device.type == "cuda" and first_param.dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32
+        low = {"bf16": "bfloat16", "fp16": "float16"}.get(case.precision)
+        record["compute_dtype"] = low or ("tf32" if tf32 else record["dtype"])
+        record["flops"] = {"formula_inputs": {"n_matmul_params": count_matmul_params(model), **attention_shape(model)}}
         stages.done("model")
 
         optimizer = None
@@ -202,6 +220,10 @@ def run(case: Case, *, record: dict[str, Any] | None = None) -> dict[str, Any]:
         fingerprint_before = param_fingerprint(model)
         trainer = Trainer(case, model, optimizer, device=device)
 
+        timeline = MemoryTimeline(device)
+        on_phase = timeline.sample if timeline.enabled else None  # None: the CPU step stays bare
+        norms = UpdateNorms(model)
+        gpu_util = GpuUtilSampler(device)
         reset_peak(device)
         for i in range(case.warmup + case.steps):
             stage = "first_step" if i == 0 else ("warmup" if i < case.warmup else "measure")
@@ -209,18 +231,24 @@ def run(case: Case, *, record: dict[str, Any] | None = None) -> dict[str, Any]:
                 stages.enter(stage)
             if i == case.warmup:
                 reset_peak(device)  # the reported peak is the measured steps' peak
+                gpu_util.__enter__()
+            norms.before_step()  # untimed: a host copy of the local parameters
+            timeline.step = i
             _sync(device)
             t0 = time.perf_counter()
-            loss = trainer(source.batches(i))
+            timeline.sample("step_start")
+            loss = trainer.step(source.batches(i), on_phase=on_phase)
             _sync(device)
             elapsed = time.perf_counter() - t0
             (record["warmup_step_times_s"] if i < case.warmup else record["step_times_s"]).append(elapsed)
             # .item() after the timed region: the device already finished this step.
             record["losses"].append(float(loss.item()))
+            norms.after_step()
             if i == 0:
                 stages.done("first_step")
             if i == case.warmup - 1:
                 stages.done("warmup")
+        gpu_util.__exit__(None, None, None)
 
         mem = read_memory(device)
         record["memory"].update(
@@ -230,6 +258,17 @@ def run(case: Case, *, record: dict[str, Any] | None = None) -> dict[str, Any]:
         )
         record["params_changed"] = param_fingerprint(model) != fingerprint_before
         record.update(trainer.summary())
+        record["update_norms"] = norms.norms
+        if norms.reason:
+            record["update_norms_null_reason"] = norms.reason
+        record["gpu_util"] = gpu_util.result()
+        if timeline.enabled:
+            record["memory_timeline"] = timeline.samples
+        record["allocator"] = allocator_health(device)
+        if case.memory_snapshot and out_dir is not None and device.type == "cuda":
+            record["memory_snapshot"] = dump_memory_snapshot(Path(out_dir) / f"memory_snapshot_rank{rank}.pickle")
+        if record.get("memory_snapshot_recording"):
+            stop_memory_history()
         if case.checkpoint != "none":
             from fsdp_bench.checkpointing import run_checkpoint_benchmark
 
@@ -238,19 +277,9 @@ def run(case: Case, *, record: dict[str, Any] | None = None) -> dict[str, Any]:
                 case.checkpoint, model, optimizer, lambda i: trainer(source.batches(i)),
                 case.warmup + case.steps, device)
 
-        if device.type == "cpu":
-            stages.enter("memory_probe")
-            try:
-                tracked = track_step_memory(
-                    lambda tracker: trainer.step(source.batches(0), tracker.reset_mod_stats), [model], optimizer)
-            except RuntimeError as exc:
-                # MemTracker refuses some wrappers (FSDP1's parameter views are not leaves) in its
-                # first forward hook, before any collective: every rank refuses alike. No number
-                # beats a wrong one; the peak RSS below still stands.
-                record["memory"]["method"] = f"unavailable: MemTracker refused this model: {exc}"
-            else:
-                record["memory"]["peak_allocated_bytes"] = tracked["peak_bytes"]
-                record["memory"]["tracked_by_category_bytes"] = tracked["by_category_bytes"]
+        stages.enter("memory_probe")
+        run_probes(case, model, optimizer, lambda on_phase=None: trainer.step(source.batches(0), on_phase),
+                   record=record, device=device, rank=rank, out_dir=out_dir)
 
         stages.enter("end")
         record["memory"]["peak_rss_bytes"] = peak_rss_bytes()
@@ -314,8 +343,8 @@ def _classify_exception(exc: BaseException) -> str:
 
 def _install_cuda_oom_observer(case: Case, record: dict[str, Any], out_dir: Path, rank: int) -> None:
     """On CUDA, catch the allocator's OOM at the moment it happens, before the stack unwinds and
-    frees tensors: record the device's state then and, when the case asks for it
-    (`memory_snapshot`), dump the allocator snapshot (load it at https://pytorch.org/memory_viz).
+    frees tensors: record the device's state then and dump the allocator snapshot (load it at
+    https://pytorch.org/memory_viz; with `memory_snapshot` on it also holds allocation stacks).
     Both calls create the CUDA context, so this rank's device is selected first (else every rank
     would put a context on GPU 0)."""
     if case.device != "cuda":
@@ -339,13 +368,13 @@ def _install_cuda_oom_observer(case: Case, record: dict[str, Any], out_dir: Path
             return
         record["oom"] = {"device": device, "requested_bytes": alloc, "allocated_bytes": device_alloc,
                          "device_free_bytes": device_free, "time_unix": time.time()}
-        if want_snapshot:
-            path = Path(out_dir) / f"oom-snapshot-rank{rank}.pickle"
-            try:
-                torch.cuda.memory._dump_snapshot(str(path))
-                record["oom"]["snapshot"] = path.name
-            except Exception as exc:
-                record["oom_snapshot_error"] = f"{type(exc).__name__}: {exc}"
+        # torchtitan's habit: an OOM always leaves the allocator's state behind.
+        path = Path(out_dir) / f"oom-snapshot-rank{rank}.pickle"
+        try:
+            torch.cuda.memory._dump_snapshot(str(path))
+            record["oom"]["snapshot"] = path.name
+        except Exception as exc:
+            record["oom_snapshot_error"] = f"{type(exc).__name__}: {exc}"
 
     try:
         torch._C._cuda_attach_out_of_memory_observer(on_oom)
@@ -387,7 +416,7 @@ def main(argv: list[str] | None = None) -> int:
     _PROGRESS_FILE = rank_file(args.out, rank)
     try:
         _install_cuda_oom_observer(case, record, args.out, rank)
-        run(case, record=record)
+        run(case, record=record, out_dir=args.out)
         return 0
     except BaseException as exc:
         record["status"] = _classify_exception(exc)

@@ -1,7 +1,5 @@
 """Collection is pure Python: no torch import, fast, -k works on case ids, bad options are one line."""
 
-import subprocess
-import sys
 import time
 
 import pytest

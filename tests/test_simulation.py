@@ -4,7 +4,6 @@ the fit model, each validated against real gloo runs (memory) and profiler trace
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path

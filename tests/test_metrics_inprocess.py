@@ -1,0 +1,36 @@
+"""The worker's measurements in-process (world size 1, gloo): grad accumulation and the FLOP count."""
+
+from __future__ import annotations
+
+import pytest
+
+from fsdp_bench.case import Case
+from fsdp_bench.worker import run
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
+def test_breakdown_and_model_state_with_grad_accumulation(strategy):
+    # MemTracker refuses a module's second forward in one session unless its module stats are
+    # cleared between micro-batches; the probe must survive grad accumulation.
+    case = Case(strategy=strategy, model="gpt_tiny", seq_len=32, steps=2, warmup=1, nproc=1, grad_accum=2)
+    record = run(case)
+    parts = record["memory_breakdown_bytes"]
+    assert parts is not None, record.get("memory_breakdown_null_reason")
+    assert sum(parts.values()) == record["memory"]["peak_allocated_bytes"]
+    assert parts["grads"] > 0  # the second micro-batch runs with the first one's gradients alive
+    assert record["measured_model_state_bytes"]["total"] == pytest.approx(16 * record["n_params"], rel=0.01)
+    assert len(record["update_norms"]) == 3 and min(record["update_norms"]) > 0
+    assert record["flops"]["formula_over_counter"] == pytest.approx(1.0, abs=0.15)
+    assert "memory_timeline" not in record  # no allocator to read on CPU
+    assert record["allocator"] is None
+    assert record["gpu_util"]["pct_mean"] is None and "cpu" in record["gpu_util"]["null_reason"]
+
+
+def test_linear_model_flops_have_no_attention_term():
+    record = run(Case(strategy="ddp", model="linear_tiny", seq_len=4, steps=1, warmup=0, nproc=1))
+    flops = record["flops"]
+    assert flops["formula_inputs"]["n_layers"] == 0
+    assert flops["per_token_formula"] == 6 * record["n_params"]
+    # the counter sees the matmuls only (biases are adds): 6 per weight of 4 Linear(256, 256),
+    # less the first layer's input gradient (2 per weight), which autograd skips for data input
+    assert flops["per_token_counter"] == (6 * 4 - 2) * 256 * 256
