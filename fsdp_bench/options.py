@@ -145,24 +145,22 @@ def _split(option: str, raw: str) -> list[str]:
     return items
 
 
-def _positive_int(option: str, text: str) -> int:
+def _int_at_least(option: str, text: str, minimum: int, noun: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise CaseError(f"{option}: {text!r} is not a positive integer") from None
-    if value < 1:
-        raise CaseError(f"{option}: {text!r} is not a positive integer")
+        value = minimum - 1
+    if value < minimum:
+        raise CaseError(f"{option}: {text!r} is not a {noun}")
     return value
+
+
+def _positive_int(option: str, text: str) -> int:
+    return _int_at_least(option, text, 1, "positive integer")
 
 
 def _non_negative_int(option: str, text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise CaseError(f"{option}: {text!r} is not a non-negative integer")
-    return value
+    return _int_at_least(option, text, 0, "non-negative integer")
 
 
 def _positive_float(option: str, text: str) -> float:

@@ -22,7 +22,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
-def bare_loop(case) -> list[float]:
+def _setup(case):
+    """One rank's model, optimizer and batches, built as worker.run builds them (world size 1)."""
     import torch
     import torch.distributed as dist
 
@@ -33,14 +34,19 @@ def bare_loop(case) -> list[float]:
 
     device = torch.device(case.device)
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1, timeout=timedelta(seconds=60))
+    flavor = get_flavor(case.model)
+    batches = make_synthetic_batches(flavor, batch_size=case.batch_size, seq_len=case.seq_len,
+                                     count=case.grad_accum, seed=case.seed, rank=0, device=device)
+    model, _ = shard_model(case, build_model(flavor, seed=case.seed, device=device), None, device=device)
+    trainer = Trainer(case, model, build_optimizer(model.parameters(), case), device=device)
+    return device, model, batches, trainer
+
+
+def bare_loop(case) -> list[float]:
+    import torch.distributed as dist
+
+    device, model, batches, trainer = _setup(case)
     try:
-        flavor = get_flavor(case.model)
-        batches = make_synthetic_batches(flavor, batch_size=case.batch_size, seq_len=case.seq_len,
-                                         count=case.grad_accum, seed=case.seed, rank=0, device=device)
-        model = build_model(flavor, seed=case.seed, device=device)
-        model, _ = shard_model(case, model, None, device=device)
-        optimizer = build_optimizer(model.parameters(), case)
-        trainer = Trainer(case, model, optimizer, device=device)
         times = []
         for i in range(case.warmup + case.steps):
             t0 = time.perf_counter()
@@ -58,26 +64,13 @@ def paired_steps(case, pairs: int) -> tuple[list[float], list[float], list[float
     """Alternate bare and instrumented steps on one model: machine noise hits both sides of a pair
     alike, so the per-pair ratio isolates what the instrumentation costs. The instrumented step
     does exactly what worker.run does around a measured step."""
-    import torch
     import torch.distributed as dist
 
-    from fsdp_bench.data import make_synthetic_batches
     from fsdp_bench.measurement import UpdateNorms
     from fsdp_bench.memory import MemoryTimeline
-    from fsdp_bench.models.build import build_model, get_flavor
-    from fsdp_bench.strategies import shard_model
-    from fsdp_bench.training import Trainer, build_optimizer
 
-    device = torch.device(case.device)
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1, timeout=timedelta(seconds=60))
+    device, model, batches, trainer = _setup(case)
     try:
-        flavor = get_flavor(case.model)
-        batches = make_synthetic_batches(flavor, batch_size=case.batch_size, seq_len=case.seq_len,
-                                         count=case.grad_accum, seed=case.seed, rank=0, device=device)
-        model = build_model(flavor, seed=case.seed, device=device)
-        model, _ = shard_model(case, model, None, device=device)
-        optimizer = build_optimizer(model.parameters(), case)
-        trainer = Trainer(case, model, optimizer, device=device)
         timeline, norms = MemoryTimeline(device), UpdateNorms(model)
         on_phase = timeline.sample if timeline.enabled else None
         bare, measured, bare_cpu, measured_cpu = [], [], [], []
