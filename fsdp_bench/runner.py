@@ -51,7 +51,7 @@ def build_command(case: Case, case_file: Path, out_dir: Path, *, python: str = s
         python, "-m", "torch.distributed.run",
         *torchrun_rendezvous_args(launch, case_id=case.id, world_size=case.nproc, join_timeout_s=join_timeout_s),
         "--max-restarts", "0",
-        "--monitor-interval", "0.5",
+        "--monitor-interval", "0.1",
         "-m", "fsdp_bench.worker",
         "--case", str(case_file),
         "--out", str(out_dir),
@@ -274,7 +274,7 @@ def run_case(case: Case, run_dir: Path, *, timeout_s: float, env: dict[str, str]
     case_file = work_dir / "case.json"
     write_json_atomic(case_file, case.to_dict())
     log_path = work_dir / "log.txt"
-    started, started_utc = time.monotonic(), utc_now()
+    started, started_utc, launched_unix = time.monotonic(), utc_now(), time.time()
     timed_out = False
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
@@ -304,6 +304,8 @@ def run_case(case: Case, run_dir: Path, *, timeout_s: float, env: dict[str, str]
         "returncode": proc.returncode,
         "started_utc": started_utc,
         "duration_s": time.monotonic() - started,
+        "launched_unix": launched_unix,
+        "finished_unix": time.time(),
         "log_tail": log_tail if outcome.status != "ok" else log_tail[-500:],
         "metrics": aggregate_rank_metrics(
             tokens_per_step=case.tokens_per_step, samples_per_step=case.global_batch_size,

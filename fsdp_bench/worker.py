@@ -78,6 +78,8 @@ class _Stages:
 
     def enter(self, stage: str) -> None:
         self.record["stage"] = stage
+        # Wall clock, so the parent can split a case's time into launch, training, probes, teardown.
+        self.record.setdefault("stage_started_unix", {})[stage] = time.time()
         save_progress(self.record)
         kind = self.faults.get(stage)
         if kind:

@@ -73,6 +73,7 @@ def main() -> None:
     if rank == 0:
         with open(args.out, "w") as fh:
             json.dump(t.tolist(), fh)
+    dist.barrier()  # as the worker does: without it gloo can abort in teardown ("terminate called ...")
     dist.destroy_process_group()
 
 
