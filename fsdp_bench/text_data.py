@@ -68,11 +68,16 @@ def _read_json(path: Path, corpus: TextCorpus) -> None:
         return
     items = data if isinstance(data, list) else [data]
     for index, item in enumerate(items):
-        text = _text_of(item)
-        if text is None:
-            corpus.report(f"{path}[{index}]", 'not an object with a string "text"')
-        elif text:
-            corpus.documents.append(text)
+        _add_document(corpus, f"{path}[{index}]", item)
+
+
+def _add_document(corpus: TextCorpus, where: str, item) -> None:
+    """Keep the item's text, or report it (by file and line or index) when it has none."""
+    text = _text_of(item)
+    if text is None:
+        corpus.report(where, 'not an object with a string "text"')
+    elif text:
+        corpus.documents.append(text)
 
 
 def _read_jsonl(path: Path, corpus: TextCorpus) -> None:
@@ -88,11 +93,7 @@ def _read_jsonl(path: Path, corpus: TextCorpus) -> None:
             except json.JSONDecodeError as exc:
                 corpus.report(f"{path}:{lineno}", f"invalid JSON ({exc.msg})")
                 continue
-            text = _text_of(item)
-            if text is None:
-                corpus.report(f"{path}:{lineno}", 'not an object with a string "text"')
-            elif text:
-                corpus.documents.append(text)
+            _add_document(corpus, f"{path}:{lineno}", item)
 
 
 def _read_txt(path: Path, corpus: TextCorpus) -> None:
