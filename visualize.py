@@ -1,8 +1,11 @@
 #!/usr/bin/env python
-"""Turn a fsdp-bench run folder into comparison.csv and charts.
+"""Turn a fsdp-bench run folder into comparison.csv, charts and a report, or compare two runs.
 
     python visualize.py                 # the newest run under results/
     python visualize.py RUN_DIR [...]   # those runs
+    python visualize.py --compare BASE_RUN NEW_RUN [--threshold PCT]
+                                        # compare.csv/.md/.png in NEW_RUN (or --out); exit 1 on a
+                                        # regression beyond PCT percent (default 5)
 """
 
 from __future__ import annotations
@@ -29,7 +32,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("runs", nargs="*", type=Path, help="run folders (default: the newest under --results-dir)")
     parser.add_argument("--results-dir", type=Path, default=Path("results"), help="where runs live (default: results)")
     parser.add_argument("--out", type=Path, default=None, help="write outputs here instead of into the run folder")
+    parser.add_argument("--compare", nargs=2, type=Path, metavar=("BASE_RUN", "NEW_RUN"),
+                        help="compare two runs; exit 1 when a case regresses beyond --threshold")
+    parser.add_argument("--threshold", type=float, default=5.0,
+                        help="percent change in the wrong direction that counts as a regression (default: 5)")
     args = parser.parse_args(argv)
+    if args.compare:
+        return compare_main(args)
     try:  # every argument is checked before anything is written
         runs = args.runs or [newest_run(args.results_dir)]
         for run in runs:
@@ -48,9 +57,41 @@ def main(argv: list[str] | None = None) -> int:
             print(f"visualize.py: {note}", file=sys.stderr)
         for path in written:
             print(path)
-        if not written:
-            status = 2
+        if not written or not any(Path(run, "cases").glob("*.json")):
+            status = 2  # an empty report is written, but a run without results is an error
     return status
+
+
+def compare_main(args: argparse.Namespace) -> int:
+    from fsdp_bench.compare import compare_runs, write_comparison
+
+    base, new = args.compare
+    try:
+        if args.runs:
+            raise ResultError("give either run folders or --compare BASE NEW, not both")
+        if not args.threshold >= 0:
+            raise ResultError(f"--threshold: {args.threshold:g} is not a non-negative percentage")
+        for run in (base, new):
+            if not is_run_dir(run):
+                raise ResultError(f"{run}: not a fsdp-bench run folder (no cases/ or env.json)")
+        out = args.out if args.out is not None else new
+        writable_dir("--out", str(out))
+    except (ResultError, CaseError) as exc:
+        print(f"visualize.py: {exc}", file=sys.stderr)
+        return 2
+    comparison, problems = compare_runs(base, new, threshold_pct=args.threshold)
+    for problem in problems:
+        print(f"visualize.py: {problem}", file=sys.stderr)
+    for line in comparison.env_differences:
+        print(f"visualize.py: warning: runs differ: {line}", file=sys.stderr)
+    for path in write_comparison(comparison, out, base=base, new=new, threshold_pct=args.threshold):
+        print(path)
+    print(f"{len(comparison.rows)} case(s) in both runs, {len(comparison.only_base)} only in base, "
+          f"{len(comparison.only_new)} only in new, {len(comparison.regressions)} regression(s) "
+          f"beyond {args.threshold:g}%")
+    for line in comparison.regressions:
+        print(f"REGRESSION {line}")
+    return 1 if comparison.regressions else 0
 
 
 if __name__ == "__main__":

@@ -179,7 +179,7 @@ def loss_max_abs_dev_vs_ddp(rows: Sequence[dict[str, Any]], curves: dict[str, Se
     model, world size, batch size, grad accum, seq_len, seed and lr (None when there is none).
     `curves` maps case ids to their rank-mean loss per step.
     """
-    axes = ("model", "nproc", "batch_size", "grad_accum", "seq_len", "seed", "lr")
+    axes = ("model", "nproc", "batch_size", "grad_accum", "seq_len", "seed", "lr", "precision")
     ddp = {tuple(r.get(a) for a in axes): r["case_id"] for r in rows if r.get("strategy") == "ddp"}
     out: dict[str, float | None] = {}
     for r in rows:

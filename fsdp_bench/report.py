@@ -1,108 +1,101 @@
-"""Turn a run folder into `comparison.csv` and charts. `visualize.py` and the pytest plugin both
-call `write_report`, so the session's outputs and a regenerated report are the same files."""
+"""Turn a run folder into comparison.csv, per_rank.csv, charts, report.md and report.html.
+
+`visualize.py` and the pytest plugin both call `write_report`, so the session's outputs and a
+regenerated report are the same files. Only the files named in OWNED_FILES are ever written;
+nothing else in the run folder is touched. No torch import.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from fsdp_bench.case import STRATEGIES
-from fsdp_bench.results import flatten_result, load_run, sort_rows
+from fsdp_bench.chart_style import RunData
+from fsdp_bench.charts import CHART_FILES, draw_charts
+from fsdp_bench.charts_time import loss_curve
+from fsdp_bench.report_page import Page, render_html, render_markdown, write_text_atomic
+from fsdp_bench.results import ResultError, load_run, read_json
+from fsdp_bench.summary import add_loss_deviation, summary_lines
+from fsdp_bench.table import build_per_rank_table, build_table
 
-# One colour per strategy, the same in every chart.
-_PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
-            "#7f7f7f", "#bcbd22", "#17becf", "#393b79", "#637939")
-STRATEGY_COLORS = {name: _PALETTE[i % len(_PALETTE)] for i, name in enumerate(STRATEGIES)}
-
-
-def build_table(results: list[dict[str, Any]]):
-    import pandas as pd
-
-    from fsdp_bench.metrics import loss_max_abs_dev_vs_ddp, mean_across_ranks
-
-    rows = sort_rows(flatten_result(r) for r in results)
-    curves = {r["case_id"]: mean_across_ranks(x["losses"] for x in r.get("ranks") or [])
-              for r in results if r.get("ranks") and all(x.get("losses") for x in r["ranks"])}
-    deviation = loss_max_abs_dev_vs_ddp(rows, curves)
-    for row in rows:
-        row["loss_max_abs_dev_vs_ddp"] = deviation.get(row["case_id"])
-    return pd.DataFrame(rows)
+TABLE_FILES = ("comparison.csv", "per_rank.csv")
+PAGE_FILES = ("report.md", "report.html")
+OWNED_FILES = TABLE_FILES + CHART_FILES + PAGE_FILES
 
 
-def _series_label(row: Any, timings: int) -> str:
-    return row["strategy"] if timings <= 1 else f"{row['strategy']} ({row['optimizer_timing']})"
+def load_environment(run_dir: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """env.json, or None and the one-line problem."""
+    path = Path(run_dir) / "env.json"
+    try:
+        data = read_json(path)
+    except ResultError as exc:
+        return None, f"{exc}; the environment section is left unknown"
+    if not isinstance(data, dict):
+        return None, f"{path}: expected a JSON object, got {type(data).__name__}; environment unknown"
+    return data, None
 
 
-def plot_vs_batch_size(df, metric: str, ylabel: str, title: str, path: Path) -> bool:
-    """One panel per grad-accum, one line per strategy; non-ok cases drawn as an x at the bottom."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    if metric not in df.columns or df[metric].notna().sum() == 0:
-        return False
-    accums = sorted(df["grad_accum"].unique())
-    fig, axes = plt.subplots(1, len(accums), figsize=(5.5 * len(accums), 4.2), squeeze=False, sharey=True)
-    timings = df["optimizer_timing"].nunique()
-    for ax, ga in zip(axes[0], accums):
-        part = df[df["grad_accum"] == ga]
-        for (strategy, timing), group in part.groupby(["strategy", "optimizer_timing"], sort=False):
-            color = STRATEGY_COLORS.get(strategy, "black")
-            label = _series_label(group.iloc[0], timings)
-            ok = group[group["status"] == "ok"].sort_values("batch_size")
-            style = "-" if timing == "after_shard" else ("--" if timing == "before_shard" else ":")
-            if len(ok):
-                ax.plot(ok["batch_size"], ok[metric], style, marker="o", color=color, label=label)
-            bad = group[group["status"].isin(["oom", "failed", "timeout"])]
-            for _, row in bad.iterrows():
-                ax.annotate(row["status"].upper(), (row["batch_size"], 0), xycoords=("data", "axes fraction"),
-                            xytext=(0, 4), textcoords="offset points", ha="center", color=color, fontsize=8)
-                ax.plot([row["batch_size"]], [0], marker="x", color=color, transform=ax.get_xaxis_transform(),
-                        clip_on=False)
-        ax.set_title(f"grad accum {ga}")
-        ax.set_xlabel("per-device batch size (samples)")
-        ax.set_xticks(sorted(df["batch_size"].unique()))
-        ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel(ylabel)
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    for ax in axes[0][1:]:
-        h, lab = ax.get_legend_handles_labels()
-        handles += [x for x, y in zip(h, lab) if y not in labels]
-        labels += [y for y in lab if y not in labels]
-    fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
-    models = ", ".join(sorted(df["model"].unique()))
-    fig.suptitle(f"{title} — {models}")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    return True
-
-
-CHARTS = (
-    ("tokens_per_s_per_device", "tokens/s per device", "Throughput vs batch size", "throughput_vs_batch_size.png"),
-    ("peak_allocated_gib", "peak allocated memory (GiB)", "Peak memory vs batch size", "peak_memory_vs_batch_size.png"),
-)
+def load_report_inputs(run_dir: Path) -> tuple[list[dict[str, Any]], dict[str, Any] | None, list[str]]:
+    """The readable case results, the environment, and one line per problem found."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise ResultError(f"{run_dir}: not a folder")
+    if not (run_dir / "cases").is_dir():
+        problems = [f"{run_dir / 'cases'}: missing; the run has no case results"]
+        results: list[dict[str, Any]] = []
+    else:
+        results, problems = load_run(run_dir)
+        if not results and not problems:
+            problems.append(f"{run_dir / 'cases'}: holds no case results (did the sweep run any case?)")
+    seen: set[str] = set()
+    unique = []
+    for result in results:
+        if not isinstance(result.get("case"), dict):
+            problems.append(f"{run_dir / 'cases' / (str(result.get('case_id')) + '.json')}: 'case' is not an object")
+            continue
+        if result["case_id"] in seen:
+            continue
+        seen.add(result["case_id"])
+        unique.append(result)
+    env, env_problem = load_environment(run_dir)
+    if env_problem:
+        problems.append(env_problem)
+    if unique and not any(r.get("status") == "ok" for r in unique):
+        problems.append(f"{run_dir}: no case finished ok ({len(unique)} cases); charts need finished cases")
+    return unique, env, problems
 
 
 def write_report(run_dir: Path, out_dir: Path | None = None) -> tuple[list[Path], list[str]]:
-    """Write the table and charts for a run; returns the files written and one note per problem."""
+    """Write the table, charts and report page for a run; returns the files written and one note
+    per problem (unreadable files, charts skipped for lack of data)."""
     run_dir = Path(run_dir)
     out_dir = Path(out_dir) if out_dir is not None else run_dir
+    try:
+        results, env, notes = load_report_inputs(run_dir)
+    except ResultError as exc:
+        return [], [str(exc)]
     out_dir.mkdir(parents=True, exist_ok=True)
-    results, notes = load_run(run_dir)
-    if not results:
-        notes.append(f"{run_dir}: no case results to report")
-        return [], notes
-    df = build_table(results)
+    curves = {r["case_id"]: loss_curve(r) for r in results}
+    df = add_loss_deviation(build_table(results), curves)
     written = []
-    csv_path = out_dir / "comparison.csv"
-    df.to_csv(csv_path, index=False)
-    written.append(csv_path)
-    for metric, ylabel, title, name in CHARTS:
+    for name, table in (("comparison.csv", df), ("per_rank.csv", build_per_rank_table(results))):
         path = out_dir / name
-        if plot_vs_batch_size(df, metric, ylabel, title, path):
-            written.append(path)
-        else:
-            notes.append(f"{name} skipped: no case measured {metric}")
-    return written, notes
+        write_text_atomic(path, table.to_csv(index=False))
+        written.append(path)
+    run = RunData(df=df, results={r["case_id"]: r for r in results}, title=_models(df))
+    outcomes = draw_charts(run, out_dir)
+    written += [o.path for o in outcomes if o.path is not None]
+    chart_notes = [o.note for o in outcomes if o.path is None]
+    page = Page(run_name=run_dir.resolve().name, env=env, df=df, summary=summary_lines(df), charts=outcomes,
+                problems=list(notes), files=list(TABLE_FILES))
+    for name, render in (("report.md", render_markdown), ("report.html", render_html)):
+        path = out_dir / name
+        write_text_atomic(path, render(page))
+        written.append(path)
+    return written, notes + chart_notes
+
+
+def _models(df) -> str:
+    if df.empty or "model" not in df:
+        return ""
+    return ", ".join(sorted(map(str, df["model"].dropna().unique())))

@@ -1,0 +1,199 @@
+"""visualize.py on golden runs: real outputs of small CPU sweeps (scripts/make_golden_runs.sh),
+including an injected OOM and a timeout. Bad inputs are corrupted copies made in tmp_path."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import PROJECT_ROOT
+
+GOLDEN = PROJECT_ROOT / "tests" / "data" / "golden"
+VISUALIZE = PROJECT_ROOT / "visualize.py"
+# Charts a CPU run without --bench-profile has the data for; the others must be skipped with a note.
+EXPECTED_CHARTS = ("throughput_vs_batch_size.png", "peak_memory_vs_batch_size.png", "memory_stages.png",
+                   "memory_breakdown.png", "loss_curves.png")
+SKIPPED_CHARTS = ("gpu_utilization.png", "mfu_vs_batch_size.png")
+
+
+def visualize(*args: str | Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(VISUALIZE), *map(str, args)], capture_output=True, text=True,
+                          timeout=300, cwd=PROJECT_ROOT)
+
+
+def copy_run(name: str, dest: Path) -> Path:
+    run = dest / name
+    shutil.copytree(GOLDEN / name, run)
+    return run
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    run = copy_run("base", tmp_path_factory.mktemp("report"))
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    proc = visualize(run)
+    return run, proc, before
+
+
+def test_report_runs_and_says_which_charts_it_skipped(report):
+    _, proc, _ = report
+    assert proc.returncode == 0, proc.stderr
+    for name in SKIPPED_CHARTS:
+        assert any(name in line and "skipped" in line for line in proc.stderr.splitlines()), proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_comparison_csv_keeps_every_case_with_status_and_reason(report):
+    run, _, _ = report
+    rows = list(csv.DictReader((run / "comparison.csv").open()))
+    cases = {p.stem for p in (run / "cases").glob("*.json")}
+    assert {r["case_id"] for r in rows} == cases
+    by_status = {r["status"] for r in rows}
+    assert {"ok", "oom", "timeout"} <= by_status
+    for row in rows:
+        if row["status"] != "ok":
+            assert row["reason"], row
+            assert row["tokens_per_s_per_device"] == ""  # no half-measured numbers for failed cases
+        else:
+            assert float(row["tokens_per_s_per_device"]) > 0
+    for column in ("case_id", "model", "strategy", "batch_size", "grad_accum", "optimizer_timing", "status",
+                   "reason", "step_time_s_median", "peak_allocated_gib", "loss_max_abs_dev_vs_ddp"):
+        assert column in rows[0], column
+    # sorted by model, strategy, batch size, grad-accum, optimizer timing
+    keys = [(r["model"], r["strategy"]) for r in rows]
+    assert keys == sorted(keys, key=lambda k: (k[0], ["ddp", "fsdp1_full_shard", "fsdp2"].index(k[1])))
+
+
+def test_per_rank_csv_has_a_row_per_rank(report):
+    run, _, _ = report
+    rows = list(csv.DictReader((run / "per_rank.csv").open()))
+    ok_cases = [json.loads(p.read_text()) for p in (run / "cases").glob("*.json")]
+    expected = sum(len(r["ranks"]) for r in ok_cases)
+    assert len(rows) == expected and {"case_id", "rank"} <= set(rows[0])
+
+
+@pytest.mark.parametrize("name", EXPECTED_CHARTS)
+def test_expected_charts_are_real_images(report, name):
+    run, _, _ = report
+    data = (run / name).read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    assert width >= 400 and height >= 250 and len(data) > 15_000
+
+
+def test_report_page_sections(report):
+    run, _, _ = report
+    text = (run / "report.md").read_text()
+    for heading in ("Environment", "Summary", "Comparison", "Charts", "Failed"):
+        assert heading.lower() in text.lower(), heading
+    for name in EXPECTED_CHARTS:
+        assert name in text
+    assert "OOM" in text.upper() and "timeout" in text
+    assert (run / "report.html").read_text().lstrip().lower().startswith("<!doctype html")
+
+
+def test_only_owned_outputs_change(report):
+    run, _, before = report
+    for path, data in before.items():
+        assert path.read_bytes() == data, path
+
+
+def test_a_second_report_is_identical_in_its_table(report, tmp_path):
+    run, _, _ = report
+    proc = visualize(run, "--out", tmp_path)
+    assert proc.returncode == 0
+    assert (tmp_path / "comparison.csv").read_text() == (run / "comparison.csv").read_text()
+
+
+# --- comparison of two runs ---------------------------------------------------------------------
+
+def test_compare_lists_common_and_unique_cases(tmp_path):
+    base, new = copy_run("base", tmp_path), copy_run("new", tmp_path)
+    proc = visualize("--compare", base, new, "--threshold", "1000", "--out", tmp_path / "cmp")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = list(csv.DictReader((tmp_path / "cmp" / "compare.csv").open()))
+    common = {p.stem for p in (base / "cases").glob("*.json")} & {p.stem for p in (new / "cases").glob("*.json")}
+    assert {r["case_id"] for r in rows} == common
+    text = (tmp_path / "cmp" / "compare.md").read_text()
+    assert "Only in the new run" in text and "fsdp2_no_reshard" in text
+    assert (tmp_path / "cmp" / "compare.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_compare_fails_on_a_regression_and_warns_on_other_machines(tmp_path):
+    base, new = copy_run("base", tmp_path), copy_run("new", tmp_path)
+    victim = next(p for p in sorted((new / "cases").glob("*.json")) if json.loads(p.read_text())["status"] == "ok")
+    data = json.loads(victim.read_text())
+    data["metrics"]["tokens_per_s_per_device"] /= 2  # hand-made regression in a copy
+    victim.write_text(json.dumps(data))
+    env = json.loads((new / "env.json").read_text())
+    env["torch"] = "9.9.9"
+    (new / "env.json").write_text(json.dumps(env))
+    proc = visualize("--compare", base, new, "--threshold", "10", "--out", tmp_path / "cmp")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert f"REGRESSION {victim.stem}: tokens_per_s_per_device" in proc.stdout
+    assert "warning: runs differ: torch" in proc.stderr
+
+
+# --- bad input ----------------------------------------------------------------------------------
+
+def _one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> None:
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert lines and "Traceback" not in proc.stderr
+    assert all(n in lines[0] for n in needles), lines
+
+
+def test_empty_results_folder(tmp_path):
+    _one_line_error(visualize("--results-dir", tmp_path), str(tmp_path), "holds no runs")
+
+
+def test_unknown_folder(tmp_path):
+    _one_line_error(visualize(tmp_path / "nope"), "nope", "not a fsdp-bench run folder")
+
+
+def test_run_with_no_finished_cases(tmp_path):
+    run = tmp_path / "run"
+    (run / "cases").mkdir(parents=True)
+    proc = visualize(run)
+    assert proc.returncode == 2 and "no case results" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_truncated_and_old_files_are_named_and_the_rest_is_drawn(tmp_path):
+    run = copy_run("base", tmp_path)
+    files = sorted((run / "cases").glob("*.json"))
+    files[0].write_text(files[0].read_text()[:200])  # truncated
+    old = json.loads(files[1].read_text())
+    old["schema_version"] = 0
+    files[1].write_text(json.dumps(old))
+    proc = visualize(run)
+    assert proc.returncode == 0, proc.stderr
+    assert f"{files[0].name}: not valid JSON" in proc.stderr
+    assert f"{files[1].name}: schema_version 0 is not supported" in proc.stderr
+    rows = list(csv.DictReader((run / "comparison.csv").open()))
+    assert len(rows) == len(files) - 2
+    assert (run / "throughput_vs_batch_size.png").exists()
+
+
+def test_bad_threshold_and_mixed_arguments(tmp_path):
+    base = copy_run("base", tmp_path)
+    _one_line_error(visualize("--compare", base, base, "--threshold", "-1"), "--threshold")
+    _one_line_error(visualize(base, "--compare", base, base), "either run folders or --compare")
+
+
+def test_golden_runs_are_real_sweeps():
+    """The golden data must stay what the script produced: both ranks' records, timings, env."""
+    for name in ("base", "new"):
+        env = json.loads((GOLDEN / name / "env.json").read_text())
+        assert env["torch"].startswith("2.") and env["python"]
+        for path in (GOLDEN / name / "cases").glob("*.json"):
+            result = json.loads(path.read_text())
+            assert result["case_id"] == path.stem
+            if result["status"] == "ok":
+                assert len(result["ranks"]) == result["case"]["nproc"]
+                assert all(len(r["step_times_s"]) == result["case"]["steps"] for r in result["ranks"])
