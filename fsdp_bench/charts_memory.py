@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from fsdp_bench.chart_style import (
-    ChartSkipped, RunData, Slice, TIMING_LABELS, TIMING_STYLES, add_legend, pyplot, reference_slice, require,
-    save_figure, strategies_in, strategy_color, strategy_handles, timings_in, bar_positions, STATUS_MARKS,
+    ChartSkipped, RunData, TIMING_LABELS, TIMING_STYLES, add_legend, pyplot, reference_slice, require,
+    save_figure, strategies_in, strategy_color, strategy_handles, bar_positions, STATUS_MARKS,
 )
 from fsdp_bench.metrics import GIB
 from fsdp_bench.table import ok_rows, strategy_order, timing_order
