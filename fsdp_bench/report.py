@@ -12,10 +12,9 @@ from typing import Any
 
 from fsdp_bench.chart_style import RunData
 from fsdp_bench.charts import CHART_FILES, draw_charts
-from fsdp_bench.charts_time import loss_curve
 from fsdp_bench.report_page import Page, render_html, render_markdown, write_text_atomic
 from fsdp_bench.results import ResultError, load_run, read_json
-from fsdp_bench.summary import add_loss_deviation, summary_lines
+from fsdp_bench.summary import summary_lines
 from fsdp_bench.table import build_per_rank_table, build_table
 
 TABLE_FILES = ("comparison.csv", "per_rank.csv")
@@ -75,8 +74,7 @@ def write_report(run_dir: Path, out_dir: Path | None = None) -> tuple[list[Path]
     except ResultError as exc:
         return [], [str(exc)]
     out_dir.mkdir(parents=True, exist_ok=True)
-    curves = {r["case_id"]: loss_curve(r) for r in results}
-    df = add_loss_deviation(build_table(results), curves)
+    df = build_table(results)
     written = []
     for name, table in (("comparison.csv", df), ("per_rank.csv", build_per_rank_table(results))):
         path = out_dir / name

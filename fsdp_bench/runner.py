@@ -126,7 +126,8 @@ def _first(records: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def classify_outcome(*, returncode: int | None, timed_out: bool, ranks: Sequence[dict[str, Any]],
-                     world_size: int, log_tail: str, timeout_s: float | None = None) -> Outcome:
+                     world_size: int, log_tail: str, timeout_s: float | None = None,
+                     expected_ranks: Sequence[int] | None = None) -> Outcome:
     """ok|failed|oom|timeout|skipped from what the case left behind. Pure, so it is unit-tested.
 
     A rank's own record beats torchrun's exit code: torchrun exits 1 for every failure and its
@@ -137,7 +138,7 @@ def classify_outcome(*, returncode: int | None, timed_out: bool, ranks: Sequence
     """
     by_rank = {r.get("rank"): r for r in ranks}
     kinds: dict[str, list[dict[str, Any]]] = {}
-    for rank in range(world_size):
+    for rank in (range(world_size) if expected_ranks is None else expected_ranks):
         record = by_rank.get(rank)
         kinds.setdefault(rank_failure_kind(record), []).append(record or {"rank": rank, "stage": None})
 
@@ -213,20 +214,27 @@ def _read_ranks(work_dirs: Sequence[Path], world_size: int) -> list[dict[str, An
 REMOTE_RANK_WAIT_S = 60.0  # other nodes' ranks write their files just after the final barrier
 
 
-def _collect_ranks(case: Case, run_dir: Path, launch: Launch) -> tuple[list[dict[str, Any]], int, str]:
-    """All rank records of a case this node can see, how many it expects, and a note.
+def _node_local_ranks(ranks: list[dict[str, Any]], local: int) -> list[int]:
+    """The global ranks one node ran. The c10d rendezvous, not --bench-node-rank, decides which
+    they are, so they are the ones whose files are here; with none written, assume the first."""
+    return sorted(r["rank"] for r in ranks) if ranks else list(range(local))
+
+
+def _collect_ranks(case: Case, run_dir: Path, launch: Launch) -> tuple[list[dict[str, Any]], list[int], str]:
+    """All rank records of a case this node can see, the ranks it expects, and a note.
 
     Node 0 of a multi-node case also reads the other nodes' folders; when those are not
     visible (no shared filesystem) it expects only its own ranks and says so.
     """
     if case.simulate:
-        return _read_ranks([run_dir_work(run_dir, case, launch)], 1), 1, ""
+        return _read_ranks([run_dir_work(run_dir, case, launch)], 1), [0], ""
     if not launch.multi_node:
-        return _read_ranks([run_dir_work(run_dir, case, launch)], case.nproc), case.nproc, ""
+        return _read_ranks([run_dir_work(run_dir, case, launch)], case.nproc), list(range(case.nproc)), ""
     own = run_dir_work(run_dir, case, launch)
+    local = case.nproc // launch.nnodes
     if not launch.owns_results:
-        local = case.nproc // launch.nnodes
-        return [r for r in _read_ranks([own], case.nproc)], local, ""
+        ranks = _read_ranks([own], case.nproc)
+        return ranks, _node_local_ranks(ranks, local), ""
     dirs = rank_file_dirs(run_dir, case.id, launch.nnodes)
     deadline = time.monotonic() + REMOTE_RANK_WAIT_S
     while True:
@@ -236,9 +244,8 @@ def _collect_ranks(case: Case, run_dir: Path, launch: Launch) -> tuple[list[dict
             break
         time.sleep(0.5)
     if shared:
-        return ranks, case.nproc, ""
-    local = case.nproc // launch.nnodes
-    return ranks, local, (f"other nodes' folders under {Path(run_dir) / 'nodes'} are not visible here "
+        return ranks, list(range(case.nproc)), ""
+    return ranks, _node_local_ranks(ranks, local), (f"other nodes' folders under {Path(run_dir) / 'nodes'} are not visible here "
                           f"(no shared filesystem?): the result holds node 0's {local} rank(s) only")
 
 
@@ -291,7 +298,8 @@ def run_case(case: Case, run_dir: Path, *, timeout_s: float, env: dict[str, str]
     ranks, expected, note = _collect_ranks(case, run_dir, launch)
     log_tail = _tail(log_path, CLASSIFY_TAIL_CHARS)
     outcome = classify_outcome(returncode=proc.returncode, timed_out=timed_out, ranks=ranks,
-                               world_size=expected, log_tail=log_tail, timeout_s=timeout_s)
+                               world_size=len(expected), log_tail=log_tail, timeout_s=timeout_s,
+                               expected_ranks=expected)
     log_tail = log_tail[-LOG_TAIL_CHARS:]
     result = {
         "schema_version": SCHEMA_VERSION,

@@ -6,7 +6,7 @@ run cannot answer the question.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Sequence
 
 from fsdp_bench.chart_style import TIMING_LABELS
 from fsdp_bench.table import FAILED_STATUSES, ok_rows, strategy_order
@@ -205,14 +205,3 @@ def summary_lines(df) -> list[tuple[str, str]]:
     if df.empty:
         return []
     return [(question, line) for question, answer in QUESTIONS for line in answer(df)]
-
-
-def add_loss_deviation(df, curves: Mapping[str, Sequence[float]]):
-    """loss_max_abs_dev_vs_ddp: the largest per-step loss difference from the ddp case with the
-    same model, batch, accumulation and world size (same seed and data, so it should be ~0)."""
-    from fsdp_bench.metrics import loss_max_abs_dev_vs_ddp
-
-    if df.empty:
-        return df
-    deviation = loss_max_abs_dev_vs_ddp(df.to_dict("records"), curves)
-    return df.assign(loss_max_abs_dev_vs_ddp=[deviation.get(c) for c in df["case_id"]])

@@ -83,10 +83,18 @@ def build_table(results: Iterable[Mapping[str, Any]]):
     """The comparison DataFrame: lead columns first, then every metric any case has."""
     import pandas as pd
 
+    from fsdp_bench.metrics import loss_max_abs_dev_vs_ddp, mean_across_ranks
+
+    results = list(results)
     rows = [flatten_case(r) for r in results]
     df = pd.DataFrame(rows)
     if df.empty:
         return pd.DataFrame(columns=list(LEAD_COLUMNS))
+    # Each finished case's loss curve (rank mean per step) against the matching DDP case's.
+    curves = {r["case_id"]: mean_across_ranks(x["losses"] for x in r["ranks"]) for r in results
+              if r.get("status") == "ok" and r.get("ranks") and all(x.get("losses") for x in r["ranks"])}
+    deviation = loss_max_abs_dev_vs_ddp(rows, curves)
+    df["loss_max_abs_dev_vs_ddp"] = [deviation.get(c) for c in df["case_id"]]
     lead = [c for c in LEAD_COLUMNS if c in df.columns]
     df = df[lead + [c for c in df.columns if c not in lead]]
     return _sorted(df)

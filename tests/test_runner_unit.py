@@ -77,3 +77,10 @@ def test_skipped_when_ranks_say_so():
 
 def test_torchrun_killed_by_signal():
     assert "SIGKILL" in classify(returncode=-9, ranks=[]).reason
+
+
+def test_a_node_judges_the_ranks_it_ran_whatever_their_numbers():
+    # On a second node the c10d rendezvous may hand this node global rank 1, not 0.
+    ranks = [_rank(1)]
+    assert classify(ranks=ranks, world_size=1, expected_ranks=[1]).status == "ok"
+    assert classify(ranks=ranks, world_size=1).status == "failed"  # rank 0 would be missing
