@@ -55,11 +55,14 @@ def pyplot():
 
 def save_figure(fig: Any, path: Path) -> None:
     """Save next to the target and rename, so a reader never sees half a PNG."""
+    from fsdp_bench.results import readable_mode
+
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".png", dir=path.parent)
     os.close(fd)
     try:
         fig.savefig(tmp, dpi=100, bbox_inches="tight")
+        os.chmod(tmp, readable_mode())
         os.replace(tmp, path)
     finally:
         pyplot().close(fig)

@@ -55,6 +55,7 @@ def chart_loss_curves(run: RunData, path: Path) -> None:
         note = f"\nparameters never changed: {', '.join(flat)}" if flat else ""
         ax.set_title(TIMING_LABELS.get(timing, timing) + note, fontsize=9, color="#B00020" if flat else "black")
         ax.set_xlabel("optimizer step")
+        ax.xaxis.get_major_locator().set_params(integer=True)  # steps are whole numbers
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("training loss (mean over ranks)")
     fig.suptitle(f"Loss curves — {top['model']}, batch {top['batch_size']}, grad accum {top['grad_accum']}", fontsize=11)

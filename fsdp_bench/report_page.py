@@ -184,10 +184,13 @@ def write_text_atomic(path: Path, text: str) -> None:
     import os
     import tempfile
 
+    from fsdp_bench.results import readable_mode
+
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w") as fh:
             fh.write(text)
+            os.fchmod(fh.fileno(), readable_mode())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

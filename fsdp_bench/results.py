@@ -27,6 +27,14 @@ class ResultError(ValueError):
     """A result file cannot be used; the message names the file and the problem."""
 
 
+def readable_mode() -> int:
+    """0o666 less the umask: what a plain open() gives. mkstemp makes 0600 files, which would
+    hide results from the other users of a shared results folder."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
 def write_json_atomic(path: Path, data: Any, *, overwrite: bool = False) -> None:
     """Write JSON so a reader sees the whole file or none of it.
 
@@ -41,6 +49,7 @@ def write_json_atomic(path: Path, data: Any, *, overwrite: bool = False) -> None
             json.dump(data, fh, indent=1, sort_keys=False, default=_json_default, allow_nan=True)
             fh.write("\n")
             fh.flush()
+            os.fchmod(fh.fileno(), readable_mode())
             os.fsync(fh.fileno())
         if overwrite:
             os.replace(tmp, path)

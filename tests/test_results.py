@@ -72,3 +72,14 @@ def test_newest_run_errors(tmp_path):
     os.mkdir(tmp_path / "not-a-run")
     with pytest.raises(ResultError):
         newest_run(tmp_path)
+
+
+def test_results_are_readable_by_others_like_any_file(tmp_path):
+    import stat
+
+    from fsdp_bench.results import readable_mode
+
+    path = tmp_path / "r.json"
+    write_json_atomic(path, {"x": 1})
+    assert stat.S_IMODE(path.stat().st_mode) == readable_mode()
+    assert readable_mode() & 0o044  # group/others can read under the usual umask (022)
