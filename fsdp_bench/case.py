@@ -54,7 +54,6 @@ OPTIMIZER_TIMINGS: dict[str, str] = {
 # module's parameters (before or after is the same program), and accelerate users build the
 # optimizer first and let `prepare` re-point it. Grids give them this one timing.
 FIXED_TIMING = {"ddp": "after_shard", "accelerate_fsdp2": "before_shard_fixed"}
-TIMING_INSENSITIVE = frozenset(FIXED_TIMING)
 
 DEVICES = ("cpu", "cuda")
 

@@ -163,7 +163,7 @@ def reference_slice(df, column: str | None = None, *, with_batch: bool = True) -
                  int(top["batch_size"]) if with_batch else None)
 
 
-def bar_positions(n_groups: int, n_bars: int, width: float = 0.8):
+def bar_positions(n_bars: int, width: float = 0.8):
     """x of each bar in grouped bars: group g, bar b."""
     step = width / max(1, n_bars)
     return lambda g, b: g - width / 2 + step * (b + 0.5), step

@@ -61,7 +61,7 @@ def chart_memory_stages(run: RunData, path: Path) -> None:
         series = [_stage_series(r, kind) for r in results]
         stages = [s for s in STAGE_ORDER if any(s in x for x in series)]
         stages += sorted({s for x in series for s in x} - set(stages))
-        pos, width = bar_positions(len(stages), len(cases))
+        pos, width = bar_positions(len(cases))
         for b, (case, values) in enumerate(zip(cases, series)):
             xs = [pos(g, b) for g, s in enumerate(stages) if s in values]
             ys = [values[s] for s in stages if s in values]

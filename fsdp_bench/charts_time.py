@@ -81,7 +81,7 @@ def chart_communication(run: RunData, path: Path) -> None:
     strategies = strategies_in(part)
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(max(6.5, 0.5 * len(sizes) * len(strategies) + 3), 4.4))
-    pos, width = bar_positions(len(sizes), len(strategies))
+    pos, width = bar_positions(len(strategies))
     for g, size in enumerate(sizes):
         for b, strategy in enumerate(strategies):
             rows = part[(part["batch_size"] == size) & (part["strategy"] == strategy)]

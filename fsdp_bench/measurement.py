@@ -14,15 +14,12 @@ from typing import Any, Callable
 import torch
 
 from fsdp_bench.case import Case
+from fsdp_bench.training import local_tensor
 
 # Host copies of the local parameters above this size are not made for update norms: the copy
 # would cost more host memory than a benchmark should take (null with the reason instead).
 UPDATE_NORM_MAX_BYTES = 2 * 2**30
 PROFILE_STEPS = 2
-
-
-def _local(p: torch.Tensor) -> torch.Tensor:
-    return p.to_local() if hasattr(p, "to_local") else p
 
 
 class UpdateNorms:
@@ -35,7 +32,7 @@ class UpdateNorms:
 
     def __init__(self, model: torch.nn.Module) -> None:
         self.params = list({id(p): p for p in model.parameters()}.values())
-        nbytes = sum(_local(p).numel() * _local(p).element_size() for p in self.params)
+        nbytes = sum(local_tensor(p).numel() * local_tensor(p).element_size() for p in self.params)
         self.reason = (f"local parameters are {nbytes} bytes, above the {UPDATE_NORM_MAX_BYTES}-byte "
                        "limit for a host copy per step") if nbytes > UPDATE_NORM_MAX_BYTES else None
         self.norms: list[float] = []
@@ -49,11 +46,11 @@ class UpdateNorms:
             return
         with torch.no_grad():
             if self._before is None:
-                pin = torch.cuda.is_available() and any(_local(p).is_cuda for p in self.params)
-                self._before = [torch.empty(_local(p).shape, dtype=_local(p).dtype, device="cpu", pin_memory=pin)
+                pin = torch.cuda.is_available() and any(local_tensor(p).is_cuda for p in self.params)
+                self._before = [torch.empty(local_tensor(p).shape, dtype=local_tensor(p).dtype, device="cpu", pin_memory=pin)
                                 for p in self.params]
             for p, b in zip(self.params, self._before):
-                b.copy_(_local(p).detach())
+                b.copy_(local_tensor(p).detach())
         self._filled = True
 
     def after_step(self) -> None:
@@ -64,7 +61,7 @@ class UpdateNorms:
             for p, b in zip(self.params, self._before):
                 # b - p in the parameter dtype: exact for values within a factor 2 (Sterbenz),
                 # which an optimizer step's small relative change always is.
-                b.sub_(_local(p).detach().to("cpu"))
+                b.sub_(local_tensor(p).detach().to("cpu"))
                 sq += float(torch.linalg.vector_norm(b, dtype=torch.float64)) ** 2 if b.numel() else 0.0
         self.norms.append(sq ** 0.5)
         self._filled = False

@@ -53,10 +53,6 @@ def mean_across_ranks(per_rank_values: Iterable[Sequence[float]]) -> list[float]
     return [statistics.fmean(col) for col in columns]
 
 
-def bytes_to_gib(value: float | None) -> float | None:
-    return None if value is None else value / GIB
-
-
 def aggregate_rank_metrics(*, tokens_per_step: int, samples_per_step: int, world_size: int,
                            ranks: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The case's headline metrics from its ranks' raw records.

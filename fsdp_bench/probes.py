@@ -11,6 +11,8 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
+from fsdp_bench.training import local_tensor
+
 # MemTracker's categories folded into the five the results report.
 BREAKDOWN_CATEGORIES = {"param": "params", "buffer": "params", "grad": "grads", "opt": "optimizer",
                         "act": "activations", "temp": "other", "oth": "other"}
@@ -83,17 +85,13 @@ def count_step_flops(step: Callable[[], Any]) -> int:
     return int(counter.get_total_flops())
 
 
-def _local(t: torch.Tensor) -> torch.Tensor:
-    return t.to_local() if hasattr(t, "to_local") else t
-
-
 def _storage_bytes(tensors) -> int:
     """Bytes of the distinct storages behind `tensors` (views of one flat buffer count once)."""
     seen: dict[int, int] = {}
     for t in tensors:
         if t is None:
             continue
-        local = _local(t)
+        local = local_tensor(t)
         storage = local.untyped_storage()
         seen[storage.data_ptr() or id(storage)] = storage.nbytes()
     return sum(seen.values())

@@ -13,7 +13,7 @@ import os
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 SCHEMA_VERSION = 2
 # Versions this code reads. 2 added measurement fields (memory breakdown, model state, FLOPs/MFU,
@@ -149,21 +149,3 @@ def create_run_dir(results_dir: Path) -> Path:
         (path / "cases").mkdir()
         return path
     raise ResultError(f"{results_dir}: could not create a new run folder")
-
-
-def flatten_result(result: Mapping[str, Any]) -> dict[str, Any]:
-    """One CSV row: the case's axes, its id and status, then every aggregated metric."""
-    row: dict[str, Any] = {"case_id": result["case_id"]}
-    row.update(result["case"])
-    row["status"] = result["status"]
-    row["reason"] = result.get("reason", "")
-    row.update(result.get("metrics") or {})
-    return row
-
-
-SORT_KEYS = ("model", "strategy", "batch_size", "grad_accum", "optimizer_timing")
-
-
-def sort_rows(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    return sorted(rows, key=lambda r: tuple(str(r.get(k, "")).zfill(8) if isinstance(r.get(k), int)
-                                            else str(r.get(k, "")) for k in SORT_KEYS))

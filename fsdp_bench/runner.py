@@ -25,7 +25,6 @@ from fsdp_bench.results import (
     SCHEMA_VERSION,
     ResultError,
     case_result_path,
-    load_case_result,
     read_json,
     utc_now,
     write_json_atomic,
@@ -362,6 +361,3 @@ def stop_rendezvous_store(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
-def load_finished(run_dir: Path, case_id: str) -> dict[str, Any] | None:
-    path = case_result_path(run_dir, case_id)
-    return load_case_result(path) if path.exists() else None

@@ -161,10 +161,6 @@ def ok_rows(df):
     return df[df["status"] == "ok"] if "status" in df else df.iloc[0:0]
 
 
-def has_metric(df, column: str) -> bool:
-    return column in df.columns and ok_rows(df)[column].notna().any()
-
-
 def best_index(df, column: str, group_by: str = "model") -> set[int]:
     """Row labels holding the best value of `column` among ok cases, per model."""
     if column not in df.columns or (column not in HIGHER_IS_BETTER and column not in LOWER_IS_BETTER):

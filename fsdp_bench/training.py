@@ -10,11 +10,11 @@ from typing import Any
 import torch
 
 from fsdp_bench.case import FSDP1_STRATEGIES, Case
+from fsdp_bench.strategies import compute_dtype
 
-_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
-
-def _local_tensor(p):
+def local_tensor(p: torch.Tensor) -> torch.Tensor:
+    """This rank's part of a parameter: the local shard of a DTensor, the tensor itself otherwise."""
     return p.to_local() if hasattr(p, "to_local") else p
 
 
@@ -23,7 +23,7 @@ def param_fingerprint(model) -> list[float]:
     with torch.no_grad():
         values = []
         for p in model.parameters():
-            t = _local_tensor(p).detach().float()
+            t = local_tensor(p).detach().float()
             values.append(float(t.sum()) if t.numel() else 0.0)
             values.append(float(t.norm()) if t.numel() else 0.0)
     return values
@@ -47,7 +47,7 @@ class Trainer:
         self.model = model
         self.optimizer = optimizer
         self.device = device
-        self.dtype = _DTYPES[case.precision]
+        self.dtype = compute_dtype(case.precision)
         # DDP (and anything not FSDP-managed) gets its low precision from autocast.
         self.autocast = self.dtype != torch.float32 and not _is_fsdp(model)
         self.scaler = _grad_scaler(model, device) if case.precision == "fp16" else None

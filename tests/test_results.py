@@ -6,11 +6,9 @@ import pytest
 from fsdp_bench.results import (
     ResultError,
     create_run_dir,
-    flatten_result,
     load_case_result,
     load_run,
     newest_run,
-    sort_rows,
     write_json_atomic,
 )
 
@@ -56,12 +54,14 @@ def test_unknown_status_is_rejected(tmp_path):
         load_case_result(path)
 
 
-def test_flatten_and_sort():
-    rows = sort_rows([flatten_result(_result("b")), flatten_result(_result("a"))])
+def test_table_flattens_and_sorts():
+    from fsdp_bench.table import build_table
+
+    rows = build_table([_result("b"), _result("a")]).to_dict("records")
     assert rows[0]["tokens_per_s"] == 10.0 and rows[0]["status"] == "ok" and rows[0]["strategy"] == "ddp"
-    big = flatten_result({**_result("c"), "case": {**_result()["case"], "batch_size": 16}})
-    small = flatten_result(_result("d"))
-    assert [r["case_id"] for r in sort_rows([big, small])] == ["d", "c"]  # numeric, not lexical
+    big = {**_result("c"), "case": {**_result()["case"], "batch_size": 16}}
+    small = _result("d")
+    assert list(build_table([big, small])["case_id"]) == ["d", "c"]  # numeric, not lexical
 
 
 def test_newest_run_errors(tmp_path):
