@@ -14,10 +14,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from fsdp_bench.case import CaseError
-from fsdp_bench.options import writable_dir
-from fsdp_bench.report import write_report
-from fsdp_bench.results import ResultError, is_run_dir, newest_run
+from fsdp_bench.plan.case import CaseError
+from fsdp_bench.plan.options import writable_dir
+from fsdp_bench.report.writer import write_report
+from fsdp_bench.results.schema import ResultError
+from fsdp_bench.results.layout import RunLayout, newest_run
 
 
 class _OneLineParser(argparse.ArgumentParser):
@@ -42,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     try:  # every argument is checked before anything is written
         runs = args.runs or [newest_run(args.results_dir)]
         for run in runs:
-            if not is_run_dir(run):
+            if not RunLayout(run).is_run():
                 raise ResultError(f"{run}: not a fsdp-bench run folder (no cases/ or env.json)")
         if args.out is not None:
             writable_dir("--out", str(args.out))
@@ -57,13 +58,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"visualize.py: {note}", file=sys.stderr)
         for path in written:
             print(path)
-        if not written or not any(Path(run, "cases").glob("*.json")):
+        if not written or not RunLayout(run).result_files():
             status = 2  # an empty report is written, but a run without results is an error
     return status
 
 
 def compare_main(args: argparse.Namespace) -> int:
-    from fsdp_bench.compare import compare_runs, write_comparison
+    from fsdp_bench.report.compare import compare_runs, write_comparison
 
     base, new = args.compare
     try:
@@ -72,7 +73,7 @@ def compare_main(args: argparse.Namespace) -> int:
         if not args.threshold >= 0:
             raise ResultError(f"--threshold: {args.threshold:g} is not a non-negative percentage")
         for run in (base, new):
-            if not is_run_dir(run):
+            if not RunLayout(run).is_run():
                 raise ResultError(f"{run}: not a fsdp-bench run folder (no cases/ or env.json)")
         out = args.out if args.out is not None else new
         writable_dir("--out", str(out))

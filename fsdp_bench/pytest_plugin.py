@@ -1,13 +1,11 @@
 """pytest integration: `--bench-*` options, one parametrized test per case, the pytest-benchmark
 bridge, and the table and charts at the end of the session.
 
-Collection imports no torch: cases come from `fsdp_bench.options`, which is pure Python.
+Collection imports no torch: cases come from `fsdp_bench.plan`, which is pure Python.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
 import signal
 import threading
 from pathlib import Path
@@ -15,13 +13,13 @@ from typing import Any
 
 import pytest
 
-from fsdp_bench import faults
-from fsdp_bench.case import Case, CaseError, skip_reason
-from fsdp_bench.options import OPTIONS, SWITCH_OPTIONS, Sweep, parse_sweep
-from fsdp_bench.results import create_run_dir, load_case_result, case_result_path, ResultError
+from fsdp_bench.launch.session import RunBusy, SessionError, SweepSession
+from fsdp_bench.plan import faults
+from fsdp_bench.plan.case import Case, CaseError, skip_reason
+from fsdp_bench.plan.options import OPTIONS, SWITCH_OPTIONS, Sweep, parse_sweep
 
 _SWEEP_KEY = pytest.StashKey[Sweep]()
-_SESSION_KEY = pytest.StashKey["BenchSession"]()
+_SESSION_KEY = pytest.StashKey[SweepSession]()
 _INTERRUPTED: list[bool] = []  # set by pytest_keyboard_interrupt (Ctrl-C or SIGTERM)
 
 
@@ -45,7 +43,7 @@ def pytest_configure(config: pytest.Config) -> None:
         faults.check_spec()
     except (CaseError, ValueError) as exc:
         raise pytest.UsageError(str(exc)) from None
-    session = BenchSession(sweep, config)
+    session = SweepSession(sweep)
     if sweep.resume is not None:
         try:
             session.lock_run_dir(sweep.resume)  # before any case: a busy run is a usage error
@@ -74,8 +72,7 @@ def _sigterm_as_interrupt(config: pytest.Config) -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     session = config.stash.get(_SESSION_KEY, None)
     if session is not None:
-        session.close()  # the multi-node rendezvous store, if this node hosted one
-        session.unlock_run_dir()
+        session.close()  # the run folder's lock, and the rendezvous store if this node hosted one
 
 
 def pytest_keyboard_interrupt(excinfo: Any) -> None:
@@ -134,135 +131,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = keep
 
 
-class RunBusy(Exception):
-    """Another live sweep holds the run folder."""
-
-
-class BenchSession:
-    """The run folder of this pytest session, created when the first case runs, and locked
-    (flock on RUN/.lock) while this session lives, so a second `--bench-resume` of a run still
-    in progress is refused instead of racing it."""
-
-    def __init__(self, sweep: Sweep, config: pytest.Config) -> None:
-        self.sweep = sweep
-        self.config = config
-        self.run_dir: Path | None = None
-        self.results: list[dict[str, Any]] = []
-        self.launch = sweep.launch()
-        self.store = None  # node 0's rendezvous store process in a multi-node sweep
-        self._lock_fd: int | None = None
-
-    def lock_run_dir(self, run_dir: Path) -> None:
-        import fcntl
-
-        fd = os.open(Path(run_dir) / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
-            os.close(fd)
-            raise RunBusy(f"{run_dir} is in use by another running sweep (pid {holder})") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, str(os.getpid()).encode(), 0)
-        self._lock_fd = fd
-
-    def unlock_run_dir(self) -> None:
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)  # closing releases the flock
-            self._lock_fd = None
-
-    def ensure_run_dir(self) -> Path:
-        if self.run_dir is None:
-            from fsdp_bench.environment import write_environment
-            from fsdp_bench.multinode import node_dir
-            from fsdp_bench.runner import PROJECT_ROOT, build_env, start_rendezvous_store
-
-            if self.launch.multi_node and self.launch.owns_results:
-                # first, so that faster nodes find the rendezvous store as early as possible
-                self.store = start_rendezvous_store(self.launch)
-            if self.sweep.resume is not None:
-                self.run_dir = self.sweep.resume
-            elif self.sweep.run_id is not None:
-                self.run_dir = _named_run_dir(self.sweep.results_dir / self.sweep.run_id, self.launch.owns_results)
-                write_environment(node_dir(self.run_dir, self.launch.node_rank), PROJECT_ROOT, env=build_env())
-            else:
-                self.run_dir = create_run_dir(self.sweep.results_dir)
-                self.lock_run_dir(self.run_dir)
-                write_environment(self.run_dir, PROJECT_ROOT, env=build_env())
-        return self.run_dir
-
-    def close(self) -> None:
-        if self.store is not None:
-            from fsdp_bench.runner import stop_rendezvous_store
-
-            stop_rendezvous_store(self.store)
-            self.store = None
-
-    def run(self, case: Case) -> dict[str, Any]:
-        from fsdp_bench.runner import run_case
-
-        run_dir = self.ensure_run_dir()
-        if not self.launch.owns_results:  # node R > 0: no merged results, no resume; just run in step
-            result = run_case(case, run_dir, timeout_s=self.sweep.timeout_s, grace_s=self.sweep.kill_grace_s,
-                              launch=self.launch)
-            self.results.append(result)
-            return result
-        previous = self._previous_result(run_dir, case)
-        if previous is not None and previous["status"] == "ok":
-            result = previous  # resumed: an ok case is never re-run
-        else:
-            if previous is not None:
-                _set_aside(run_dir, case.id)
-            result = run_case(case, run_dir, timeout_s=self.sweep.timeout_s, grace_s=self.sweep.kill_grace_s,
-                              launch=self.launch)
-        self.results.append(result)
-        return result
-
-    @staticmethod
-    def _previous_result(run_dir: Path, case: Case) -> dict[str, Any] | None:
-        path = case_result_path(run_dir, case.id)
-        if not path.exists():
-            if (run_dir / "cases" / case.id).exists():
-                _set_aside(run_dir, case.id)  # an interrupted attempt without a result
-            return None
-        try:
-            return load_case_result(path)
-        except ResultError:
-            return {"status": "failed"}
-
-
-def _named_run_dir(path: Path, owner: bool) -> Path:
-    """The run folder every node names alike (--bench-run-id). Node 0 makes its cases/ and
-    refuses one that already holds results; other nodes only make their node folder."""
-    path.mkdir(parents=True, exist_ok=True)
-    if owner:
-        try:
-            (path / "cases").mkdir()
-        except FileExistsError:
-            raise pytest.UsageError(f"--bench-run-id: {path} already holds results; choose a new run id "
-                                    f"or continue it with --bench-resume {path}") from None
-    return path
-
-
-def _set_aside(run_dir: Path, case_id: str) -> None:
-    """Keep an earlier non-ok attempt under cases/.attempts/ instead of overwriting it."""
-    attempts = run_dir / "cases" / ".attempts"
-    attempts.mkdir(exist_ok=True)
-    n = 1
-    while (attempts / f"{case_id}.{n}").exists():
-        n += 1
-    dest = attempts / f"{case_id}.{n}"
-    dest.mkdir()
-    for src in (run_dir / "cases" / case_id, case_result_path(run_dir, case_id)):
-        if src.exists():
-            shutil.move(str(src), str(dest / src.name))
-
-
 def record_benchmark_stats(benchmark: Any, case: Case, result: dict[str, Any]) -> None:
     """Feed the case's measured per-step times to pytest-benchmark, so --benchmark-json,
     --benchmark-autosave and `pytest-benchmark compare` see real step times, not a re-timing
     of the parent waiting on torchrun."""
-    from fsdp_bench.metrics import slowest_rank_step_times
+    from fsdp_bench.analysis.stats import slowest_rank_step_times
 
     times = slowest_rank_step_times(r["step_times_s"] for r in result["ranks"] if r.get("step_times_s"))
     benchmark.extra_info.update(
@@ -287,7 +160,10 @@ def bench_run(request: pytest.FixtureRequest, benchmark: Any):
 
     def _run(case: Case) -> dict[str, Any]:
         session = request.config.stash[_SESSION_KEY]
-        result = session.run(case)
+        try:
+            result = session.run(case)
+        except SessionError as exc:
+            raise pytest.UsageError(str(exc)) from None
         record_benchmark_stats(benchmark, case, result)
         status, reason = result["status"], result.get("reason", "")
         if status == "skipped":
@@ -310,7 +186,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     terminalreporter.write_line(f"results: {session.run_dir}")
     if not session.launch.owns_results:
         terminalreporter.write_line(f"node {session.launch.node_rank}: logs under "
-                                    f"{session.run_dir / 'nodes' / f'node-{session.launch.node_rank}'}; "
+                                    f"{session.layout.node_root(session.launch.node_rank)}; "
                                     "node 0 writes the results and the report")
         return
     not_ok = sum(r.get("status") not in ("ok", "skipped") for r in session.results)
@@ -319,7 +195,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         terminalreporter.write_line(f"{why}; to finish this run (ok cases are kept, the rest re-run): "
                                     f"pytest benchmarks --bench-resume {session.run_dir} [same --bench-* options]")
     if session.sweep.report:
-        from fsdp_bench.report import write_report
+        from fsdp_bench.report.writer import write_report
 
         try:
             written, notes = write_report(session.run_dir)

@@ -17,7 +17,7 @@ import torch.distributed as dist
 from torch.distributed.fsdp import fully_shard
 from torch.nn.parallel import DistributedDataParallel
 
-from fsdp_bench.models.build import build_model, get_flavor
+from fsdp_bench.worker.models.build import build_model, get_flavor
 
 
 def main() -> None:

@@ -20,9 +20,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from fsdp_bench.case import OPTIMIZER_TIMINGS, STRATEGIES, Case  # noqa: E402
-from fsdp_bench.report import write_report  # noqa: E402
-from fsdp_bench.results import write_json_atomic  # noqa: E402
+from fsdp_bench.plan.case import OPTIMIZER_TIMINGS, Case  # noqa: E402
+from fsdp_bench.plan.catalog import STRATEGIES
+from fsdp_bench.report.writer import write_report  # noqa: E402
+from fsdp_bench.results.io import write_json_atomic  # noqa: E402
 
 
 def build_run(run: Path, n_cases: int) -> None:

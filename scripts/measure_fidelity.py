@@ -22,9 +22,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from fsdp_bench.case import Case  # noqa: E402
-from fsdp_bench.results import create_run_dir  # noqa: E402
-from fsdp_bench.runner import build_env, run_case  # noqa: E402
+from fsdp_bench.plan.case import Case  # noqa: E402
+from fsdp_bench.results.layout import create_run_dir  # noqa: E402
+from fsdp_bench.launch.processes import build_env  # noqa: E402
+from fsdp_bench.launch.runner import run_case  # noqa: E402
 
 BARE_INIT = "import torch, torch.distributed as d; d.init_process_group('gloo'); d.barrier(); d.destroy_process_group()"
 
@@ -63,7 +64,7 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3)
     args = p.parse_args()
 
-    from fsdp_bench.options import count_cuda_devices
+    from fsdp_bench.plan.options import count_cuda_devices
 
     device = "cuda" if count_cuda_devices() > 0 else "cpu"  # the bare loop picks the same way
     case = Case(strategy=args.strategy, model=args.model, batch_size=args.batch_size, seq_len=args.seq_len,

@@ -2,7 +2,7 @@
 
 Runs the same case two ways in this process (world size 1, gloo), alternating to spread machine
 noise over both: the bare loop (build, shard, optimizer, then `sync; t0; train_step; sync`) and
-`fsdp_bench.worker.run`, which adds update norms between steps, the timeline hook (CUDA only),
+`fsdp_bench.worker.loop.run`, which adds update norms between steps, the timeline hook (CUDA only),
 NVML sampling (CUDA only) and the untimed probe steps after the measured ones. Prints the median
 step time of each and the overhead in percent.
 
@@ -16,30 +16,21 @@ import os
 import statistics
 import sys
 import time
-from datetime import timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 def _setup(case):
-    """One rank's model, optimizer and batches, built as worker.run builds them (world size 1)."""
+    """One rank's model, optimizer and batches, built as the worker builds them (world size 1)."""
     import torch
-    import torch.distributed as dist
 
-    from fsdp_bench.data import make_synthetic_batches
-    from fsdp_bench.models.build import build_model, get_flavor
-    from fsdp_bench.strategies import shard_model
-    from fsdp_bench.training import Trainer, build_optimizer
+    from fsdp_bench.worker.setup import build_rank, init_process_group
 
     device = torch.device(case.device)
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1, timeout=timedelta(seconds=60))
-    flavor = get_flavor(case.model)
-    batches = make_synthetic_batches(flavor, batch_size=case.batch_size, seq_len=case.seq_len,
-                                     count=case.grad_accum, seed=case.seed, rank=0, device=device)
-    model, _ = shard_model(case, build_model(flavor, seed=case.seed, device=device), None, device=device)
-    trainer = Trainer(case, model, build_optimizer(model.parameters(), case), device=device)
-    return device, model, batches, trainer
+    init_process_group(case, device)
+    setup = build_rank(case, device=device, rank=0, world_size=1)
+    return device, setup.model, setup.source.batches(0), setup.trainer
 
 
 def bare_loop(case) -> list[float]:
@@ -63,11 +54,11 @@ def bare_loop(case) -> list[float]:
 def paired_steps(case, pairs: int) -> tuple[list[float], list[float], list[float], list[float]]:
     """Alternate bare and instrumented steps on one model: machine noise hits both sides of a pair
     alike, so the per-pair ratio isolates what the instrumentation costs. The instrumented step
-    does exactly what worker.run does around a measured step."""
+    does exactly what worker.loop.run does around a measured step."""
     import torch.distributed as dist
 
-    from fsdp_bench.measurement import UpdateNorms
-    from fsdp_bench.memory import MemoryTimeline
+    from fsdp_bench.worker.update_norms import UpdateNorms
+    from fsdp_bench.worker.memory import MemoryTimeline
 
     device, model, batches, trainer = _setup(case)
     try:
@@ -95,7 +86,7 @@ def paired_steps(case, pairs: int) -> tuple[list[float], list[float], list[float
 
 
 def measured_loop(case) -> list[float]:
-    from fsdp_bench.worker import run
+    from fsdp_bench.worker.loop import run
 
     return run(case)["step_times_s"]
 
@@ -113,14 +104,14 @@ def main() -> None:
                         help="skip the per-step parameter copy, to see its share of the overhead")
     args = parser.parse_args()
     if args.no_update_norms:
-        import fsdp_bench.measurement
+        import fsdp_bench.worker.update_norms
 
-        fsdp_bench.measurement.UPDATE_NORM_MAX_BYTES = -1
+        fsdp_bench.worker.update_norms.UPDATE_NORM_MAX_BYTES = -1
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import torch
 
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
-    from fsdp_bench.case import Case
+    from fsdp_bench.plan.case import Case
 
     case = Case(strategy=args.strategy, model=args.model, batch_size=args.batch_size, seq_len=args.seq_len,
                 steps=args.steps, warmup=3, nproc=1)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import fsdp_bench
-from fsdp_bench.processes import find_case_processes
+from fsdp_bench.launch.processes import find_case_processes
 
 PROJECT_ROOT = Path(fsdp_bench.__file__).resolve().parent.parent
 

@@ -2,7 +2,8 @@ import dataclasses
 
 import pytest
 
-from fsdp_bench.case import STRATEGIES, Case, CaseError, Grid, expand_grid
+from fsdp_bench.plan.catalog import STRATEGIES
+from fsdp_bench.plan.case import Case, CaseError, Grid, expand_grid
 
 
 def test_id_names_every_axis():
@@ -69,10 +70,12 @@ def test_grid_is_the_product_without_ddp_duplicates():
     assert [c.id for c in cases] == [c.id for c in expand_grid(grid)]  # stable order
 
 
-def test_strategy_names_match_the_torch_registry():
-    from fsdp_bench.strategies import STRATEGY_REGISTRY
+def test_every_catalog_family_has_its_apply_verb():
+    from fsdp_bench.plan.catalog import FAMILIES
+    from fsdp_bench.worker.strategies import APPLY_BY_FAMILY
 
-    assert set(STRATEGY_REGISTRY) == set(STRATEGIES)
+    assert set(APPLY_BY_FAMILY) == set(FAMILIES)
+    assert {row.family for row in STRATEGIES.values()} <= set(FAMILIES)
 
 
 def test_derived_sizes():

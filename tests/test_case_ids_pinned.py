@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fsdp_bench.case import Case
+from fsdp_bench.plan.case import Case
 
 PINNED = json.loads((Path(__file__).parent / "data" / "pinned_case_ids.json").read_text())
 
@@ -20,8 +20,8 @@ def test_case_ids_are_unchanged(group):
 
 
 def test_default_sweep_and_suites_expand_to_the_same_cases():
-    from fsdp_bench.options import parse_sweep
-    from fsdp_bench.suites import SUITES, SuiteSettings, suite_cases
+    from fsdp_bench.plan.options import parse_sweep
+    from fsdp_bench.plan.suites import SUITES, SuiteSettings, suite_cases
 
     assert [c.id for c in parse_sweep({"device": "cpu"}).cases()] == [i for _, i in PINNED["default_cpu"]]
     for name in SUITES:

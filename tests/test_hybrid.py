@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from fsdp_bench.case import Case, CaseError, STRATEGIES, hybrid_mesh_shape, parse_mesh
-from fsdp_bench.runner import run_case
+from fsdp_bench.plan.case import Case, CaseError, hybrid_mesh_shape, parse_mesh
+from fsdp_bench.launch.runner import run_case
 
 
 def test_default_mesh_replicates_across_nodes_and_shards_within_one():
@@ -24,12 +24,6 @@ def test_mesh_is_validated_and_named_in_the_id():
         Case(strategy="fsdp2", nproc=4, mesh="2x2")
     with pytest.raises(CaseError, match="has 6 ranks"):
         Case(strategy="fsdp2_hsdp", nproc=4, mesh="2x3")
-
-
-def test_strategy_table_and_registry_agree():
-    from fsdp_bench.strategies import STRATEGY_REGISTRY
-
-    assert set(STRATEGY_REGISTRY) == set(STRATEGIES)
 
 
 @pytest.fixture(scope="module")

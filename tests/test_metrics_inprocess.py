@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from fsdp_bench.case import Case
-from fsdp_bench.worker import run
+from fsdp_bench.plan.case import Case
+from fsdp_bench.worker.loop import run
 
 
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])

@@ -7,11 +7,12 @@ import json
 
 import pytest
 
-from fsdp_bench.flops import flops_per_token, lookup_peak_tflops, utilization_pct
-from fsdp_bench.intervals import exposed_length, intersect, total_length, union
-from fsdp_bench.metrics import GIB, aggregate_measurements, loss_max_abs_dev_vs_ddp
-from fsdp_bench.model_state import expected_model_state_bytes
-from fsdp_bench.profiling import TraceEvent, collective_kind, load_trace_events, summarize_events
+from fsdp_bench.analysis.flops import flops_per_token, lookup_peak_tflops, utilization_pct
+from fsdp_bench.analysis.intervals import exposed_length, intersect, total_length, union
+from fsdp_bench.results.schema import GIB
+from fsdp_bench.analysis.aggregate import aggregate_measurements, loss_max_abs_dev_vs_ddp
+from fsdp_bench.analysis.model_state import expected_model_state_bytes
+from fsdp_bench.worker.profiling import TraceEvent, collective_kind, load_trace_events, summarize_events
 
 
 def test_flops_formula_is_6n_plus_attention_term():

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from fsdp_bench.case import Case, CaseError
-from fsdp_bench.options import parse_sweep
-from fsdp_bench.results import SCHEMA_VERSION, ResultError, load_case_result, write_json_atomic
+from fsdp_bench.plan.case import Case, CaseError
+from fsdp_bench.plan.options import parse_sweep
+from fsdp_bench.results.schema import SCHEMA_VERSION, ResultError, load_case_result
+from fsdp_bench.results.io import write_json_atomic
 
 
 def _result(version):

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-from fsdp_bench.case import Case
-from fsdp_bench.metrics import mean_across_ranks
-from fsdp_bench.results import create_run_dir
-from fsdp_bench.worker import STAGE_LABELS
+from fsdp_bench.plan.case import Case
+from fsdp_bench.analysis.stats import mean_across_ranks
+from fsdp_bench.results.layout import create_run_dir
+from fsdp_bench.results.schema import STAGE_LABELS
 
 pytestmark = pytest.mark.slow
 
@@ -24,7 +24,7 @@ LOSS_ABS_TOL = 1e-4
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    from fsdp_bench.runner import run_case
+    from fsdp_bench.launch.runner import run_case
 
     run = create_run_dir(tmp_path_factory.mktemp("metrics"))
     out = {}
@@ -120,7 +120,7 @@ def test_loss_parity_across_strategies(results):
 
 
 def test_report_table_has_the_loss_deviation_column(results):
-    from fsdp_bench.report import build_table
+    from fsdp_bench.report.table import build_table
 
     df = build_table([v for k, v in results.items() if not k.startswith("_")]).set_index("strategy")
     assert df.loc["ddp", "loss_max_abs_dev_vs_ddp"] == 0.0

@@ -2,9 +2,9 @@
 
 import pytest
 
-from fsdp_bench.case import Case
-from fsdp_bench.results import create_run_dir
-from fsdp_bench.runner import run_case
+from fsdp_bench.plan.case import Case
+from fsdp_bench.results.layout import create_run_dir
+from fsdp_bench.launch.runner import run_case
 
 pytestmark = pytest.mark.slow
 

@@ -3,14 +3,9 @@ import os
 
 import pytest
 
-from fsdp_bench.results import (
-    ResultError,
-    create_run_dir,
-    load_case_result,
-    load_run,
-    newest_run,
-    write_json_atomic,
-)
+from fsdp_bench.results.schema import ResultError, load_case_result, load_run
+from fsdp_bench.results.layout import create_run_dir, newest_run
+from fsdp_bench.results.io import write_json_atomic
 
 
 def test_atomic_write_refuses_to_overwrite(tmp_path):
@@ -55,7 +50,7 @@ def test_unknown_status_is_rejected(tmp_path):
 
 
 def test_table_flattens_and_sorts():
-    from fsdp_bench.table import build_table
+    from fsdp_bench.report.table import build_table
 
     rows = build_table([_result("b"), _result("a")]).to_dict("records")
     assert rows[0]["tokens_per_s"] == 10.0 and rows[0]["status"] == "ok" and rows[0]["strategy"] == "ddp"
@@ -77,7 +72,7 @@ def test_newest_run_errors(tmp_path):
 def test_results_are_readable_by_others_like_any_file(tmp_path):
     import stat
 
-    from fsdp_bench.results import readable_mode
+    from fsdp_bench.results.io import readable_mode
 
     path = tmp_path / "r.json"
     write_json_atomic(path, {"x": 1})

@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from fsdp_bench.faults import check_spec, faults_for, parse_faults
-from fsdp_bench.processes import case_marker, find_case_processes, stop_case
-from fsdp_bench.runner import classify_outcome, rank_signals
+from fsdp_bench.plan.faults import check_spec, faults_for, parse_faults
+from fsdp_bench.launch.processes import case_marker, find_case_processes, stop_case
+from fsdp_bench.launch.outcome import classify_outcome, rank_signals
 
 TORCHRUN_SUMMARY = """
 Failures:

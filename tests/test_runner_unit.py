@@ -1,8 +1,10 @@
 import sys
 from pathlib import Path
 
-from fsdp_bench.case import Case
-from fsdp_bench.runner import PROJECT_ROOT, build_command, build_env, classify_outcome
+from fsdp_bench.plan.case import Case
+from fsdp_bench.launch.processes import PROJECT_ROOT, build_env
+from fsdp_bench.launch.runner import build_command
+from fsdp_bench.launch.outcome import classify_outcome
 
 
 def test_command_is_standalone_torchrun_of_the_worker(tmp_path):
@@ -21,7 +23,7 @@ def test_env_puts_this_checkout_first():
     env = build_env({"PYTHONPATH": "/elsewhere", "PATH": "/bin"})
     assert env["PYTHONPATH"].split(":")[0] == str(PROJECT_ROOT)
     assert env["PYTHONPATH"].endswith("/elsewhere")
-    assert (Path(env["PYTHONPATH"].split(":")[0]) / "fsdp_bench" / "worker.py").exists()
+    assert (Path(env["PYTHONPATH"].split(":")[0]) / "fsdp_bench" / "worker" / "entry.py").exists()
     assert build_env({"OMP_NUM_THREADS": "4"})["OMP_NUM_THREADS"] == "4"
 
 

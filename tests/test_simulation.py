@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from fsdp_bench.case import Case
-from fsdp_bench.comm_model import (CommVolume, Unit, comm_time_s, comm_volume, count_trace_bytes, fsdp1_flat_numel,
-                                   fsdp2_padded_numel, model_units, parse_link_overrides, predict_step_time_s)
-from fsdp_bench.fit import calibrate_from_results, fit_table, largest_batch, predict_peak_bytes
-from fsdp_bench.models.flavors import MODEL_FLAVORS
-from fsdp_bench.options import parse_sweep
-from fsdp_bench.runner import PROJECT_ROOT, build_command, build_env, run_case
+from fsdp_bench.plan.case import Case
+from fsdp_bench.analysis.comm_model import (CommVolume, Unit, comm_time_s, comm_volume, count_trace_bytes, fsdp1_flat_numel, fsdp2_padded_numel, model_units, parse_link_overrides, predict_step_time_s)
+from fsdp_bench.analysis.fit import calibrate_from_results, fit_table, largest_batch, predict_peak_bytes
+from fsdp_bench.plan.flavors import MODEL_FLAVORS
+from fsdp_bench.plan.options import parse_sweep
+from fsdp_bench.launch.processes import PROJECT_ROOT, build_env
+from fsdp_bench.launch.runner import build_command, run_case
 
 TINY = dict(model="gpt_tiny", batch_size=2, seq_len=32, steps=2, warmup=1)
 MODEL_STATE_TOLERANCE = 0.05  # the bar: simulated vs real rank 0
@@ -27,7 +27,7 @@ PEAK_TOLERANCE = 0.10
 
 @pytest.mark.parametrize("model", ["gpt_tiny", "gpt_small", "linear_tiny"])
 def test_model_units_match_the_real_modules(model):
-    from fsdp_bench.models.build import block_modules, build_model
+    from fsdp_bench.worker.models.build import block_modules, build_model
 
     real = build_model(MODEL_FLAVORS[model], seed=0)
     units = model_units(MODEL_FLAVORS[model])
@@ -91,7 +91,7 @@ def test_simulate_option_makes_one_case_per_world_size():
     assert [(c.nproc, c.simulate) for c in cases] == [(8, True), (64, True)]
     assert cases[0].id.endswith("-ws8-bs2-ga1-opt_after-sim")
     cmd = build_command(cases[0], Path("c.json"), Path("o"))
-    assert cmd[1:3] == ["-m", "fsdp_bench.simulate"] and "torch.distributed.run" not in cmd
+    assert cmd[1:3] == ["-m", "fsdp_bench.worker.simulate"] and "torch.distributed.run" not in cmd
 
 
 def test_fit_table_shrinks_sharded_state_with_world_size():
@@ -168,7 +168,7 @@ def _trace(case: Case, out: Path) -> dict:
     out.mkdir(parents=True)
     (out / "case.json").write_text(json.dumps(case.to_dict()))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(case.nproc),
-           "-m", "fsdp_bench.comm_trace", "--case", str(out / "case.json"), "--out", str(out)]
+           "-m", "fsdp_bench.worker.comm_trace", "--case", str(out / "case.json"), "--out", str(out)]
     proc = subprocess.run(cmd, env=build_env(), cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     return json.loads((out / "trace-rank-0.json").read_text())

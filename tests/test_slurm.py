@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from fsdp_bench.options import parse_sweep
-from fsdp_bench.slurm import SlurmError, build_node_command, first_host, gpus_on_node
+from fsdp_bench.plan.options import parse_sweep
+from fsdp_bench.launch.slurm import SlurmError, build_node_command, first_host, gpus_on_node
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "slurm_bench.sbatch"
@@ -86,8 +86,8 @@ def test_script_inside_a_job_runs_one_launcher_per_node_through_srun():
     out = _script(env, "--bench-strategies", "ddp")
     assert out.returncode == 0, out.stderr
     assert "rendezvous gpu03:29500" in out.stdout
-    assert "srun --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 python -m fsdp_bench.slurm node -- --bench-strategies ddp" in out.stdout
-    node = subprocess.run([sys.executable, "-m", "fsdp_bench.slurm", "node", "--", "--bench-steps", "3"], cwd=ROOT,
+    assert "srun --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 python -m fsdp_bench.launch.slurm node -- --bench-strategies ddp" in out.stdout
+    node = subprocess.run([sys.executable, "-m", "fsdp_bench.launch.slurm", "node", "--", "--bench-steps", "3"], cwd=ROOT,
                           env={**os.environ, **JOB, "FSDP_BENCH_DRY_RUN": "1"}, capture_output=True, text=True, timeout=60)
     assert node.returncode == 0, node.stderr
     assert "-m pytest benchmarks --bench-nnodes 2 --bench-node-rank 1 --bench-rdzv-endpoint gpu03:29500" in node.stdout

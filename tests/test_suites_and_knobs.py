@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from fsdp_bench.case import Case, CaseError, Grid, expand_grid
-from fsdp_bench.models.flavors import MODEL_FLAVORS
-from fsdp_bench.options import parse_sweep
-from fsdp_bench.suites import SUITES, SuiteSettings, suite_cases
+from fsdp_bench.plan.case import Case, CaseError, Grid, expand_grid
+from fsdp_bench.plan.flavors import MODEL_FLAVORS
+from fsdp_bench.plan.options import parse_sweep
+from fsdp_bench.plan.suites import SUITES, SuiteSettings, suite_cases
 
 ROOT = Path(__file__).resolve().parent.parent
 CPU = SuiteSettings(device="cpu", nproc=2, steps=3, warmup=1, pg_timeout_s=60.0)
@@ -104,7 +104,7 @@ def test_grad_sync_and_prefetch_collapse_where_they_do_not_apply():
 
 
 def test_hf_path_flavor_reads_a_local_config(tmp_path):
-    shipped = json.loads((ROOT / "fsdp_bench/models/configs/gpt2_124m.json").read_text())
+    shipped = json.loads((ROOT / "fsdp_bench/plan/configs/gpt2_124m.json").read_text())
     (tmp_path / "config.json").write_text(json.dumps({**shipped, "n_layer": 1, "n_embd": 32, "n_head": 2,
                                                       "vocab_size": 300, "n_positions": 64}))
     case = Case(strategy="ddp", model=f"hf:{tmp_path}", seq_len=64)
@@ -114,7 +114,7 @@ def test_hf_path_flavor_reads_a_local_config(tmp_path):
     with pytest.raises(CaseError, match="exceeds"):
         Case(strategy="ddp", model="gpt2_tiny", seq_len=257)
     # The model builds from the folder's config on the meta device; blocks come from the model.
-    from fsdp_bench.models.build import block_modules, build_model, get_flavor
+    from fsdp_bench.worker.models.build import block_modules, build_model, get_flavor
 
     model = build_model(get_flavor(case.model), seed=0, meta=True)
     assert all(p.is_meta for p in model.parameters())

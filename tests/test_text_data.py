@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from fsdp_bench.case import CaseError
-from fsdp_bench.options import parse_sweep
-from fsdp_bench.text_data import TextDataError, data_folder_problem, pack, read_text_folder
+from fsdp_bench.plan.case import CaseError
+from fsdp_bench.plan.options import parse_sweep
+from fsdp_bench.plan.text_data import TextDataError, data_folder_problem, pack, read_text_folder
 
 
 def test_reads_txt_json_and_jsonl_and_reports_bad_lines(tmp_path):

@@ -4,8 +4,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from fsdp_bench.case import Case  # noqa: E402
-from fsdp_bench.worker import STAGES, run  # noqa: E402
+from fsdp_bench.plan.case import Case  # noqa: E402
+from fsdp_bench.results.schema import STAGES  # noqa: E402
+from fsdp_bench.worker.loop import run
 
 
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp1_full_shard", "fsdp2"])

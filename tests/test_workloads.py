@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fsdp_bench.case import Case, skip_reason
+from fsdp_bench.plan.case import Case, skip_reason
 
 SAMPLE_DATA = str(Path(__file__).resolve().parent.parent / "fsdp_bench" / "sample_data")
 _BASE = {"nproc": 2, "steps": 2, "warmup": 1, "seq_len": 32, "device": "cpu", "pg_timeout_s": 60.0}
@@ -36,7 +36,7 @@ CASES = {
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    from fsdp_bench.runner import run_case
+    from fsdp_bench.launch.runner import run_case
 
     run_dir = tmp_path_factory.mktemp("workloads")
     out = {}

@@ -1,0 +1,148 @@
+"""A case's headline metrics from its ranks' records: throughput, memory, model state, FLOPs and
+MFU, profile times, utilization, and the loss deviation from DDP (pure, no torch)."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any, Sequence
+
+from fsdp_bench.analysis.stats import mean_across_ranks, slowest_rank_step_times, summarize_step_times
+from fsdp_bench.results.schema import GIB
+
+def aggregate_rank_metrics(*, tokens_per_step: int, samples_per_step: int, world_size: int,
+                           ranks: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The case's headline metrics from its ranks' raw records.
+
+    Throughput uses the median of the slowest-rank step times; losses are averaged over ranks
+    (each rank's loss is the mean over its share of the global batch, so the mean is the
+    global batch's loss); memory is the largest rank's.
+    """
+    times = [r["step_times_s"] for r in ranks if r.get("step_times_s")]
+    metrics: dict[str, Any] = {}
+    if times and len(times) == len(ranks):
+        steps = slowest_rank_step_times(times)
+        metrics.update(summarize_step_times(steps))
+        median = metrics["step_time_s_median"]
+        metrics["tokens_per_s"] = tokens_per_step / median
+        metrics["tokens_per_s_per_device"] = tokens_per_step / median / world_size
+        metrics["samples_per_s"] = samples_per_step / median
+        metrics["steps_measured"] = len(steps)
+    losses = [r["losses"] for r in ranks if r.get("losses")]
+    if losses and len(losses) == len(ranks):
+        curve = mean_across_ranks(losses)
+        metrics["loss_first"] = curve[0]
+        metrics["loss_last"] = curve[-1]
+    for key in ("peak_allocated_bytes", "peak_reserved_bytes", "peak_rss_bytes"):
+        values = [r["memory"][key] for r in ranks if r.get("memory", {}).get(key) is not None]
+        if values:
+            metrics[key.replace("_bytes", "_gib")] = max(values) / GIB
+    changed = [r["params_changed"] for r in ranks if r.get("params_changed") is not None]
+    if changed:
+        metrics["params_changed"] = all(changed)
+    metrics.update(aggregate_measurements(ranks, metrics))
+    return metrics
+
+
+def _max_rank(ranks: Sequence[dict[str, Any]], key: str, sub: str) -> float | None:
+    values = [(r.get(key) or {}).get(sub) for r in ranks]
+    values = [v for v in values if v is not None]
+    return max(values) if values else None
+
+
+def _mean_rank(ranks: Sequence[dict[str, Any]], key: str, sub: str) -> float | None:
+    values = [(r.get(key) or {}).get(sub) for r in ranks]
+    values = [v for v in values if v is not None]
+    return statistics.fmean(values) if values else None
+
+
+def aggregate_measurements(ranks: Sequence[dict[str, Any]], headline: dict[str, Any]) -> dict[str, Any]:
+    """Memory breakdown, model state, FLOPs/MFU, profile and utilization metrics (schema 2).
+
+    Memory figures are the largest rank's (the rank that runs out first); profile times are the
+    mean over ranks; FLOPs per token are rank 0's (every rank runs the same model on equal shares).
+    """
+    out: dict[str, Any] = {}
+    if not ranks:
+        return out
+    with_breakdown = [r for r in ranks if r.get("memory_breakdown_bytes")]
+    if with_breakdown:
+        peak = max(with_breakdown, key=lambda r: sum(r["memory_breakdown_bytes"].values()))
+        for cat, value in peak["memory_breakdown_bytes"].items():
+            out[f"breakdown_{cat}_gib"] = value / GIB
+    else:
+        reasons = [r.get("memory_breakdown_null_reason") for r in ranks if r.get("memory_breakdown_null_reason")]
+        if reasons:
+            out["breakdown_null_reason"] = reasons[0]
+    expected = _max_rank(ranks, "expected_model_state_bytes", "total")
+    measured = _max_rank(ranks, "measured_model_state_bytes", "total")
+    if expected is not None:
+        out["expected_model_state_gib"] = expected / GIB
+    if measured is not None:
+        out["measured_model_state_gib"] = measured / GIB
+    if expected and measured is not None:
+        out["model_state_measured_over_expected"] = measured / expected
+    if "step_time_s_median" in headline:
+        out["time_per_optimizer_step_s"] = headline["step_time_s_median"]
+    out.update(_flops_metrics(ranks[0], headline))
+    for key in ("comm_total_s_per_step", "comm_exposed_s_per_step", "compute_s_per_step",
+                "optimizer_s_per_step", "data_host_s_per_step"):
+        value = _mean_rank(ranks, "profile", key)
+        if value is not None:
+            out[key] = value
+    kinds = {k for r in ranks for k in ((r.get("profile") or {}).get("comm_by_kind_s_per_step") or {})}
+    for kind in sorted(kinds):
+        values = [((r.get("profile") or {}).get("comm_by_kind_s_per_step") or {}).get(kind, 0.0) for r in ranks]
+        out[f"comm_{kind}_s_per_step"] = statistics.fmean(values)
+    utils = [r["gpu_util"] for r in ranks if r.get("gpu_util")]
+    if utils:
+        means = [u["pct_mean"] for u in utils if u.get("pct_mean") is not None]
+        out["gpu_util_pct_mean"] = statistics.fmean(means) if means else None
+        if not means:
+            out["gpu_util_null_reason"] = utils[0].get("null_reason")
+    norms = [r["update_norms"] for r in ranks if r.get("update_norms")]
+    if norms:
+        out["update_norm_min"] = min(min(n) for n in norms)
+    return out
+
+
+def _flops_metrics(rank0: dict[str, Any], headline: dict[str, Any]) -> dict[str, Any]:
+    """FLOPs per token (formula and counter), achieved TFLOP/s, MFU and HFU from rank 0's record."""
+    from fsdp_bench.analysis.flops import achieved_tflops_per_device, lookup_peak_tflops, utilization_pct
+
+    out: dict[str, Any] = {}
+    flops = rank0.get("flops") or {}
+    if flops.get("per_token_formula"):
+        out["flops_per_token"] = flops["per_token_formula"]
+        out["flops_per_token_counter"] = flops.get("per_token_counter")
+        out["flop_formula_over_counter"] = flops.get("formula_over_counter")
+        if "tokens_per_s_per_device" in headline:
+            tps = headline["tokens_per_s_per_device"]
+            achieved = achieved_tflops_per_device(flops["per_token_formula"], tps)
+            out["tflops_per_s_per_device"] = achieved
+            peak_tflops, reason = lookup_peak_tflops(rank0.get("device_name"),
+                                                      rank0.get("compute_dtype") or rank0.get("dtype", "float32"))
+            out["mfu_pct"] = utilization_pct(achieved, peak_tflops)
+            counter = flops.get("per_token_counter")
+            out["hfu_pct"] = utilization_pct(achieved_tflops_per_device(counter, tps), peak_tflops) if counter else None
+            if peak_tflops is None:
+                out["mfu_null_reason"] = reason
+            else:
+                out["peak_tflops_per_device"] = peak_tflops
+    return out
+
+
+def loss_max_abs_dev_vs_ddp(rows: Sequence[dict[str, Any]], curves: dict[str, Sequence[float]]) -> dict[str, float | None]:
+    """Per case id, the largest |loss - DDP's loss| over the steps both ran.
+
+    `rows` carry case_id and the axes; a case is compared with the DDP case that has the same
+    model, world size, batch size, grad accum, seq_len, seed and lr (None when there is none).
+    `curves` maps case ids to their rank-mean loss per step.
+    """
+    axes = ("model", "nproc", "batch_size", "grad_accum", "seq_len", "seed", "lr", "precision")
+    ddp = {tuple(r.get(a) for a in axes): r["case_id"] for r in rows if r.get("strategy") == "ddp"}
+    out: dict[str, float | None] = {}
+    for r in rows:
+        ref = ddp.get(tuple(r.get(a) for a in axes))
+        a, b = curves.get(r["case_id"]), curves.get(ref) if ref else None
+        out[r["case_id"]] = max(abs(x - y) for x, y in zip(a, b)) if a and b else None
+    return out

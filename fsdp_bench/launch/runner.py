@@ -1,0 +1,197 @@
+"""The parent side of one case: launch torchrun in its own session, bound it in time, clean up,
+merge the ranks' JSON into one result and classify the outcome (`launch.outcome`).
+
+Talks to the worker only through argv and JSON files (never its stdout), and imports no torch.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from fsdp_bench.analysis.aggregate import aggregate_rank_metrics
+from fsdp_bench.launch.outcome import Outcome, classify_outcome
+from fsdp_bench.launch.processes import TORCHRUN_GRACE_S, build_env, stop_case
+from fsdp_bench.launch.rendezvous import torchrun_rendezvous_args
+from fsdp_bench.plan.case import Case
+from fsdp_bench.plan.nodes import Launch
+from fsdp_bench.results.io import read_json, utc_now, write_json_atomic
+from fsdp_bench.results.layout import CaseDir, RunLayout
+from fsdp_bench.results.schema import SCHEMA_VERSION, ResultError
+
+LOG_TAIL_CHARS = 4000
+CLASSIFY_TAIL_CHARS = 64000  # torchrun's failure summary lists every failed rank; read enough
+
+
+def build_command(case: Case, case_file: Path, out_dir: Path, *, python: str = sys.executable,
+                  launch: Launch = Launch(), join_timeout_s: float = 600.0) -> list[str]:
+    """The command line for one case on this node.
+
+    One node: `--standalone` lets the c10d rendezvous bind localhost:0 itself, so concurrent
+    sweeps never race for a port. Several nodes: see `fsdp_bench.plan.nodes`. A simulated case
+    is one process, rank 0 of its world, without torchrun. `--max-restarts 0` because a
+    benchmark must not silently retry.
+    """
+    if case.simulate:
+        return [python, "-m", "fsdp_bench.worker.simulate", "--case", str(case_file), "--out", str(out_dir)]
+    return [
+        python, "-m", "torch.distributed.run",
+        *torchrun_rendezvous_args(launch, case_id=case.id, world_size=case.nproc, join_timeout_s=join_timeout_s),
+        "--max-restarts", "0",
+        "--monitor-interval", "0.1",
+        "-m", "fsdp_bench.worker",
+        "--case", str(case_file),
+        "--out", str(out_dir),
+    ]
+
+
+def _read_ranks(work_dirs: Sequence[CaseDir], world_size: int) -> list[dict[str, Any]]:
+    """Rank records found in any of the folders, by rank (each rank writes in one of them)."""
+    ranks = []
+    for rank in range(world_size):
+        for work_dir in work_dirs:
+            path = work_dir.rank_file(rank)
+            if path.exists():
+                try:
+                    ranks.append(read_json(path))
+                except ResultError:
+                    continue
+                break
+    return ranks
+
+
+REMOTE_RANK_WAIT_S = 60.0  # other nodes' ranks write their files just after the final barrier
+
+
+def _node_local_ranks(ranks: list[dict[str, Any]], local: int) -> list[int]:
+    """The global ranks one node ran. The c10d rendezvous, not --bench-node-rank, decides which
+    they are, so they are the ones whose files are here; with none written, assume the first."""
+    return sorted(r["rank"] for r in ranks) if ranks else list(range(local))
+
+
+def _collect_ranks(case: Case, run: RunLayout, launch: Launch) -> tuple[list[dict[str, Any]], list[int], str]:
+    """All rank records of a case this node can see, the ranks it expects, and a note.
+
+    Node 0 of a multi-node case also reads the other nodes' folders; when those are not
+    visible (no shared filesystem) it expects only its own ranks and says so.
+    """
+    own = run.case_dir(case.id, launch.node_rank)
+    if case.simulate:
+        return _read_ranks([own], 1), [0], ""
+    if not launch.multi_node:
+        return _read_ranks([own], case.nproc), list(range(case.nproc)), ""
+    local = case.nproc // launch.nnodes
+    if not launch.owns_results:
+        ranks = _read_ranks([own], case.nproc)
+        return ranks, _node_local_ranks(ranks, local), ""
+    dirs = run.case_dirs(case.id, launch.nnodes)
+    deadline = time.monotonic() + REMOTE_RANK_WAIT_S
+    while True:
+        ranks = _read_ranks(dirs, case.nproc)
+        shared = all(d.path.parent.is_dir() for d in dirs[1:])
+        if len(ranks) >= case.nproc or not shared or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    if shared:
+        return ranks, list(range(case.nproc)), ""
+    return ranks, _node_local_ranks(ranks, local), (
+        f"other nodes' folders under {run.node_root(1).parent} are not visible here "
+        f"(no shared filesystem?): the result holds node 0's {local} rank(s) only")
+
+
+def _tail(path: Path, chars: int = LOG_TAIL_CHARS) -> str:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - chars))
+            return fh.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def run_case(case: Case, run_dir: Path, *, timeout_s: float, env: dict[str, str] | None = None,
+             grace_s: float = TORCHRUN_GRACE_S, launch: Launch = Launch()) -> dict[str, Any]:
+    """Run one case in a fresh torchrun and save its merged result; returns that result.
+
+    On a node other than node 0 of a multi-node sweep, the node's own summary goes to its
+    node folder instead (the merged result is node 0's to write, once).
+
+    Whatever happens (timeout, Ctrl-C, SIGTERM turned into an exception by the caller), no
+    process of the case is left when this returns or raises. An interrupted case writes no
+    result: `--bench-resume` sets its folder aside and runs it again.
+    """
+    run = RunLayout(Path(run_dir).resolve())
+    work = run.case_dir(case.id, launch.node_rank)
+    work.path.mkdir(parents=True, exist_ok=False)
+    write_json_atomic(work.case_file, case.to_dict())
+    started = {"monotonic": time.monotonic(), "utc": utc_now(), "unix": time.time()}
+    returncode, timed_out, leftover = _launch_and_wait(case, work, timeout_s=timeout_s, env=env,
+                                                       grace_s=grace_s, launch=launch)
+    ranks, expected, note = _collect_ranks(case, run, launch)
+    log_tail = _tail(work.log_file, CLASSIFY_TAIL_CHARS)
+    outcome = classify_outcome(returncode=returncode, timed_out=timed_out, ranks=ranks,
+                               world_size=len(expected), log_tail=log_tail, timeout_s=timeout_s,
+                               expected_ranks=expected)
+    result = _merged_result(case, outcome, ranks, returncode=returncode, started=started,
+                            log_tail=log_tail[-LOG_TAIL_CHARS:])
+    if leftover:  # never expected; said loudly rather than hidden
+        result["leftover_pids"] = leftover
+    if launch.multi_node:
+        result["launch"] = {"nnodes": launch.nnodes, "node_rank": launch.node_rank,
+                            "rdzv_endpoint": launch.rdzv_endpoint, "run_id": launch.run_id, "note": note}
+    write_json_atomic(run.result_file(case.id, launch.node_rank), result)
+    return result
+
+
+def _launch_and_wait(case: Case, work: CaseDir, *, timeout_s: float, env: dict[str, str] | None,
+                     grace_s: float, launch: Launch) -> tuple[int | None, bool, list[int]]:
+    """Start the case's torchrun in its own session, wait at most `timeout_s`, and stop whatever
+    is left (also on Ctrl-C or SIGTERM to the parent). (returncode, timed_out, leftover pids)."""
+    timed_out = False
+    with open(work.log_file, "wb") as log:
+        proc = subprocess.Popen(
+            build_command(case, work.case_file, work.path, launch=launch, join_timeout_s=timeout_s),
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=build_env(env, grace_s=grace_s),
+            cwd=work.path, start_new_session=True,
+        )
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        finally:  # also on Ctrl-C or SIGTERM to the parent: leave no process behind
+            leftover = stop_case(proc, work.path, grace_s=grace_s)
+    return proc.returncode, timed_out, leftover
+
+
+def _merged_result(case: Case, outcome: Outcome, ranks: list[dict[str, Any]], *, returncode: int | None,
+                   started: dict[str, Any], log_tail: str) -> dict[str, Any]:
+    """The case's result file: status and why, timings of the launch, headline metrics, every rank."""
+    result = {
+        "schema_version": SCHEMA_VERSION,
+        "case_id": case.id,
+        "case": case.to_dict(),
+        "status": outcome.status,
+        "reason": outcome.reason,
+        "failed_rank": outcome.rank,
+        "failed_stage": outcome.stage,
+        "returncode": returncode,
+        "started_utc": started["utc"],
+        "duration_s": time.monotonic() - started["monotonic"],
+        "launched_unix": started["unix"],
+        "finished_unix": time.time(),
+        "log_tail": log_tail if outcome.status != "ok" else log_tail[-500:],
+        "metrics": aggregate_rank_metrics(
+            tokens_per_step=case.tokens_per_step, samples_per_step=case.global_batch_size,
+            world_size=case.nproc, ranks=ranks,
+        ) if ranks else {},
+        "ranks": ranks,
+    }
+    if case.simulate and ranks and ranks[0].get("simulation"):
+        result["simulation"] = ranks[0]["simulation"]
+        result["metrics"].update(ranks[0]["simulation"].get("metrics", {}))
+    return result

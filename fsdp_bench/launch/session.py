@@ -1,0 +1,144 @@
+"""The sweep as the parent runs it: one run folder per pytest session, locked while in use, each
+case run once in its own torchrun, earlier attempts set aside on resume (no torch, no pytest).
+
+The plugin owns one `SweepSession`; pytest calls `run(case)` per collected case.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from fsdp_bench.plan.case import Case
+from fsdp_bench.plan.options import Sweep
+from fsdp_bench.results.layout import RunLayout, create_run_dir
+from fsdp_bench.results.schema import ResultError, load_case_result
+
+
+class SessionError(RuntimeError):
+    """The sweep cannot use its run folder; the message is one line for the user."""
+
+
+class RunBusy(SessionError):
+    """Another live sweep holds the run folder."""
+
+
+class SweepSession:
+    """The run folder of this pytest session, created when the first case runs, and locked
+    (flock on RUN/.lock) while this session lives, so a second `--bench-resume` of a run still
+    in progress is refused instead of racing it."""
+
+    def __init__(self, sweep: Sweep) -> None:
+        self.sweep = sweep
+        self.run_dir: Path | None = None
+        self.results: list[dict[str, Any]] = []
+        self.launch = sweep.launch()
+        self.store = None  # node 0's rendezvous store process in a multi-node sweep
+        self._lock_fd: int | None = None
+
+    @property
+    def layout(self) -> RunLayout:
+        return RunLayout(self.ensure_run_dir())
+
+    def lock_run_dir(self, run_dir: Path) -> None:
+        fd = os.open(RunLayout(Path(run_dir)).lock_file, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise RunBusy(f"{run_dir} is in use by another running sweep (pid {holder})") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        self._lock_fd = fd
+
+    def unlock_run_dir(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # closing releases the flock
+            self._lock_fd = None
+
+    def ensure_run_dir(self) -> Path:
+        if self.run_dir is None:
+            from fsdp_bench.launch.environment import write_environment
+            from fsdp_bench.launch.processes import PROJECT_ROOT, build_env
+            from fsdp_bench.launch.rendezvous import start_rendezvous_store
+
+            if self.launch.multi_node and self.launch.owns_results:
+                # first, so that faster nodes find the rendezvous store as early as possible
+                self.store = start_rendezvous_store(self.launch)
+            if self.sweep.resume is not None:
+                self.run_dir = self.sweep.resume
+            elif self.sweep.run_id is not None:
+                self.run_dir = _named_run_dir(self.sweep.results_dir / self.sweep.run_id, self.launch.owns_results)
+                write_environment(RunLayout(self.run_dir).node_root(self.launch.node_rank), PROJECT_ROOT,
+                                  env=build_env())
+            else:
+                self.run_dir = create_run_dir(self.sweep.results_dir)
+                self.lock_run_dir(self.run_dir)
+                write_environment(self.run_dir, PROJECT_ROOT, env=build_env())
+        return self.run_dir
+
+    def close(self) -> None:
+        if self.store is not None:
+            from fsdp_bench.launch.rendezvous import stop_rendezvous_store
+
+            stop_rendezvous_store(self.store)
+            self.store = None
+        self.unlock_run_dir()
+
+    def run(self, case: Case) -> dict[str, Any]:
+        from fsdp_bench.launch.runner import run_case
+
+        run = self.layout
+        previous = self._previous_result(run, case) if self.launch.owns_results else None
+        if previous is not None and previous["status"] == "ok":
+            result = previous  # resumed: an ok case is never re-run
+        else:
+            if previous is not None:
+                _set_aside(run, case.id)
+            result = run_case(case, run.root, timeout_s=self.sweep.timeout_s, grace_s=self.sweep.kill_grace_s,
+                              launch=self.launch)
+        self.results.append(result)
+        return result
+
+    @staticmethod
+    def _previous_result(run: RunLayout, case: Case) -> dict[str, Any] | None:
+        """Node R > 0 keeps no merged results and never resumes, so only node 0 asks this."""
+        path = run.result_file(case.id)
+        if not path.exists():
+            if run.case_dir(case.id).path.exists():
+                _set_aside(run, case.id)  # an interrupted attempt without a result
+            return None
+        try:
+            return load_case_result(path)
+        except ResultError:
+            return {"status": "failed"}
+
+
+def _named_run_dir(path: Path, owner: bool) -> Path:
+    """The run folder every node names alike (--bench-run-id). Node 0 makes its cases/ and
+    refuses one that already holds results; other nodes only make their node folder."""
+    path.mkdir(parents=True, exist_ok=True)
+    if owner:
+        try:
+            RunLayout(path).cases_dir.mkdir()
+        except FileExistsError:
+            raise SessionError(f"--bench-run-id: {path} already holds results; choose a new run id "
+                               f"or continue it with --bench-resume {path}") from None
+    return path
+
+
+def _set_aside(run: RunLayout, case_id: str) -> None:
+    """Keep an earlier non-ok attempt under cases/.attempts/ instead of overwriting it."""
+    run.attempts_dir.mkdir(exist_ok=True)
+    n = 1
+    while run.attempt_dir(case_id, n).exists():
+        n += 1
+    dest = run.attempt_dir(case_id, n)
+    dest.mkdir()
+    for src in (run.case_dir(case_id).path, run.result_file(case_id)):
+        if src.exists():
+            shutil.move(str(src), str(dest / src.name))

@@ -1,0 +1,134 @@
+"""The strategy catalog: one row per data-parallel strategy, and every question about one.
+
+Everything the project knows about a strategy is a field of its row here: which code path applies
+it (`family`), how it lays out parameters, gradients and optimizer state (`sharding`, `layout`),
+whether it regathers after forward, offloads, shards over a 2D mesh, fixes the optimizer timing,
+and what it needs to run. Planning, analysis, the worker and the report ask the catalog; nobody
+reads a strategy's name for its traits. Adding a strategy is one row here (plus an `apply_*`
+verb in `fsdp_bench.worker.strategies` when its family is new). Pure Python: no torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Families: the code path that applies a strategy (one `apply_*` verb each in the worker).
+FAMILIES = ("ddp", "fsdp1", "fsdp2", "accelerate")
+# How one rank holds parameters, gradients and optimizer state (ZeRO's vocabulary):
+# replicated (every rank has everything), shard_grad_op (ZeRO-2: params whole during
+# forward/backward, grads and optimizer state sharded), full_shard (ZeRO-3: everything sharded).
+SHARDINGS = ("replicated", "shard_grad_op", "full_shard")
+# How a sharded parameter is cut: FSDP1 concatenates a unit's parameters into one flat parameter
+# (each original 16-byte aligned) padded to the group size; FSDP2 shards every parameter on dim 0,
+# padded to the group size; replicated strategies do not cut.
+LAYOUTS = ("whole", "fsdp1_flat", "fsdp2_dim0")
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """One strategy: what a user reads, and every trait code asks about."""
+
+    name: str
+    description: str
+    family: str
+    sharding: str
+    reshard_after_forward: bool = False  # FSDP: free the gathered params after forward, regather in backward
+    offload: bool = False  # params, grads and the optimizer step on the host
+    hybrid: bool = False  # 2D (replicate x shard) mesh: shard inside a node, replicate across
+    fixed_timing: str | None = None  # the only optimizer timing this strategy's program has
+    in_default_sweep: bool = True
+    cpu_skip_reason: str | None = None  # why it cannot run on a CPU-only machine (None: it can)
+
+    @property
+    def layout(self) -> str:
+        if self.sharding == "replicated" and self.family != "fsdp1":
+            return "whole"
+        return "fsdp1_flat" if self.family == "fsdp1" else "fsdp2_dim0"
+
+    @property
+    def fsdp1_sharding_strategy(self) -> str | None:
+        """torch's ShardingStrategy name for FSDP1 rows."""
+        if self.family != "fsdp1":
+            return None
+        if self.hybrid:
+            return "HYBRID_SHARD"
+        return {"replicated": "NO_SHARD", "shard_grad_op": "SHARD_GRAD_OP", "full_shard": "FULL_SHARD"}[self.sharding]
+
+    @property
+    def zero_stage(self) -> int:
+        """0 (replicated), 2 (ZeRO-2-like) or 3 (ZeRO-3-like)."""
+        return {"replicated": 0, "shard_grad_op": 2, "full_shard": 3}[self.sharding]
+
+    @property
+    def shards_parameters(self) -> bool:
+        return self.sharding != "replicated"
+
+    @property
+    def replaces_parameters(self) -> bool:
+        """Whether applying it swaps the module's Parameter objects for new ones (so an optimizer
+        built before it holds stale parameters). DDP keeps them; every FSDP path replaces them
+        (FSDP1 with flat-parameter views, FSDP2 with DTensors), accelerate re-points its own."""
+        return self.family != "ddp"
+
+    @property
+    def uses_fsdp_knobs(self) -> bool:
+        """Prefetch settings apply (FSDP1 and FSDP2 paths the suite configures itself)."""
+        return self.family in ("fsdp1", "fsdp2")
+
+
+_NEEDS_CUDA = "needs CUDA: "
+STRATEGIES: dict[str, Strategy] = {s.name: s for s in (
+    Strategy("ddp", "DistributedDataParallel: full replica per rank, gradients all-reduced",
+             "ddp", "replicated", fixed_timing="after_shard"),
+    Strategy("fsdp1_full_shard", "FSDP1 FULL_SHARD (ZeRO-3): params, grads and optimizer state sharded",
+             "fsdp1", "full_shard", reshard_after_forward=True),
+    Strategy("fsdp1_shard_grad_op", "FSDP1 SHARD_GRAD_OP (ZeRO-2): params kept after forward, grads/optim sharded",
+             "fsdp1", "shard_grad_op"),
+    Strategy("fsdp1_no_shard", "FSDP1 NO_SHARD: DDP-like replication through the FSDP1 code path",
+             "fsdp1", "replicated"),
+    Strategy("fsdp2", "FSDP2 fully_shard, reshard_after_forward=True (ZeRO-3-like)",
+             "fsdp2", "full_shard", reshard_after_forward=True),
+    Strategy("fsdp2_no_reshard", "FSDP2 fully_shard, reshard_after_forward=False (ZeRO-2-like)",
+             "fsdp2", "shard_grad_op"),
+    Strategy("fsdp1_offload", "FSDP1 FULL_SHARD with CPUOffload(offload_params=True): params and grads live on the host",
+             "fsdp1", "full_shard", reshard_after_forward=True, offload=True, in_default_sweep=False,
+             cpu_skip_reason=(_NEEDS_CUDA + "FSDP1 CPUOffload(offload_params=True) raises 'Cannot access accelerator "
+                              "device when none is available' at the first forward on a CPU-only machine")),
+    Strategy("fsdp2_offload", "FSDP2 fully_shard with CPUOffloadPolicy: sharded params, grads and optimizer step on the host",
+             "fsdp2", "full_shard", reshard_after_forward=True, offload=True, in_default_sweep=False,
+             cpu_skip_reason=(_NEEDS_CUDA + "FSDP2 CPUOffloadPolicy raises 'Cannot access accelerator device when "
+                              "none is available' on a CPU-only machine")),
+    Strategy("accelerate_fsdp2", "Hugging Face accelerate FSDP2: model and optimizer built first, then Accelerator.prepare",
+             "accelerate", "full_shard", reshard_after_forward=True, fixed_timing="before_shard_fixed",
+             in_default_sweep=False,
+             cpu_skip_reason=(_NEEDS_CUDA + "accelerate 1.15 on CPU runs as DistributedType.MULTI_CPU and wraps the "
+                              "model in DDP, ignoring the FSDP2 plugin, so nothing would be sharded")),
+    Strategy("fsdp1_hybrid_shard", "FSDP1 HYBRID_SHARD: FULL_SHARD inside a node, replicated across nodes (2D mesh)",
+             "fsdp1", "full_shard", reshard_after_forward=True, hybrid=True, in_default_sweep=False),
+    Strategy("fsdp2_hsdp", "FSDP2 fully_shard on a 2D (replicate x shard) mesh: HSDP",
+             "fsdp2", "full_shard", reshard_after_forward=True, hybrid=True, in_default_sweep=False),
+)}
+
+
+def strategy(name: str) -> Strategy:
+    """The catalog row of `name` (KeyError for an unknown name: validate with `STRATEGIES` first)."""
+    return STRATEGIES[name]
+
+
+def names_where(**traits: object) -> tuple[str, ...]:
+    """Strategy names whose rows have every given trait value, in catalog order."""
+    return tuple(s.name for s in STRATEGIES.values()
+                 if all(getattr(s, key) == value for key, value in traits.items()))
+
+
+DEFAULT_STRATEGIES = names_where(in_default_sweep=True)
+
+
+def strategy_order(name: str) -> int:
+    """Catalog position (unknown names last): the order tables and legends list strategies in."""
+    names = list(STRATEGIES)
+    return names.index(name) if name in names else len(names)
+
+
+# Precision names a case takes, and the torch dtype name each computes in.
+PRECISIONS: dict[str, str] = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}

@@ -1,0 +1,68 @@
+"""Fault injection for contributors' tests: make one rank of chosen cases fail on purpose.
+
+    FSDP_BENCH_FAULTS="KIND@STAGE:RANK[/CASE_ID_SUBSTRING],..."
+
+KIND is one of:
+  raise   RuntimeError, like any bug in model build, strategy or step;
+  oom     out of memory: on a CUDA device a real allocation larger than the GPU (the allocator
+          raises, the OOM observer fires, a snapshot is dumped if enabled); on CPU
+          torch.OutOfMemoryError raised directly, the same exception type a CUDA OOM raises;
+  hang    sleep forever: the other ranks block in their next collective until the process-group
+          timeout; SIGTERM still stops it;
+  stuck   like hang, but SIGTERM is ignored, as by a rank stuck in native code: only SIGKILL
+          (torchrun's or the runner's, after their grace periods) ends it;
+  kill    SIGKILL to itself, as the kernel's OOM killer or a segfault would end it.
+STAGE is a worker stage name (`fsdp_bench.results.schema.STAGES`). Without a case substring the fault
+applies to every case. Several faults are separated by commas. Parsing is pure; the worker's
+`fsdp_bench.worker.faults.inject` makes them happen. The plugin checks the variable before any case starts.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from fsdp_bench.results.schema import STAGES
+
+ENV_VAR = "FSDP_BENCH_FAULTS"
+KINDS = ("raise", "oom", "hang", "stuck", "kill")
+
+
+@dataclass(frozen=True)
+class Fault:
+    kind: str
+    stage: str
+    rank: int
+    case_substring: str = ""
+
+
+def parse_faults(spec: str, *, stages: tuple[str, ...] | None = None) -> list[Fault]:
+    faults = []
+    for item in filter(None, (s.strip() for s in spec.split(","))):
+        try:
+            head, _, case_sub = item.partition("/")
+            kind, rest = head.split("@", 1)
+            stage, rank = rest.split(":", 1)
+            fault = Fault(kind, stage, int(rank), case_sub)
+        except ValueError:
+            raise ValueError(f"{ENV_VAR}: cannot parse {item!r}; expected KIND@STAGE:RANK[/CASE]") from None
+        if fault.kind not in KINDS:
+            raise ValueError(f"{ENV_VAR}: unknown fault kind {fault.kind!r}; known: {', '.join(KINDS)}")
+        if stages is not None and fault.stage not in stages:
+            raise ValueError(f"{ENV_VAR}: unknown stage {fault.stage!r} in {item!r}; known: {', '.join(stages)}")
+        if fault.rank < 0:
+            raise ValueError(f"{ENV_VAR}: rank must be >= 0 in {item!r}")
+        faults.append(fault)
+    return faults
+
+
+def check_spec(spec: str | None = None) -> list[Fault]:
+    """Parse the variable (or `spec`) against the worker's stage names; ValueError if bad."""
+    spec = os.environ.get(ENV_VAR, "") if spec is None else spec
+    return parse_faults(spec, stages=STAGES)
+
+
+def faults_for(case_id: str, rank: int, spec: str | None = None) -> dict[str, str]:
+    """stage -> kind for this rank of this case."""
+    spec = os.environ.get(ENV_VAR, "") if spec is None else spec
+    return {f.stage: f.kind for f in parse_faults(spec) if f.rank == rank and f.case_substring in case_id}

@@ -1,0 +1,118 @@
+"""Named model sizes as plain data (no torch), so collection and validation stay import-light."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+CONFIG_DIR = Path(__file__).resolve().parent / "configs"  # shipped Hugging Face configs (no weights)
+
+
+@dataclass(frozen=True)
+class ModelFlavor:
+    """A named model size. `family` picks the builder; `config` is passed to it."""
+
+    name: str
+    family: str  # "linear", "gpt" or "hf" (a transformers causal LM from a shipped or local config)
+    config: Mapping[str, Any]
+    max_seq_len: int | None  # longest sequence the model accepts (None: any)
+    description: str
+
+
+def _linear(name: str, dim: int, n_layers: int, description: str) -> ModelFlavor:
+    return ModelFlavor(name, "linear", {"dim": dim, "n_layers": n_layers}, None, description)
+
+
+def _gpt(name: str, n_layer: int, n_head: int, n_embd: int, vocab: int, block: int, description: str) -> ModelFlavor:
+    config = {"n_layer": n_layer, "n_head": n_head, "n_embd": n_embd, "vocab_size": vocab, "block_size": block}
+    return ModelFlavor(name, "gpt", config, block, description)
+
+
+# Tiny versions keep the architecture (attention kind, GQA ratio, norm, activation, tying) and
+# shrink only the sizes, so CPU tests run the same code paths as the 7B model.
+_TINY_LLAMA = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+               "vocab_size": 512, "max_position_embeddings": 256,
+               "bos_token_id": 1, "eos_token_id": 2}
+
+
+def _hf(name: str, config_file: str, max_seq_len: int, description: str,
+        overrides: Mapping[str, Any] | None = None) -> ModelFlavor:
+    config = {"config_file": config_file, "overrides": dict(overrides or {})}
+    return ModelFlavor(name, "hf", config, max_seq_len, description)
+
+
+MODEL_FLAVORS: dict[str, ModelFlavor] = {
+    f.name: f
+    for f in (
+        _linear("linear_tiny", 256, 4, "4 x Linear(256, 256): CPU tests"),
+        _linear("linear_small", 2048, 8, "8 x Linear(2048, 2048), 34M params"),
+        _linear("linear_odsc", 16384, 9, "9 x Linear(16384, 16384), 2.4B params, the ODSC tutorial's 9 GiB model"),
+        _gpt("gpt_tiny", 2, 2, 64, 512, 256, "nanoGPT-style, 2 layers, d=64: CPU tests"),
+        _gpt("gpt_small", 4, 4, 256, 4096, 512, "nanoGPT-style, 4 layers, d=256, 4.2M params: CPU sweeps"),
+        _gpt("gpt_124m", 12, 12, 768, 50304, 1024, "GPT-2 124M shape (nanoGPT)"),
+        _gpt("gpt_350m", 24, 16, 1024, 50304, 1024, "GPT-2 350M (medium) shape"),
+        _hf("qwen2_1_5b", "qwen2_1.5b.json", 32768, "Qwen2-1.5B shape (transformers Qwen2ForCausalLM), 1.54B params"),
+        _hf("qwen2_tiny", "qwen2_1.5b.json", 256, "Qwen2 architecture, 2 layers, d=64, GQA 4:1 heads: CPU tests",
+            {**_TINY_LLAMA, "num_key_value_heads": 1}),
+        _hf("codellama_7b", "codellama_7b.json", 16384, "CodeLlama-7B / Llama-2-7B shape (LlamaForCausalLM), 6.7B params"),
+        _hf("codellama_tiny", "codellama_7b.json", 256, "Llama-2 architecture (MHA), 2 layers, d=64: CPU tests",
+            {**_TINY_LLAMA, "num_key_value_heads": 4}),
+        _hf("llama3_8b", "llama3_8b.json", 8192, "Llama-3-8B shape (LlamaForCausalLM, GQA 4:1), 8.0B params"),
+        _hf("llama3_1b", "llama3_8b.json", 8192, "Llama-3.2-1B shape (16 layers, d=2048, GQA 4:1, tied), 1.24B params: "
+            "the MFU reference model", {"hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16,
+                                        "num_attention_heads": 32, "num_key_value_heads": 8,
+                                        "tie_word_embeddings": True}),
+        _hf("llama3_tiny", "llama3_8b.json", 256, "Llama-3 architecture (GQA 4:1), 2 layers, d=64: CPU tests",
+            {**_TINY_LLAMA, "num_key_value_heads": 1}),
+        _hf("gpt2_124m", "gpt2_124m.json", 1024, "GPT-2 124M (transformers GPT2LMHeadModel)"),
+        _hf("gpt2_tiny", "gpt2_124m.json", 256, "GPT-2 architecture, 2 layers, d=64: CPU tests",
+            {"n_embd": 64, "n_layer": 2, "n_head": 4, "vocab_size": 512, "n_positions": 256, "bos_token_id": 0, "eos_token_id": 0}),
+    )
+}
+
+HF_PREFIX = "hf:"
+
+
+def is_hf_path(model: str) -> bool:
+    """`hf:PATH` names a local Hugging Face model folder."""
+    return model.startswith(HF_PREFIX) and len(model) > len(HF_PREFIX)
+
+
+def hf_path_problem(model: str) -> str | None:
+    """Why `hf:PATH` cannot be used (None: it has a readable config.json). Pure: reads JSON only."""
+    folder = Path(model[len(HF_PREFIX):]).expanduser()
+    if not folder.is_dir():
+        return f"{model}: {folder} is not a folder"
+    config = folder / "config.json"
+    if not config.is_file():
+        return f"{model}: {folder} has no config.json"
+    try:
+        data = json.loads(config.read_text())
+    except (OSError, ValueError) as exc:
+        return f"{model}: {config} is not valid JSON ({exc})"
+    if not isinstance(data, dict) or "model_type" not in data:
+        return f"{model}: {config} has no model_type"
+    return None
+
+
+def flavor_for(model: str) -> ModelFlavor:
+    """The named flavor, or one made on the fly for `hf:PATH` (its context read from config.json)."""
+    if model in MODEL_FLAVORS:
+        return MODEL_FLAVORS[model]
+    folder = Path(model[len(HF_PREFIX):]).expanduser()
+    data = json.loads((folder / "config.json").read_text())
+    context = data.get("max_position_embeddings") or data.get("n_positions")
+    return ModelFlavor(model, "hf", {"path": str(folder.resolve()), "overrides": {}}, context,
+                       f"local Hugging Face model folder {folder}")
+
+
+def load_config_dict(flavor: ModelFlavor) -> dict[str, Any]:
+    """A Hugging Face flavor's config as plain JSON: the shipped or local config.json with the
+    flavor's overrides applied (private `_*` keys dropped)."""
+    cfg = flavor.config
+    path = Path(cfg["path"]) / "config.json" if "path" in cfg else CONFIG_DIR / cfg["config_file"]
+    data = json.loads(path.read_text())
+    data.update(cfg.get("overrides", {}))
+    return {k: v for k, v in data.items() if not k.startswith("_")}

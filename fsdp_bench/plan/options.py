@@ -1,0 +1,427 @@
+"""The `--bench-*` options: their defaults, parsing and validation into a `Sweep` (no torch).
+
+Every error is a `CaseError` whose message starts with the option's name, so pytest can show it
+as a one-line usage error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import tempfile
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from fsdp_bench.plan.case import (BACKWARD_PREFETCHES, CHECKPOINTS, DEVICES, GRAD_SYNCS, OPTIMIZER_IMPLS,
+                                  OPTIMIZER_TIMINGS, WRAP_POLICIES, Case, CaseError, Grid, expand_grid, parse_mesh)
+from fsdp_bench.plan.catalog import DEFAULT_STRATEGIES, PRECISIONS, STRATEGIES
+from fsdp_bench.plan.catalog import strategy as catalog_strategy
+from fsdp_bench.plan.flavors import MODEL_FLAVORS, hf_path_problem, is_hf_path
+from fsdp_bench.plan.nodes import Launch, LaunchError, validate_launch
+from fsdp_bench.plan.suites import SUITES, SuiteSettings, suite_cases
+from fsdp_bench.plan.text_data import data_folder_problem
+from fsdp_bench.results.layout import RunLayout
+
+_CASE_DEFAULTS = {f.name: f.default for f in fields(Case) if f.name != "strategy"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Sweep:
+    """A validated sweep: the grid axes, the shared case settings and how to run them."""
+
+    strategies: tuple[str, ...] = DEFAULT_STRATEGIES
+    batch_sizes: tuple[int, ...] = (2, 4)
+    grad_accums: tuple[int, ...] = (1, 2)
+    optimizer_timings: tuple[str, ...] = ("after_shard",)
+    models: tuple[str, ...] = (_CASE_DEFAULTS["model"],)
+    device: str = "auto"  # resolved to cpu/cuda by `resolve_device`
+    nproc: int | None = None  # None: all GPUs on cuda, 2 ranks on cpu
+    steps: int = _CASE_DEFAULTS["steps"]
+    warmup: int = _CASE_DEFAULTS["warmup"]
+    seq_len: int = _CASE_DEFAULTS["seq_len"]
+    timeout_s: float = 600.0
+    kill_grace_s: float = 30.0  # SIGTERM to torchrun, then this long before SIGKILL
+    results_dir: Path = Path("results")
+    resume: Path | None = None
+    report: bool = True
+    # Multi-node launch settings (fsdp_bench.plan.nodes): how cases run, not what they are.
+    nnodes: int = 1
+    node_rank: int = 0
+    rdzv_endpoint: str | None = None
+    run_id: str | None = None  # the run folder's name; required on several nodes
+    mesh: str = ""  # hybrid strategies' REPLICATExSHARD; "" = the node boundary
+    simulate_world_sizes: tuple[int, ...] = ()  # non-empty: simulate rank 0 at these world sizes
+    profile: bool = _CASE_DEFAULTS["profile"]
+    memory_snapshot: bool = _CASE_DEFAULTS["memory_snapshot"]
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    knobs: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)  # training knobs crossed as axes
+    data: str = _CASE_DEFAULTS["data"]
+    suite: str | None = None
+
+    def launch(self) -> Launch:
+        return Launch(nnodes=self.nnodes, node_rank=self.node_rank, rdzv_endpoint=self.rdzv_endpoint,
+                      run_id=self.run_id)
+
+    def process_group_timeout_s(self) -> float:
+        """Collectives must time out before the case does, so a hang ends as a rank error."""
+        return max(5.0, min(_CASE_DEFAULTS["pg_timeout_s"], self.timeout_s * 0.5))
+
+    def grids(self, device: str, nproc: int, simulate: bool = False) -> list[Grid]:
+        return [
+            Grid(
+                strategies=self.strategies, batch_sizes=self.batch_sizes, grad_accums=self.grad_accums,
+                optimizer_timings=self.optimizer_timings,
+                base={"model": model, "seq_len": self.seq_len, "steps": self.steps, "warmup": self.warmup,
+                      "device": device, "nproc": nproc, "pg_timeout_s": self.process_group_timeout_s(),
+                      "data": self.data, "profile": self.profile, "memory_snapshot": self.memory_snapshot,
+                      **({"simulate": True} if simulate else {}), **self.extra},
+                knobs=self.knobs,
+            )
+            for model in self.models
+        ]
+
+    def cases(self) -> list[Case]:
+        """Every case, in the same order on every node. `nproc` is ranks per node, so a case's
+        world size (its `nproc`, `ws` in the id) is nproc x nnodes."""
+        if self.suite is not None:
+            return self.suite_cases(self.suite)
+        device = resolve_device(self.device)
+        nproc = resolve_nproc(self.nproc, device) * self.nnodes
+        worlds = [(n, True) for n in self.simulate_world_sizes] or [(nproc, False)]
+        cases = [case for world, simulate in worlds for grid in self.grids(device, world, simulate)
+                 for case in expand_grid(grid)]
+        if self.mesh:
+            cases = [c.replace(mesh=self.mesh) if catalog_strategy(c.strategy).hybrid else c for c in cases]
+        return cases
+
+    def suite_cases(self, name: str) -> list[Case]:
+        """A named suite's cases; the user's device, nproc, steps, warmup and data still apply."""
+        device = resolve_device(self.device)
+        settings = SuiteSettings(device=device, nproc=resolve_nproc(self.nproc, device), steps=self.steps,
+                                 warmup=self.warmup, pg_timeout_s=self.process_group_timeout_s(), data=self.data)
+        return [c.replace(profile=self.profile, memory_snapshot=self.memory_snapshot)
+                for c in suite_cases(name, settings)]
+
+
+# --- device discovery without torch -------------------------------------------------------------
+
+def count_cuda_devices() -> int:
+    """Visible NVIDIA GPUs, read without importing torch or touching CUDA."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"])
+    gpus = Path("/proc/driver/nvidia/gpus")
+    if gpus.is_dir():
+        return len(list(gpus.iterdir()))
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return sum(line.startswith("GPU ") for line in out.stdout.splitlines()) if out.returncode == 0 else 0
+
+
+def resolve_device(device: str) -> str:
+    if device == "auto":
+        return "cuda" if count_cuda_devices() > 0 else "cpu"
+    return device
+
+
+def resolve_nproc(nproc: int | None, device: str) -> int:
+    if nproc is not None:
+        return nproc
+    return max(1, count_cuda_devices()) if device == "cuda" else 2
+
+
+# --- parsing ----------------------------------------------------------------------------------
+
+def _split(option: str, raw: str) -> list[str]:
+    items = [s.strip() for s in raw.split(",") if s.strip()]
+    if not items:
+        raise CaseError(f"{option}: empty list")
+    return items
+
+
+def _int_at_least(option: str, text: str, minimum: int, noun: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = minimum - 1
+    if value < minimum:
+        raise CaseError(f"{option}: {text!r} is not a {noun}")
+    return value
+
+
+def _positive_int(option: str, text: str) -> int:
+    return _int_at_least(option, text, 1, "positive integer")
+
+
+def _non_negative_int(option: str, text: str) -> int:
+    return _int_at_least(option, text, 0, "non-negative integer")
+
+
+def _positive_float(option: str, text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise CaseError(f"{option}: {text!r} is not a positive number of seconds")
+    return value
+
+
+def _names(option: str, raw: str, known: Mapping[str, Any] | tuple[str, ...]) -> tuple[str, ...]:
+    names = _split(option, raw)
+    for name in names:
+        if name not in known:
+            raise CaseError(f"{option}: unknown value {name!r}; choose from {', '.join(known)}")
+    return tuple(dict.fromkeys(names))
+
+
+def _models(option: str, raw: str) -> tuple[str, ...]:
+    names = _split(option, raw)
+    for name in names:
+        if name not in MODEL_FLAVORS and not is_hf_path(name):
+            raise CaseError(f"{option}: unknown model {name!r}; choose from {', '.join(MODEL_FLAVORS)} or hf:PATH")
+        if is_hf_path(name) and (problem := hf_path_problem(name)):
+            raise CaseError(f"{option}: {problem}")
+    return tuple(dict.fromkeys(names))
+
+
+def _on_off(option: str, raw: str) -> tuple[bool, ...]:
+    values = {"on": True, "off": False, "true": True, "false": False, "1": True, "0": False}
+    out = []
+    for item in _split(option, raw):
+        if item.lower() not in values:
+            raise CaseError(f"{option}: {item!r} is not on or off")
+        out.append(values[item.lower()])
+    return tuple(dict.fromkeys(out))
+
+
+def _non_negative_floats(option: str, raw: str) -> tuple[float, ...]:
+    out = []
+    for item in _split(option, raw):
+        try:
+            value = float(item)
+        except ValueError:
+            value = -1.0
+        if not value >= 0:
+            raise CaseError(f"{option}: {item!r} is not a non-negative number")
+        out.append(value)
+    return tuple(dict.fromkeys(out))
+
+
+def _data_folder(option: str, raw: str) -> str:
+    problem = data_folder_problem(raw)
+    if problem:
+        raise CaseError(f"{option}: {problem}")
+    return str(Path(raw).expanduser().resolve())
+
+
+def _can_write_in(folder: Path) -> bool:
+    """Really try: os.access says yes to root on a read-only mount or /proc."""
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".fsdp-bench-probe-", dir=folder)
+    except OSError:
+        return False
+    os.close(fd)
+    os.unlink(tmp)
+    return True
+
+
+_TRUE, _FALSE = ("on", "true", "yes", "1"), ("off", "false", "no", "0")
+
+
+def _switch(option: str, text: str) -> bool:
+    value = text.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise CaseError(f"{option}: {text!r} is not on/off (give the flag alone to turn it on)")
+
+
+def _writable_dir(option: str, raw: str) -> Path:
+    path = Path(raw)
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        if probe.is_symlink():  # a dangling link: mkdir would fail later
+            raise CaseError(f"{option}: {str(probe)!r} is a broken symbolic link")
+        probe = probe.parent
+    if not probe.is_dir():
+        raise CaseError(f"{option}: {raw!r} is not a folder ({str(probe)!r} is a file)")
+    if not _can_write_in(probe):
+        raise CaseError(f"{option}: {raw!r} is not writable (cannot create files in {str(probe)!r})")
+    return path
+
+
+def writable_dir(option: str, raw: str) -> Path:
+    """`raw` as a folder that exists or can be created and written; CaseError otherwise."""
+    return _writable_dir(option, raw)
+
+
+def _mesh(option: str, raw: str) -> str:
+    try:
+        replicate, shard = parse_mesh(raw)
+    except CaseError as exc:
+        raise CaseError(f"{option}: {exc}") from None
+    return f"{replicate}x{shard}"
+
+
+def _text(option: str, raw: str) -> str:
+    if not raw.strip():
+        raise CaseError(f"{option}: empty value")
+    return raw.strip()
+
+
+def _existing_run(option: str, raw: str) -> Path:
+    path = Path(raw)
+    if not path.is_dir():
+        raise CaseError(f"{option}: {raw!r} does not exist or is not a folder")
+    cases = RunLayout(path).cases_dir
+    if not cases.is_dir():
+        raise CaseError(f"{option}: {raw!r} is not a run folder (no cases/ inside)")
+    if not _can_write_in(cases):
+        raise CaseError(f"{option}: {raw!r} is not writable")
+    return path
+
+
+def _grace(option: str, text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 3600:
+        raise CaseError(f"{option}: {text!r} is not a number of seconds between 0 and 3600")
+    return value
+
+
+# option name (without --bench-) -> (Sweep field, parser, help)
+OPTIONS: dict[str, tuple[str, Callable[[str, str], Any], str]] = {
+    "strategies": ("strategies", lambda o, r: _names(o, r, STRATEGIES),
+                   f"comma list of strategies (default: {', '.join(DEFAULT_STRATEGIES)}): {', '.join(STRATEGIES)}"),
+    "batch-sizes": ("batch_sizes", lambda o, r: tuple(_positive_int(o, s) for s in _split(o, r)),
+                    f"per-device micro-batch sizes (default: {','.join(map(str, Sweep.batch_sizes))})"),
+    "grad-accum": ("grad_accums", lambda o, r: tuple(_positive_int(o, s) for s in _split(o, r)),
+                   f"gradient accumulation steps (default: {','.join(map(str, Sweep.grad_accums))})"),
+    "optimizer-timing": ("optimizer_timings", lambda o, r: _names(o, r, OPTIMIZER_TIMINGS),
+                         f"when the optimizer is built: {', '.join(OPTIMIZER_TIMINGS)} (default: after_shard)"),
+    "model": ("models", _models, f"model flavor(s) (default: {Sweep.models[0]}): {', '.join(MODEL_FLAVORS)}, hf:PATH"),
+    "nproc": ("nproc", _positive_int, "ranks per case (default: all GPUs on cuda, 2 on cpu)"),
+    "steps": ("steps", _positive_int, f"measured optimizer steps (default: {Sweep.steps})"),
+    "warmup": ("warmup", _non_negative_int, f"warmup steps excluded from statistics (default: {Sweep.warmup})"),
+    "seq-len": ("seq_len", _positive_int, f"tokens per sample (default: {Sweep.seq_len})"),
+    "device": ("device", lambda o, r: _names(o, r, ("auto", *DEVICES))[0], "auto, cpu or cuda (default: auto)"),
+    "timeout": ("timeout_s", _positive_float, f"seconds per case before it is stopped (default: {Sweep.timeout_s:g})"),
+    "kill-grace": ("kill_grace_s", _grace,
+                   f"seconds torchrun gets after SIGTERM before everything of the case is SIGKILLed "
+                   f"(default: {Sweep.kill_grace_s:g})"),
+    "results-dir": ("results_dir", _writable_dir, "where run folders are created (default: results)"),
+    "resume": ("resume", _existing_run, "continue this run folder: keep its ok cases, re-run the rest"),
+    "suite": ("suite", lambda o, r: _names(o, r, SUITES)[0],
+              f"run one of the write-ups' experiments by name: {', '.join(SUITES)}"),
+    "data": ("data", _data_folder, "folder of .txt/.json/.jsonl text to train on (default: synthetic tokens)"),
+    # Training knobs: comma lists crossed like the axes above; in case ids only when not default.
+    "precision": ("knobs.precision", lambda o, r: _names(o, r, PRECISIONS), f"{', '.join(PRECISIONS)} (default: fp32)"),
+    "act-ckpt": ("knobs.act_ckpt", _on_off, "activation checkpointing per block: off, on (default: off)"),
+    "compile": ("knobs.compile", _on_off, "torch.compile each block: off, on (default: off)"),
+    "optimizer-impl": ("knobs.optimizer_impl", lambda o, r: _names(o, r, OPTIMIZER_IMPLS),
+                       f"AdamW implementation: {', '.join(OPTIMIZER_IMPLS)} (default: auto)"),
+    "grad-clip": ("knobs.grad_clip", _non_negative_floats, "max global grad norm, 0 = off (default: 0)"),
+    "wrap-policy": ("knobs.wrap_policy", lambda o, r: _names(o, r, WRAP_POLICIES),
+                    f"FSDP1 auto-wrap: {', '.join(WRAP_POLICIES)} (default: module)"),
+    "min-num-params": ("knobs.min_num_params", lambda o, r: tuple(_positive_int(o, s) for s in _split(o, r)),
+                       "FSDP1 size_based wrap threshold (default: 100000000)"),
+    "forward-prefetch": ("knobs.forward_prefetch", lambda o, r: tuple(_non_negative_int(o, s) for s in _split(o, r)),
+                         "blocks prefetched ahead; FSDP1: >0 sets forward_prefetch (default: 0)"),
+    "backward-prefetch": ("knobs.backward_prefetch", lambda o, r: _names(o, r, BACKWARD_PREFETCHES),
+                          f"FSDP1 backward prefetch: {', '.join(BACKWARD_PREFETCHES)} (default: pre)"),
+    "grad-sync": ("knobs.grad_sync", lambda o, r: _names(o, r, GRAD_SYNCS),
+                  "grad-accum reduction: every micro-step, or only the last (no_sync) (default: every)"),
+    "checkpoint": ("knobs.checkpoint", lambda o, r: _names(o, r, CHECKPOINTS),
+                   f"checkpoint benchmark after the steps: {', '.join(CHECKPOINTS)} (default: none)"),
+
+
+    "nnodes": ("nnodes", _positive_int, "nodes each case spans; run the same command on every node (default: 1)"),
+    "node-rank": ("node_rank", _non_negative_int, "this node's rank, 0..nnodes-1; node 0 writes the results (default: 0)"),
+    "rdzv-endpoint": ("rdzv_endpoint", _text, "HOST:PORT on node 0 for the c10d rendezvous (needed with --bench-nnodes > 1)"),
+    "run-id": ("run_id", _text, "name of the run folder under --bench-results-dir, the same on every node "
+                                "(needed with --bench-nnodes > 1; default under Slurm: slurm-$SLURM_JOB_ID)"),
+    "mesh": ("mesh", _mesh, "hybrid strategies' REPLICATExSHARD mesh, e.g. 2x2 (default: the node boundary)"),
+    "simulate-world-size": ("simulate_world_sizes", lambda o, r: tuple(_positive_int(o, s) for s in _split(o, r)),
+                            "simulate rank 0 of these world sizes on one device with a fake process group, "
+                            "e.g. 8,64 (memory measured, communication modelled)"),
+    "profile": ("profile", _switch, "profile 2 extra untimed steps per case with torch.profiler: communication "
+                "(total, exposed), compute, optimizer and host time per step; TensorBoard trace in the case folder"),
+    "memory-snapshot": ("memory_snapshot", _switch, "CUDA only: record allocator history and write a "
+                        "memory_viz snapshot pickle per rank in the case folder"),
+}
+
+# Options that are switches: the pytest flag alone means "on" (`--bench-profile`); parse_sweep
+# also takes on/off text for them (what the flag stores, and what other callers may pass).
+SWITCH_OPTIONS = frozenset({"profile", "memory-snapshot"})
+
+
+def parse_sweep(raw: Mapping[str, str | None], *, no_report: bool = False) -> Sweep:
+    """A Sweep from option texts (None: not given). Raises CaseError naming the bad option."""
+    values: dict[str, Any] = {}
+    knobs: dict[str, tuple[Any, ...]] = {}
+    for name, (attr, parse, _help) in OPTIONS.items():
+        text = raw.get(name)
+        if text is not None:
+            if attr.startswith("knobs."):
+                knobs[attr.removeprefix("knobs.")] = parse(f"--bench-{name}", str(text))
+            else:
+                values[attr] = parse(f"--bench-{name}", str(text))
+    values["knobs"] = knobs
+    values["report"] = not no_report
+    sweep = Sweep(**values)
+    _check_devices(sweep)
+    sweep = _check_launch(sweep)
+    try:
+        sweep.cases()
+    except CaseError as exc:
+        raise CaseError(f"--bench-* options: {exc}") from None
+    return sweep
+
+
+def max_cpu_ranks() -> int:
+    """The most gloo ranks a CPU case may have: one per core, but at least 4.
+
+    A CPU rank is one process with one thread; more ranks than cores only time-slice, so their
+    timings mean little, and each rank costs a few hundred MB of RAM for torch alone. 4 stays
+    allowed on small machines because 4-rank functional checks (a 2x2 hybrid mesh) need it.
+    """
+    return max(4, os.cpu_count() or 1)
+
+
+def _check_launch(sweep: Sweep) -> Sweep:
+    try:
+        launch = validate_launch(sweep.launch(), env=dict(os.environ))
+    except LaunchError as exc:
+        raise CaseError(str(exc)) from None
+    if launch.multi_node and sweep.resume is not None:
+        raise CaseError("--bench-resume: not supported with --bench-nnodes > 1 (every node must run the same cases)")
+    if launch.multi_node and sweep.simulate_world_sizes:
+        raise CaseError("--bench-simulate-world-size: runs on one device; drop --bench-nnodes")
+    if sweep.run_id is not None and sweep.resume is not None:
+        raise CaseError("--bench-run-id: names a new run folder; use --bench-resume alone to continue one")
+    existing = RunLayout(sweep.results_dir / launch.run_id) if launch.run_id else None
+    if existing is not None and launch.owns_results and existing.cases_dir.exists():
+        raise CaseError(f"--bench-run-id: {existing.root} already holds results; choose a new run id")
+    return dataclasses.replace(sweep, run_id=launch.run_id)
+
+
+def _check_devices(sweep: Sweep) -> None:
+    if sweep.device == "cuda" and count_cuda_devices() == 0:
+        raise CaseError("--bench-device: cuda requested but no NVIDIA GPU is visible")
+    if sweep.nproc is None:
+        return
+    if resolve_device(sweep.device) == "cuda":
+        available = count_cuda_devices()
+        if sweep.nproc > available:
+            raise CaseError(f"--bench-nproc: {sweep.nproc} ranks requested but only {available} GPU(s) visible")
+    elif sweep.nproc > max_cpu_ranks():
+        raise CaseError(f"--bench-nproc: {sweep.nproc} CPU ranks requested but at most {max_cpu_ranks()} "
+                        f"are allowed on this machine ({os.cpu_count()} cores; CPU ranks beyond the cores only time-slice)")

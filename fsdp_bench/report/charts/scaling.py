@@ -1,0 +1,133 @@
+"""Charts of a metric against batch size: throughput, peak memory, MFU, and the GPU-utilization
+heatmap. One line per strategy (colour) and optimizer timing (line style); failed cases marked."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from fsdp_bench.report.charts.style import (ChartSkipped, RunData, STATUS_MARKS, TIMING_STYLES, add_legend, failed_rows, mark_failures, pyplot, reference_slice, require, save_figure, strategies_in, strategy_color, strategy_handles, timings_in)
+from fsdp_bench.report.table import ok_rows
+
+MEMORY_KINDS = (("peak_allocated_gib", "allocated (allocator)"), ("peak_reserved_gib", "reserved (allocator)"),
+                ("peak_rss_gib", "process RSS (host memory)"))
+
+
+def _batch_axis(ax: Any, sizes: list[int]) -> None:
+    if sizes and max(sizes) / max(1, min(sizes)) >= 8:
+        ax.set_xscale("log", base=2)
+    ax.set_xticks(sizes)
+    ax.set_xticklabels([str(s) for s in sizes])
+    ax.minorticks_off()
+    ax.set_xlabel("per-device batch size (samples)")
+
+
+def _facets(df, extra: list[tuple[str, str]] | None = None):
+    """(panel title, rows, column) per model x grad-accum (x extra columns)."""
+    panels = []
+    models = sorted(df["model"].unique())
+    for model in models:
+        for ga in sorted(df["grad_accum"].unique()):
+            part = df[(df["model"] == model) & (df["grad_accum"] == ga)]
+            if part.empty:
+                continue
+            head = (f"{model}, " if len(models) > 1 else "") + f"grad accum {ga}"
+            for column, label in extra or [(None, "")]:
+                panels.append((head + (f" — {label}" if label else ""), part, column))
+    return panels
+
+
+def draw_lines_vs_batch(run: RunData, panels: list, ylabel: str, title: str, path: Path, ncols: int,
+                        *, zero_floor: bool = True) -> None:
+    plt = pyplot()
+    df = run.df
+    nrows = math.ceil(len(panels) / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.6 * ncols, 3.6 * nrows), squeeze=False)
+    strategies, timings = strategies_in(df), timings_in(df)
+    sizes = sorted(int(b) for b in df["batch_size"].unique())
+    for ax, (panel_title, part, column) in zip(axes.flat, panels):
+        ok = ok_rows(part)
+        for (strategy, timing), group in ok.groupby(["strategy", "optimizer_timing"], sort=False):
+            group = group[group[column].notna()].sort_values("batch_size")
+            if group.empty:
+                continue
+            ax.plot(group["batch_size"], group[column], TIMING_STYLES.get(timing, "-."), marker="o",
+                    markersize=4, color=strategy_color(strategy), lw=1.8)
+        mark_failures(ax, part, "batch_size", strategies)
+        ax.set_title(panel_title, fontsize=10)
+        _batch_axis(ax, sizes)
+        ax.set_ylabel(ylabel)
+        if zero_floor:
+            ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.set_visible(False)
+    fig.suptitle(title + (f" — {run.title}" if run.title else ""), fontsize=12)
+    fig.tight_layout()
+    add_legend(fig, strategy_handles(strategies, timings=timings, failures=not failed_rows(df).empty))
+    save_figure(fig, path)
+
+
+def chart_throughput(run: RunData, path: Path) -> None:
+    require(run.df, "tokens_per_s_per_device")
+    panels = _facets(run.df, [("tokens_per_s_per_device", "")])
+    draw_lines_vs_batch(run, panels, "tokens/s per device", "Throughput vs batch size (higher is better)",
+                        path, ncols=min(3, run.df["grad_accum"].nunique()))
+
+
+def chart_peak_memory(run: RunData, path: Path) -> None:
+    kinds = [(c, label) for c, label in MEMORY_KINDS if c in ok_rows(run.df) and ok_rows(run.df)[c].notna().any()]
+    if not kinds:
+        raise ChartSkipped("no finished case has peak_allocated_gib, peak_reserved_gib or peak_rss_gib")
+    panels = _facets(run.df, kinds)
+    draw_lines_vs_batch(run, panels, "peak memory per device (GiB)",
+                        "Peak memory vs batch size (largest rank; lower is better)", path, ncols=len(kinds))
+
+
+def chart_mfu(run: RunData, path: Path) -> None:
+    if "mfu_pct" not in run.df or not ok_rows(run.df)["mfu_pct"].notna().any():
+        reason = ""
+        if "mfu_null_reason" in run.df and run.df["mfu_null_reason"].notna().any():
+            reason = f" ({run.df['mfu_null_reason'].dropna().iloc[0]})"
+        raise ChartSkipped(f"no finished case has mfu_pct: no peak FLOPs known for the device{reason}")
+    panels = _facets(run.df, [("mfu_pct", "")])
+    draw_lines_vs_batch(run, panels, "model FLOPs utilization (%)", "MFU vs batch size (higher is better)",
+                        path, ncols=min(3, run.df["grad_accum"].nunique()))
+
+
+def chart_gpu_util(run: RunData, path: Path) -> None:
+    if "gpu_util_pct_mean" not in run.df or not ok_rows(run.df)["gpu_util_pct_mean"].notna().any():
+        raise ChartSkipped("no finished case has gpu_util_pct_mean (measured on GPUs only)")
+    import numpy as np
+
+    plt = pyplot()
+    ref = reference_slice(run.df, "gpu_util_pct_mean", with_batch=False)
+    part = ref.select(run.df)
+    strategies = strategies_in(part)
+    sizes = sorted(int(b) for b in part["batch_size"].unique())
+    grid = np.full((len(strategies), len(sizes)), np.nan)
+    labels = [[""] * len(sizes) for _ in strategies]
+    for _, row in part.iterrows():
+        i, j = strategies.index(row["strategy"]), sizes.index(int(row["batch_size"]))
+        if row["status"] == "ok" and row.get("gpu_util_pct_mean") == row.get("gpu_util_pct_mean"):
+            grid[i, j] = row["gpu_util_pct_mean"]
+            labels[i][j] = f"{row['gpu_util_pct_mean']:.0f}%"
+        elif row["status"] in STATUS_MARKS:
+            labels[i][j] = STATUS_MARKS[row["status"]]
+    fig, ax = plt.subplots(figsize=(1.2 * len(sizes) + 3, 0.55 * len(strategies) + 2))
+    image = ax.imshow(grid, cmap="viridis", vmin=0, vmax=100, aspect="auto")
+    for i in range(len(strategies)):
+        for j in range(len(sizes)):
+            value = grid[i, j]
+            color = "white" if value != value or value < 60 else "black"
+            ax.text(j, i, labels[i][j] or "—", ha="center", va="center", fontsize=8,
+                    color="black" if value != value else color)
+    ax.set_xticks(range(len(sizes)), [str(s) for s in sizes])
+    ax.set_yticks(range(len(strategies)), strategies)
+    for tick, strategy in zip(ax.get_yticklabels(), strategies):
+        tick.set_color(strategy_color(strategy))
+    ax.set_xlabel("per-device batch size (samples)")
+    fig.colorbar(image, ax=ax, label="mean GPU utilization (%)")
+    ax.set_title(f"GPU utilization (mean over measured steps)\n{ref.describe()}", fontsize=10)
+    save_figure(fig, path)

@@ -1,0 +1,77 @@
+"""Will it fit? as files: fit.csv and one chart per model (predicted peak per device against
+world size), and the command that writes them.
+
+    python -m fsdp_bench.fit --models gpt_124m,gpt_350m --device-memory-gib 80 --out fit/
+    python -m fsdp_bench.fit --calibrate results/<run>   # activation bytes measured by a run
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+from pathlib import Path
+from typing import Any
+
+from fsdp_bench.analysis.fit import WORLD_SIZES, calibrate_from_results, fit_table
+from fsdp_bench.plan.catalog import STRATEGIES
+from fsdp_bench.plan.flavors import MODEL_FLAVORS
+from fsdp_bench.report.charts.style import pyplot, save_figure
+from fsdp_bench.results.schema import load_run
+
+
+def write_fit(rows: list[dict[str, Any]], out: Path) -> list[Path]:
+    """fit.csv and one chart per model: predicted peak per device against world size."""
+    out.mkdir(parents=True, exist_ok=True)
+    csv_path = out / "fit.csv"
+    with open(csv_path, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    written = [csv_path]
+    plt = pyplot()
+    for model in dict.fromkeys(r["model"] for r in rows):
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        mine = [r for r in rows if r["model"] == model]
+        for strategy in dict.fromkeys(r["strategy"] for r in mine):
+            pts = [r for r in mine if r["strategy"] == strategy]
+            ax.plot([r["world_size"] for r in pts], [r["predicted_peak_gib"] for r in pts], marker="o", label=strategy)
+        ax.axhline(mine[0]["device_memory_gib"], color="red", linestyle="--", label="device memory")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("world size (devices)")
+        ax.set_ylabel("predicted peak memory per device (GiB)")
+        ax.set_title(f"Will it fit? {model}, batch {mine[0]['batch_size']}/device, seq {mine[0]['seq_len']}")
+        ax.legend(fontsize=7)
+        path = out / f"fit_{model}.png"
+        save_figure(fig, path)
+        written.append(path)
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m fsdp_bench.fit", description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="gpt_124m,gpt_350m,linear_odsc")
+    parser.add_argument("--strategies", default=",".join(STRATEGIES))
+    parser.add_argument("--world-sizes", default=",".join(map(str, WORLD_SIZES)))
+    parser.add_argument("--device-memory-gib", type=float, default=80.0)
+    parser.add_argument("--seq-len", type=int, default=1024)
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--calibrate", type=Path, default=None, help="run folder whose ok cases give activation bytes")
+    parser.add_argument("--out", type=Path, default=Path("fit"))
+    args = parser.parse_args(argv)
+    for name in args.models.split(","):
+        if name not in MODEL_FLAVORS:
+            parser.error(f"--models: unknown model {name!r}; choose from {', '.join(MODEL_FLAVORS)}")
+    calibration = None
+    if args.calibrate is not None:
+        calibration = calibrate_from_results(load_run(args.calibrate)[0])
+    rows = fit_table(args.models.split(","), args.strategies.split(","), device_memory_gib=args.device_memory_gib,
+                     seq_len=args.seq_len, batch_size=args.batch_size,
+                     world_sizes=[int(n) for n in args.world_sizes.split(",")], calibration=calibration)
+    for path in write_fit(rows, args.out):
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

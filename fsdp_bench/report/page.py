@@ -1,0 +1,179 @@
+"""The report page people read: report.md (renders on GitHub) and report.html (a browser, with
+the best values highlighted in colour). Both come from one list of sections."""
+
+from __future__ import annotations
+
+import html
+import math
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from fsdp_bench.report.table import REPORT_COLUMNS, best_index
+
+ENV_FIELDS = (("host", "host"), ("platform", "platform"), ("cpu_count", "CPU cores"), ("gpu_count", "GPUs"),
+              ("gpu_names", "GPU model"), ("driver", "driver"), ("python", "Python"), ("torch", "torch"),
+              ("cuda", "CUDA"), ("nccl", "NCCL"), ("transformers", "transformers"), ("accelerate", "accelerate"),
+              ("git_sha", "git sha"), ("git_dirty", "uncommitted changes"), ("utc_time", "started (UTC)"),
+              ("pytorch_cuda_alloc_conf", "PYTORCH_CUDA_ALLOC_CONF"))
+
+
+@dataclass
+class Page:
+    """Everything the page shows, already computed."""
+
+    run_name: str
+    env: dict[str, Any] | None
+    df: Any
+    summary: Sequence[tuple[str, str]]
+    charts: Sequence[Any]  # ChartOutcome
+    problems: Sequence[str] = field(default_factory=list)
+    files: Sequence[str] = field(default_factory=list)
+
+
+def format_value(value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    if isinstance(value, bool):
+        return "yes" if value else "NO"
+    if isinstance(value, float):
+        if value == 0:
+            return "0"
+        if abs(value) >= 1000:
+            return f"{value:,.0f}"
+        return f"{value:.4g}"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(map(str, value)) or "none"
+    return str(value)
+
+
+def _table_columns(df) -> list[tuple[str, str]]:
+    if len(df.get("model", [])) and df["model"].nunique() > 1:
+        lead = [("model", "model")]
+    else:
+        lead = []
+    return lead + [(c, label) for c, label in REPORT_COLUMNS if c in df and df[c].notna().any()]
+
+
+def _env_rows(env: dict[str, Any] | None) -> list[tuple[str, str]]:
+    if env is None:
+        return [("environment", "unknown: env.json missing or unreadable")]
+    rows = [(label, format_value(env.get(key))) for key, label in ENV_FIELDS if env.get(key) not in (None, "", [])]
+    if env.get("torch_info_error"):
+        rows.append(("torch info", f"not collected: {env['torch_info_error']}"))
+    return rows
+
+
+def _failed(df):
+    return df[df["status"] != "ok"] if "status" in df else df.iloc[0:0]
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def render_markdown(page: Page) -> str:
+    out = [f"# fsdp-bench report: {page.run_name}", ""]
+    out += ["## Summary", ""]
+    out += [f"- **{q}** {line}" for q, line in page.summary] or ["- No finished cases to summarize."]
+    out += [""]
+    if page.problems:
+        out += ["## Problems reading this run", ""] + [f"- {_md_cell(p)}" for p in page.problems] + [""]
+    out += ["## Environment", "", "| | |", "|---|---|"]
+    out += [f"| {k} | {_md_cell(v)} |" for k, v in _env_rows(page.env)] + [""]
+    out += ["## Comparison table", ""]
+    df = page.df
+    if df.empty:
+        out += ["No case results.", ""]
+    else:
+        columns = _table_columns(df)
+        best = {c: best_index(df, c) for c, _ in columns}
+        out += ["Best value per metric (per model, finished cases) in **bold**. Every metric is in "
+                "`comparison.csv`; per-rank numbers in `per_rank.csv`.", ""]
+        out += ["| " + " | ".join(label for _, label in columns) + " |", "|" + "---|" * len(columns)]
+        for idx, row in df.iterrows():
+            cells = []
+            for c, _ in columns:
+                text = _md_cell(format_value(row.get(c)))
+                if c == "status" and row["status"] != "ok":
+                    text = f"**{text.upper()}**"
+                cells.append(f"**{text}**" if idx in best[c] and text else text)
+            out.append("| " + " | ".join(cells) + " |")
+        out += [""]
+    out += ["## Charts", ""]
+    for outcome in page.charts:
+        if outcome.path is not None:
+            out += [f"### {outcome.chart.title}", "", f"![{outcome.chart.title}]({outcome.path.name})", ""]
+    skipped = [o for o in page.charts if o.path is None]
+    if skipped:
+        out += ["Not drawn (this run lacks their data):", ""] + [f"- {o.note}" for o in skipped] + [""]
+    out += ["## Failed cases", ""]
+    failed = _failed(df)
+    if failed.empty:
+        out += ["None.", ""]
+    else:
+        out += ["| case | status | reason |", "|---|---|---|"]
+        out += [f"| {r['case_id']} | {str(r['status']).upper()} | {_md_cell(str(r.get('reason') or ''))} |"
+                for _, r in failed.iterrows()] + [""]
+    if page.files:
+        out += ["## Files", ""] + [f"- [{name}]({name})" for name in page.files] + [""]
+    return "\n".join(out)
+
+
+_CSS = """body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1300px;padding:0 1em;color:#222}
+table{border-collapse:collapse;font-size:13px;margin:0.5em 0}th,td{border:1px solid #ddd;padding:3px 7px;text-align:right}
+th{background:#f3f3f3;position:sticky;top:0}td.t{text-align:left}td.best{background:#c8f0c8;font-weight:bold}
+tr.bad td{background:#fde8e8}img{max-width:100%;border:1px solid #eee;margin:0.5em 0}
+.note{color:#666}li{margin:0.2em 0}"""
+
+
+def render_html(page: Page) -> str:
+    e = html.escape
+    out = ["<!doctype html><html><head><meta charset='utf-8'>",
+           f"<title>fsdp-bench report: {e(page.run_name)}</title><style>{_CSS}</style></head><body>",
+           f"<h1>fsdp-bench report: {e(page.run_name)}</h1>", "<h2>Summary</h2><ul>"]
+    out += [f"<li><b>{e(q)}</b> {e(line)}</li>" for q, line in page.summary] or ["<li>No finished cases.</li>"]
+    out.append("</ul>")
+    if page.problems:
+        out += ["<h2>Problems reading this run</h2><ul>"] + [f"<li>{e(p)}</li>" for p in page.problems] + ["</ul>"]
+    out.append("<h2>Environment</h2><table>")
+    out += [f"<tr><td class=t>{e(k)}</td><td class=t>{e(v)}</td></tr>" for k, v in _env_rows(page.env)]
+    out.append("</table><h2>Comparison table</h2>")
+    df = page.df
+    if df.empty:
+        out.append("<p>No case results.</p>")
+    else:
+        columns = _table_columns(df)
+        best = {c: best_index(df, c) for c, _ in columns}
+        out.append("<p class=note>Best value per metric (per model, finished cases) highlighted green; cases that "
+                   "did not finish in red. Every metric is in <a href='comparison.csv'>comparison.csv</a>.</p><table>")
+        out.append("<tr>" + "".join(f"<th>{e(label)}</th>" for _, label in columns) + "</tr>")
+        for idx, row in df.iterrows():
+            cells = []
+            for c, _ in columns:
+                cls = "t" if c in ("model", "strategy", "optimizer_timing", "status") else ""
+                if idx in best[c]:
+                    cls += " best"
+                cells.append(f"<td class='{cls.strip()}'>{e(format_value(row.get(c)))}</td>")
+            out.append(f"<tr{' class=bad' if row['status'] != 'ok' else ''}>" + "".join(cells) + "</tr>")
+        out.append("</table>")
+    out.append("<h2>Charts</h2>")
+    for outcome in page.charts:
+        if outcome.path is not None:
+            out.append(f"<h3>{e(outcome.chart.title)}</h3><img src='{e(outcome.path.name)}' alt='{e(outcome.chart.title)}'>")
+    skipped = [o for o in page.charts if o.path is None]
+    if skipped:
+        out += ["<p>Not drawn (this run lacks their data):</p><ul class=note>"]
+        out += [f"<li>{e(o.note)}</li>" for o in skipped] + ["</ul>"]
+    out.append("<h2>Failed cases</h2>")
+    failed = _failed(df)
+    if failed.empty:
+        out.append("<p>None.</p>")
+    else:
+        out.append("<table><tr><th>case</th><th>status</th><th>reason</th></tr>")
+        out += [f"<tr class=bad><td class=t>{e(r['case_id'])}</td><td class=t>{e(str(r['status']).upper())}</td>"
+                f"<td class=t>{e(str(r.get('reason') or ''))}</td></tr>" for _, r in failed.iterrows()]
+        out.append("</table>")
+    if page.files:
+        out += ["<h2>Files</h2><ul>"] + [f"<li><a href='{e(n)}'>{e(n)}</a></li>" for n in page.files] + ["</ul>"]
+    out.append("</body></html>")
+    return "\n".join(out)

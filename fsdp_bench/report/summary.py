@@ -1,0 +1,209 @@
+"""One short, automatically derived line per question a person choosing a strategy asks.
+
+Pure functions over the comparison table (and loss curves); each returns lines, or none when the
+run cannot answer the question.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+from fsdp_bench.report.charts.style import TIMING_LABELS
+from fsdp_bench.results.schema import FAILED_STATUSES
+from fsdp_bench.report.table import ok_rows
+from fsdp_bench.plan.catalog import strategy_order
+
+NOISY_CV_PCT = 10.0
+LOSS_MATCH_TOL = 1e-3
+
+
+def _strategies(df) -> list[str]:
+    return sorted(df["strategy"].unique(), key=lambda s: (strategy_order(s), s))
+
+
+def _fmt(value: float, digits: int = 3) -> str:
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    return f"{value:.{digits}g}"
+
+
+def _main_slice(df):
+    """Optimizer built after sharding (the correct program) at the smallest grad-accum, per model."""
+    part = df[df["optimizer_timing"] == "after_shard"] if (df["optimizer_timing"] == "after_shard").any() else df
+    return part[part["grad_accum"] == part["grad_accum"].min()]
+
+
+def largest_batch_that_fits(df) -> list[str]:
+    lines = []
+    for model, mdf in df.groupby("model"):
+        part = _main_slice(mdf)
+        items = []
+        for strategy in _strategies(part):
+            rows = part[part["strategy"] == strategy]
+            ok = sorted(rows[rows["status"] == "ok"]["batch_size"])
+            bad = rows[rows["status"].isin(FAILED_STATUSES)]
+            tried = max(rows["batch_size"])
+            if not ok:
+                items.append(f"{strategy} none ({', '.join(sorted(set(bad['status'])))})" if len(bad) else f"{strategy} none")
+                continue
+            fits = ok[-1]
+            above = bad[bad["batch_size"] > fits].sort_values("batch_size")
+            if len(above):
+                items.append(f"{strategy} {fits} (batch {above.iloc[0]['batch_size']}: {above.iloc[0]['status'].upper()})")
+            else:
+                items.append(f"{strategy} {fits}" + (" (largest tried)" if fits == tried else ""))
+        if items:
+            lines.append(f"Largest batch that fits ({model}, grad accum {part['grad_accum'].min()}): {'; '.join(items)}.")
+    return lines
+
+
+def fastest_per_batch(df) -> list[str]:
+    lines = []
+    for model, mdf in ok_rows(df).groupby("model"):
+        part = _main_slice(mdf)
+        if "tokens_per_s_per_device" not in part:
+            continue
+        part = part[part["tokens_per_s_per_device"].notna()]
+        items = []
+        for size, rows in part.groupby("batch_size"):
+            ranked = rows.sort_values("tokens_per_s_per_device", ascending=False)
+            best = ranked.iloc[0]
+            text = f"batch {size}: {best['strategy']} ({_fmt(best['tokens_per_s_per_device'])} tokens/s/device"
+            if len(ranked) > 1:
+                second = ranked.iloc[1]
+                gain = 100 * (best["tokens_per_s_per_device"] / second["tokens_per_s_per_device"] - 1)
+                text += f", +{gain:.0f}% over {second['strategy']}"
+            items.append(text + ")")
+        if items:
+            lines.append(f"Fastest strategy ({model}): {'; '.join(items)}.")
+    return lines
+
+
+_MEMORY_COLUMNS = (("peak_allocated_gib", "peak allocated"), ("peak_reserved_gib", "peak reserved"),
+                   ("peak_rss_gib", "peak RSS"))
+
+
+def memory_saved_vs_ddp(df) -> list[str]:
+    lines = []
+    for model, mdf in ok_rows(df).groupby("model"):
+        part = _main_slice(mdf)
+        ddp = part[part["strategy"] == "ddp"]
+        if ddp.empty:
+            continue
+        size = int(ddp["batch_size"].max())
+        at = part[part["batch_size"] == size]
+        base = at[at["strategy"] == "ddp"].iloc[0]
+        for column, label in _MEMORY_COLUMNS:
+            if column not in at or base.get(column) is None or base[column] != base[column] or not base[column] > 0:
+                continue
+            items = []
+            for strategy in _strategies(at):
+                if strategy == "ddp":
+                    continue
+                value = at[at["strategy"] == strategy].iloc[0].get(column)
+                if value is None or value != value:
+                    continue
+                saved = 100 * (1 - value / base[column])
+                items.append(f"{strategy} {'saves' if saved >= 0 else 'uses'} {abs(saved):.0f}%"
+                             f"{'' if saved >= 0 else ' more'} ({_fmt(value)} GiB)")
+            if items:
+                lines.append(f"Memory vs ddp ({model}, batch {size}, {label}, ddp {_fmt(base[column])} GiB): "
+                             f"{'; '.join(items)}.")
+                break  # the allocator's number when there is one; RSS only as a fallback
+    return lines
+
+
+def optimizer_timing_effect(df) -> list[str]:
+    lines = []
+    ok = ok_rows(df)
+    if "params_changed" not in ok:
+        return lines
+    for timing in ("before_shard", "before_shard_fixed"):
+        rows = ok[ok["optimizer_timing"] == timing]
+        if rows.empty:
+            continue
+        frozen = rows[rows["params_changed"] == False]  # noqa: E712 (pandas mask, not identity)
+        label = TIMING_LABELS[timing]
+        if len(frozen):
+            names = ", ".join(sorted(set(frozen["strategy"]), key=strategy_order))
+            lines.append(f"{label}: parameters never changed in {len(frozen)} of {len(rows)} cases ({names}); "
+                         f"the optimizer updates tensors the model no longer uses, so the loss stays flat.")
+        else:
+            lines.append(f"{label}: parameters changed in all {len(rows)} cases; training works.")
+    return lines
+
+
+def loss_agreement(df) -> list[str]:
+    if "loss_max_abs_dev_vs_ddp" not in df:
+        return []
+    ok = ok_rows(df)
+    ok = ok[ok["loss_max_abs_dev_vs_ddp"].notna() & (ok["strategy"] != "ddp")]
+    if ok.empty:
+        return []
+    off = ok[ok["loss_max_abs_dev_vs_ddp"] > LOSS_MATCH_TOL]
+    if off.empty:
+        return [f"Loss curves match ddp within {LOSS_MATCH_TOL:g} in all {len(ok)} comparable cases."]
+    worst = off.sort_values("loss_max_abs_dev_vs_ddp", ascending=False).iloc[0]
+    return [f"Loss curves differ from ddp by more than {LOSS_MATCH_TOL:g} in {len(off)} of {len(ok)} cases "
+            f"(largest: {worst['case_id']}, {worst['loss_max_abs_dev_vs_ddp']:.3g})."]
+
+
+def failures(df) -> list[str]:
+    counts = df["status"].value_counts()
+    bad = {s: int(counts.get(s, 0)) for s in ("oom", "timeout", "failed", "skipped") if counts.get(s, 0)}
+    if not bad:
+        return [f"All {len(df)} cases finished."]
+    text = ", ".join(f"{n} {s}" for s, n in bad.items())
+    return [f"{int(counts.get('ok', 0))} of {len(df)} cases finished; {text} (see Failed cases)."]
+
+
+def timing_noise(df) -> list[str]:
+    ok = ok_rows(df)
+    if "step_time_cv_pct" not in ok or ok["step_time_cv_pct"].isna().all():
+        return []
+    noisy = ok[ok["step_time_cv_pct"] > NOISY_CV_PCT]
+    if noisy.empty:
+        return [f"Step times are steady: coefficient of variation <= {NOISY_CV_PCT:g}% in every case."]
+    return [f"Step times vary by more than {NOISY_CV_PCT:g}% (CV) in {len(noisy)} of {len(ok)} cases: treat small "
+            f"throughput differences as noise (busy machine, or too few steps)."]
+
+
+def best_mfu(df) -> list[str]:
+    ok = ok_rows(df)
+    if "mfu_pct" not in ok or ok["mfu_pct"].isna().all():
+        return []
+    best = ok.loc[ok["mfu_pct"].idxmax()]
+    return [f"Highest MFU: {best['mfu_pct']:.1f}% ({best['case_id']})."]
+
+
+def exposed_communication(df) -> list[str]:
+    ok = ok_rows(df)
+    cols = ("comm_exposed_s_per_step", "step_time_s_median")
+    if any(c not in ok for c in cols):
+        return []
+    ok = ok[ok["comm_exposed_s_per_step"].notna() & (ok["step_time_s_median"] > 0)]
+    if ok.empty:
+        return []
+    share = (100 * ok["comm_exposed_s_per_step"] / ok["step_time_s_median"]).groupby(ok["strategy"]).median()
+    items = [f"{s} {share[s]:.0f}%" for s in sorted(share.index, key=strategy_order)]
+    return [f"Exposed communication as a share of step time (median over cases): {', '.join(items)}."]
+
+
+QUESTIONS: Sequence[tuple[str, Callable[[Any], list[str]]]] = (
+    ("Did every case finish?", failures),
+    ("Largest batch that fits per strategy", largest_batch_that_fits),
+    ("Fastest strategy at each batch size", fastest_per_batch),
+    ("Memory saved vs DDP", memory_saved_vs_ddp),
+    ("Does building the optimizer before sharding train?", optimizer_timing_effect),
+    ("Do strategies train the same model?", loss_agreement),
+    ("How much communication is exposed?", exposed_communication),
+    ("Best hardware utilization", best_mfu),
+    ("Are the timings trustworthy?", timing_noise),
+)
+
+
+def summary_lines(df) -> list[tuple[str, str]]:
+    """(question, answer line) for every question the run can answer."""
+    if df.empty:
+        return []
+    return [(question, line) for question, answer in QUESTIONS for line in answer(df)]

@@ -1,0 +1,170 @@
+"""The comparison table: one row per case (comparison.csv) and one per case x rank (per_rank.csv).
+
+Pure pandas over loaded results; no torch, no matplotlib. Column names carry their units.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping
+
+from fsdp_bench.plan.case import timing_order
+from fsdp_bench.plan.catalog import strategy_order
+from fsdp_bench.results.schema import GIB
+
+# The axes a person compares along, in sort order; the CSV starts with them.
+AXES = ("model", "strategy", "batch_size", "grad_accum", "optimizer_timing")
+LEAD_COLUMNS = ("case_id", *AXES, "nproc", "global_batch_size", "seq_len", "status", "reason")
+
+# Which way is better, for highlighting the best case and for judging regressions.
+HIGHER_IS_BETTER = frozenset({
+    "tokens_per_s", "tokens_per_s_per_device", "samples_per_s", "tflops_per_s_per_device",
+    "mfu_pct", "hfu_pct", "gpu_util_pct_mean",
+})
+LOWER_IS_BETTER = frozenset({
+    "step_time_s_median", "step_time_s_mean", "step_time_s_p10", "step_time_s_p90",
+    "step_time_cv_pct", "time_per_optimizer_step_s", "peak_allocated_gib", "peak_reserved_gib",
+    "peak_rss_gib", "comm_exposed_s_per_step", "data_host_s_per_step", "loss_max_abs_dev_vs_ddp",
+})
+
+# The columns of the report's table (the CSV has every metric); shown only when some case has them.
+REPORT_COLUMNS = (
+    ("strategy", "strategy"), ("batch_size", "batch"), ("grad_accum", "accum"),
+    ("optimizer_timing", "optimizer built"), ("status", "status"),
+    ("tokens_per_s_per_device", "tokens/s/device"), ("step_time_s_median", "step time median (s)"),
+    ("step_time_s_p90", "step time p90 (s)"), ("peak_allocated_gib", "peak alloc (GiB)"),
+    ("peak_reserved_gib", "peak reserved (GiB)"), ("peak_rss_gib", "peak RSS (GiB)"),
+    ("mfu_pct", "MFU (%)"), ("comm_exposed_s_per_step", "exposed comm (s/step)"),
+    ("loss_first", "loss first"), ("loss_last", "loss last"), ("params_changed", "params changed"),
+)
+
+
+def flatten_case(result: Mapping[str, Any]) -> dict[str, Any]:
+    """One comparison.csv row. Cases that did not finish keep their axes, status and reason, but
+    no metrics: a half-measured number from a case that then failed would mislead."""
+    case = dict(result.get("case") or {})
+    row: dict[str, Any] = {"case_id": result.get("case_id")}
+    row.update(case)
+    if all(isinstance(case.get(k), int) for k in ("batch_size", "grad_accum", "nproc")):
+        row["global_batch_size"] = case["batch_size"] * case["grad_accum"] * case["nproc"]
+    row["status"] = result.get("status")
+    row["reason"] = result.get("reason") or ""
+    row["returncode"] = result.get("returncode")
+    row["duration_s"] = result.get("duration_s")
+    row["started_utc"] = result.get("started_utc")
+    if result.get("status") == "ok":
+        for key, value in (result.get("metrics") or {}).items():
+            if isinstance(value, (int, float, str, bool)) or value is None:
+                row[key] = value
+    return row
+
+
+def _sorted(df):
+    if df.empty:
+        return df
+    keys = df.assign(
+        _s=df["strategy"].map(strategy_order) if "strategy" in df else 0,
+        _t=df["optimizer_timing"].map(timing_order) if "optimizer_timing" in df else 0,
+    )
+    by = [c for c in ("model", "_s", "strategy", "batch_size", "grad_accum", "_t", "case_id") if c in keys]
+    return keys.sort_values(by, kind="stable").drop(columns=["_s", "_t"]).reset_index(drop=True)
+
+
+def build_table(results: Iterable[Mapping[str, Any]]):
+    """The comparison DataFrame: lead columns first, then every metric any case has."""
+    import pandas as pd
+
+    from fsdp_bench.analysis.aggregate import loss_max_abs_dev_vs_ddp
+    from fsdp_bench.analysis.stats import mean_across_ranks
+
+    results = list(results)
+    rows = [flatten_case(r) for r in results]
+    df = pd.DataFrame(rows)
+    if df.empty:
+        return pd.DataFrame(columns=list(LEAD_COLUMNS))
+    # Each finished case's loss curve (rank mean per step) against the matching DDP case's.
+    curves = {r["case_id"]: mean_across_ranks(x["losses"] for x in r["ranks"]) for r in results
+              if r.get("status") == "ok" and r.get("ranks") and all(x.get("losses") for x in r["ranks"])}
+    deviation = loss_max_abs_dev_vs_ddp(rows, curves)
+    df["loss_max_abs_dev_vs_ddp"] = [deviation.get(c) for c in df["case_id"]]
+    lead = [c for c in LEAD_COLUMNS if c in df.columns]
+    df = df[lead + [c for c in df.columns if c not in lead]]
+    return _sorted(df)
+
+
+def _gib(value: Any) -> float | None:
+    return value / GIB if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def flatten_rank(result: Mapping[str, Any], rank: Mapping[str, Any]) -> dict[str, Any]:
+    """One per_rank.csv row: where this rank got to, its memory and its own step times."""
+    from fsdp_bench.analysis.stats import summarize_step_times
+
+    case = result.get("case") or {}
+    error = rank.get("error") or {}
+    memory = rank.get("memory") or {}
+    row: dict[str, Any] = {"case_id": result.get("case_id"), **{k: case.get(k) for k in AXES},
+                           "case_status": result.get("status"), "rank": rank.get("rank"),
+                           "world_size": rank.get("world_size"), "host": rank.get("host"),
+                           "rank_status": rank.get("status"), "stage": rank.get("stage"),
+                           "error_type": error.get("type"), "error_message": error.get("message"),
+                           "device_name": rank.get("device_name"), "n_params": rank.get("n_params"),
+                           "params_changed": rank.get("params_changed"), "memory_method": memory.get("method")}
+    for key in ("peak_allocated_bytes", "peak_reserved_bytes", "peak_rss_bytes"):
+        row[key.replace("_bytes", "_gib")] = _gib(memory.get(key))
+    times = rank.get("step_times_s") or []
+    stats = summarize_step_times(times) if times else {}
+    for key in ("step_time_s_median", "step_time_s_p10", "step_time_s_p90"):
+        row[key] = stats.get(key)
+    row["steps_measured"] = len(times)
+    losses = rank.get("losses") or []
+    row["loss_first"] = losses[0] if losses else None
+    row["loss_last"] = losses[-1] if losses else None
+    for name, value in (rank.get("memory_breakdown_bytes") or {}).items():
+        row[f"breakdown_{name}_gib"] = _gib(value)
+    for name, value in (rank.get("expected_model_state_bytes") or {}).items():
+        row[f"expected_model_state_{name}_gib"] = _gib(value)
+    for name, value in (rank.get("allocator") or {}).items():
+        if isinstance(value, (int, float)):
+            row[f"allocator_{name}"] = value
+    for entry in rank.get("stages") or []:
+        for kind in ("allocated", "reserved", "rss"):
+            value = _gib(entry.get(f"{kind}_bytes"))
+            if value is not None:
+                row[f"stage_{entry.get('stage')}_{kind}_gib"] = value
+    return row
+
+
+def build_per_rank_table(results: Iterable[Mapping[str, Any]]):
+    import pandas as pd
+
+    rows = [flatten_rank(r, rank) for r in results for rank in (r.get("ranks") or []) if isinstance(rank, dict)]
+    df = pd.DataFrame(rows)
+    if df.empty:
+        return pd.DataFrame(columns=["case_id", *AXES, "case_status", "rank"])
+    df = _sorted(df)
+    # keep the case order from _sorted, ranks ascending inside a case
+    order = {cid: i for i, cid in enumerate(dict.fromkeys(df["case_id"]))}
+    return df.assign(_c=df["case_id"].map(order)).sort_values(["_c", "rank"], kind="stable") \
+             .drop(columns="_c").reset_index(drop=True)
+
+
+def ok_rows(df):
+    return df[df["status"] == "ok"] if "status" in df else df.iloc[0:0]
+
+
+def best_index(df, column: str, group_by: str = "model") -> set[int]:
+    """Row labels holding the best value of `column` among ok cases, per model."""
+    if column not in df.columns or (column not in HIGHER_IS_BETTER and column not in LOWER_IS_BETTER):
+        return set()
+    import pandas as pd
+
+    ok = ok_rows(df)
+    values = pd.to_numeric(ok[column], errors="coerce")
+    best: set[int] = set()
+    for _, idx in ok.groupby(group_by).groups.items() if group_by in ok else [(None, ok.index)]:
+        part = values.loc[idx].dropna()
+        if part.empty:
+            continue
+        target = part.max() if column in HIGHER_IS_BETTER else part.min()
+        best.update(part.index[part == target])
+    return best

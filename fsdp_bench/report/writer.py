@@ -1,0 +1,103 @@
+"""Turn a run folder into comparison.csv, per_rank.csv, charts, report.md and report.html.
+
+`visualize.py` and the pytest plugin both call `write_report`, so the session's outputs and a
+regenerated report are the same files. Only the files named in OWNED_FILES are ever written;
+nothing else in the run folder is touched. No torch import.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from fsdp_bench.report.charts.style import RunData
+from fsdp_bench.report.charts import CHART_FILES, draw_charts
+from fsdp_bench.report.page import Page, render_html, render_markdown
+from fsdp_bench.results.io import write_text_atomic
+from fsdp_bench.results.schema import ResultError, load_run
+from fsdp_bench.results.io import read_json
+from fsdp_bench.results.layout import RunLayout
+from fsdp_bench.report.summary import summary_lines
+from fsdp_bench.report.table import build_per_rank_table, build_table
+
+TABLE_FILES = ("comparison.csv", "per_rank.csv")
+PAGE_FILES = ("report.md", "report.html")
+OWNED_FILES = TABLE_FILES + CHART_FILES + PAGE_FILES
+
+
+def load_environment(run_dir: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """env.json, or None and the one-line problem."""
+    path = RunLayout(Path(run_dir)).env_file
+    try:
+        data = read_json(path)
+    except ResultError as exc:
+        return None, f"{exc}; the environment section is left unknown"
+    if not isinstance(data, dict):
+        return None, f"{path}: expected a JSON object, got {type(data).__name__}; environment unknown"
+    return data, None
+
+
+def load_report_inputs(run_dir: Path) -> tuple[list[dict[str, Any]], dict[str, Any] | None, list[str]]:
+    """The readable case results, the environment, and one line per problem found."""
+    run_dir = Path(run_dir)
+    layout = RunLayout(run_dir)
+    if not run_dir.is_dir():
+        raise ResultError(f"{run_dir}: not a folder")
+    if not layout.cases_dir.is_dir():
+        problems = [f"{layout.cases_dir}: missing; the run has no case results"]
+        results: list[dict[str, Any]] = []
+    else:
+        results, problems = load_run(run_dir)
+        if not results and not problems:
+            problems.append(f"{layout.cases_dir}: holds no case results (did the sweep run any case?)")
+    seen: set[str] = set()
+    unique = []
+    for result in results:
+        if not isinstance(result.get("case"), dict):
+            problems.append(f"{layout.result_file(str(result.get('case_id')))}: 'case' is not an object")
+            continue
+        if result["case_id"] in seen:
+            continue
+        seen.add(result["case_id"])
+        unique.append(result)
+    env, env_problem = load_environment(run_dir)
+    if env_problem:
+        problems.append(env_problem)
+    if unique and not any(r.get("status") == "ok" for r in unique):
+        problems.append(f"{run_dir}: no case finished ok ({len(unique)} cases); charts need finished cases")
+    return unique, env, problems
+
+
+def write_report(run_dir: Path, out_dir: Path | None = None) -> tuple[list[Path], list[str]]:
+    """Write the table, charts and report page for a run; returns the files written and one note
+    per problem (unreadable files, charts skipped for lack of data)."""
+    run_dir = Path(run_dir)
+    out_dir = Path(out_dir) if out_dir is not None else run_dir
+    try:
+        results, env, notes = load_report_inputs(run_dir)
+    except ResultError as exc:
+        return [], [str(exc)]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    df = build_table(results)
+    written = []
+    for name, table in (("comparison.csv", df), ("per_rank.csv", build_per_rank_table(results))):
+        path = out_dir / name
+        write_text_atomic(path, table.to_csv(index=False))
+        written.append(path)
+    run = RunData(df=df, results={r["case_id"]: r for r in results}, title=_models(df))
+    outcomes = draw_charts(run, out_dir)
+    written += [o.path for o in outcomes if o.path is not None]
+    chart_notes = [o.note for o in outcomes if o.path is None]
+    page = Page(run_name=run_dir.resolve().name, env=env, df=df, summary=summary_lines(df), charts=outcomes,
+                problems=list(notes), files=list(TABLE_FILES))
+    for name, render in (("report.md", render_markdown), ("report.html", render_html)):
+        path = out_dir / name
+        write_text_atomic(path, render(page))
+        written.append(path)
+    return written, notes + chart_notes
+
+
+def _models(df) -> str:
+    if df.empty or "model" not in df:
+        return ""
+    return ", ".join(sorted(map(str, df["model"].dropna().unique())))

@@ -1,0 +1,137 @@
+"""Every path in a run folder, named once. Nothing else in the project spells a run-folder path.
+
+    results/<run-id>/
+      env.json                      where the run came from (node 0)
+      .lock                         flock held by the sweep using the folder
+      cases/<case-id>.json          merged result of one case (node 0), written once
+      cases/<case-id>/              node 0's work folder for the case (`CaseDir`)
+      cases/.attempts/<case-id>.N/  an earlier attempt that did not finish ok, set aside on resume
+      nodes/node-<R>/cases/...      node R > 0: the same work folders for its own ranks
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from fsdp_bench.results.schema import ResultError
+
+
+@dataclass(frozen=True)
+class CaseDir:
+    """One case's work folder on one node: what the runner writes and the ranks fill."""
+
+    path: Path
+
+    @property
+    def case_file(self) -> Path:
+        """The case the ranks run; its path is on every process's command line (see launch.processes)."""
+        return self.path / "case.json"
+
+    @property
+    def log_file(self) -> Path:
+        return self.path / "log.txt"
+
+    def rank_file(self, rank: int) -> Path:
+        return self.path / f"rank-{rank}.json"
+
+    def pid_file(self, rank: int) -> Path:
+        return self.path / f"rank-{rank}.pid"
+
+    def pid_files(self) -> list[Path]:
+        return sorted(self.path.glob("rank-*.pid"))
+
+    def trace_file(self, rank: int) -> Path:
+        """Collective bytes counted from one profiled step (worker.comm_trace)."""
+        return self.path / f"trace-rank-{rank}.json"
+
+    @property
+    def profile_dir(self) -> Path:
+        return self.path / "tb_profile"
+
+    def memory_snapshot_file(self, rank: int) -> Path:
+        return self.path / f"memory_snapshot_rank{rank}.pickle"
+
+    def oom_snapshot_file(self, rank: int) -> Path:
+        return self.path / f"oom-snapshot-rank{rank}.pickle"
+
+
+@dataclass(frozen=True)
+class RunLayout:
+    """The paths of one run folder (`root`)."""
+
+    root: Path
+
+    @property
+    def env_file(self) -> Path:
+        return self.root / "env.json"
+
+    @property
+    def torch_env_file(self) -> Path:
+        """The torch half of env.json, written by a subprocess and merged (never left behind)."""
+        return self.root / ".env-torch.json"
+
+    @property
+    def lock_file(self) -> Path:
+        return self.root / ".lock"
+
+    @property
+    def cases_dir(self) -> Path:
+        return self.root / "cases"
+
+    @property
+    def attempts_dir(self) -> Path:
+        return self.cases_dir / ".attempts"
+
+    def attempt_dir(self, case_id: str, n: int) -> Path:
+        return self.attempts_dir / f"{case_id}.{n}"
+
+    def node_root(self, node_rank: int) -> Path:
+        """Where node `node_rank` keeps its logs and rank files (node 0: the run folder itself)."""
+        return self.root if node_rank == 0 else self.root / "nodes" / f"node-{node_rank}"
+
+    def result_file(self, case_id: str, node_rank: int = 0) -> Path:
+        """The merged result of a case (node 0), or node R's own summary of its part."""
+        return self.node_root(node_rank) / "cases" / f"{case_id}.json"
+
+    def case_dir(self, case_id: str, node_rank: int = 0) -> CaseDir:
+        return CaseDir(self.node_root(node_rank) / "cases" / case_id)
+
+    def case_dirs(self, case_id: str, nnodes: int) -> list[CaseDir]:
+        """Every node's work folder for one case, node 0 first."""
+        return [self.case_dir(case_id, r) for r in range(nnodes)]
+
+    def result_files(self) -> list[Path]:
+        return sorted(self.cases_dir.glob("*.json"))
+
+    def is_run(self) -> bool:
+        return self.cases_dir.is_dir() or self.env_file.is_file()
+
+
+def create_run_dir(results_dir: Path) -> Path:
+    """A new, never-used run folder. Names sort by start time; the pid and a counter keep two
+    sweeps started in the same second apart, and mkdir's exclusivity settles any race."""
+    results_dir = Path(results_dir)
+    results_dir.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    for attempt in range(1000):
+        layout = RunLayout(results_dir / f"{stamp}-{os.getpid()}-{attempt}")
+        try:
+            layout.root.mkdir()
+        except FileExistsError:
+            continue
+        layout.cases_dir.mkdir()
+        return layout.root
+    raise ResultError(f"{results_dir}: could not create a new run folder")
+
+
+def newest_run(results_dir: Path) -> Path:
+    results_dir = Path(results_dir)
+    if not results_dir.is_dir():
+        raise ResultError(f"{results_dir}: no results folder")
+    runs = sorted((p for p in results_dir.iterdir() if p.is_dir() and RunLayout(p).is_run()), key=lambda p: p.name)
+    if not runs:
+        raise ResultError(f"{results_dir}: holds no runs (run `pytest benchmarks` first)")
+    return runs[-1]

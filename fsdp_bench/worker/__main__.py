@@ -1,0 +1,3 @@
+from fsdp_bench.worker.entry import entry
+
+entry()

@@ -1,0 +1,136 @@
+"""One rank of one case, trained and measured: set up (`setup.build_rank`), warmup and measured
+steps timed between device synchronizations, then the record's measurements, the optional
+checkpoint benchmark and the untimed probe steps. `run(case)` also works in-process at world
+size 1 (gloo, in-memory store)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from fsdp_bench.plan.case import Case
+from fsdp_bench.results.layout import CaseDir
+from fsdp_bench.worker.record import StageTracker, new_record
+from fsdp_bench.worker.setup import Rank, build_rank, init_process_group, select_device
+
+
+def run(case: Case, *, record: dict[str, Any] | None = None, out_dir: Path | None = None,
+        stages: StageTracker | None = None) -> dict[str, Any]:
+    """Run one rank of `case`, filling and returning its record. Raises on failure.
+
+    `out_dir` is the case folder: profiler traces and memory snapshots go there (None: not saved).
+    """
+    from fsdp_bench.worker.memory import peak_rss_bytes, start_memory_history
+
+    rank = int(os.environ.get("RANK", 0))
+    world_size = int(os.environ.get("WORLD_SIZE", 1))
+    record = record if record is not None else new_record(case, rank=rank, world_size=world_size)
+    stages = stages or StageTracker(record, case, rank)
+    stages.enter("init")
+    device = select_device(case, int(os.environ.get("LOCAL_RANK", 0)))
+    stages.device = device
+    owns_pg = init_process_group(case, device)
+    try:
+        record["device"] = str(device)
+        record["device_name"] = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+        if case.memory_snapshot:
+            record["memory_snapshot_recording"] = start_memory_history(device)
+        setup = build_rank(case, device=device, rank=rank, world_size=world_size, record=record, stages=stages)
+        run_timed_steps(setup, record, stages, out_dir=out_dir)
+        if case.checkpoint != "none":
+            from fsdp_bench.worker.checkpointing import run_checkpoint_benchmark
+
+            stages.enter("checkpoint")
+            record["checkpoint"] = run_checkpoint_benchmark(
+                case.checkpoint, setup.model, setup.optimizer, setup.train_step, case.warmup + case.steps, device)
+        stages.enter("memory_probe")
+        from fsdp_bench.worker.probes import run_probes
+
+        run_probes(case, setup.model, setup.optimizer, lambda on_phase=None: setup.train_step(0, on_phase),
+                   record=record, device=device, rank=rank, out_dir=out_dir)
+        stages.enter("end")
+        record["memory"]["peak_rss_bytes"] = peak_rss_bytes()
+        stages.done("end")
+        dist.barrier()
+        record["status"] = "ok"
+        return record
+    finally:
+        if owns_pg and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def run_timed_steps(setup: Rank, record: dict[str, Any], stages: StageTracker, *, out_dir: Path | None) -> None:
+    """Warmup then measured optimizer steps, each timed between device synchronizations; then
+    what the steps left behind (peaks, whether parameters changed, update norms, utilization)."""
+    from fsdp_bench.worker.gpu_util import GpuUtilSampler
+    from fsdp_bench.worker.memory import MemoryTimeline, reset_peak
+    from fsdp_bench.worker.training import param_fingerprint
+    from fsdp_bench.worker.update_norms import UpdateNorms
+
+    case, device = setup.case, setup.device
+    fingerprint_before = param_fingerprint(setup.model)
+    timeline = MemoryTimeline(device)
+    on_phase = timeline.sample if timeline.enabled else None  # None: the CPU step stays bare
+    norms = UpdateNorms(setup.model)
+    gpu_util = GpuUtilSampler(device)
+    reset_peak(device)
+    for i in range(case.warmup + case.steps):
+        stage = "first_step" if i == 0 else ("warmup" if i < case.warmup else "measure")
+        if stage != record["stage"]:
+            stages.enter(stage)
+        if i == case.warmup:
+            reset_peak(device)  # the reported peak is the measured steps' peak
+            gpu_util.__enter__()
+        norms.before_step()  # untimed: a host copy of the local parameters
+        timeline.step = i
+        _sync(device)
+        t0 = time.perf_counter()
+        timeline.sample("step_start")
+        loss = setup.train_step(i, on_phase)
+        _sync(device)
+        elapsed = time.perf_counter() - t0
+        (record["warmup_step_times_s"] if i < case.warmup else record["step_times_s"]).append(elapsed)
+        # .item() after the timed region: the device already finished this step.
+        record["losses"].append(float(loss.item()))
+        norms.after_step()
+        if i == 0:
+            stages.done("first_step")
+        if i == case.warmup - 1:
+            stages.done("warmup")
+    gpu_util.__exit__(None, None, None)
+    record["params_changed"] = param_fingerprint(setup.model) != fingerprint_before
+    record["update_norms"] = norms.norms
+    if norms.reason:
+        record["update_norms_null_reason"] = norms.reason
+    record["gpu_util"] = gpu_util.result()
+    if timeline.enabled:
+        record["memory_timeline"] = timeline.samples
+    _record_memory_after_steps(setup, record, out_dir)
+
+
+def _record_memory_after_steps(setup: Rank, record: dict[str, Any], out_dir: Path | None) -> None:
+    from fsdp_bench.worker.memory import allocator_health, dump_memory_snapshot, read_memory, stop_memory_history
+
+    device = setup.device
+    mem = read_memory(device)
+    record["memory"].update(
+        peak_allocated_bytes=mem.get("max_allocated_bytes"),
+        peak_reserved_bytes=mem.get("max_reserved_bytes"),
+        method="cuda_caching_allocator" if device.type == "cuda" else "mem_tracker_probe_step",
+    )
+    record.update(setup.trainer.summary())
+    record["allocator"] = allocator_health(device)
+    if setup.case.memory_snapshot and out_dir is not None and device.type == "cuda":
+        record["memory_snapshot"] = dump_memory_snapshot(CaseDir(Path(out_dir)).memory_snapshot_file(setup.rank))
+    if record.get("memory_snapshot_recording"):
+        stop_memory_history()
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)

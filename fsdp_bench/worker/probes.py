@@ -1,0 +1,201 @@
+"""Untimed probe steps after the measured ones: FLOP counting, model-state bytes, the memory
+breakdown and profiling, plus the model facts the FLOPs formula needs.
+
+Each probe runs one real training step (so the model keeps training) outside every timed region;
+nothing here runs during the measured steps. Inside the timed region only the memory timeline's
+allocator reads run (CUDA only).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from fsdp_bench.plan.case import Case
+from fsdp_bench.results.layout import CaseDir
+from fsdp_bench.worker.training import local_tensor
+
+PROFILE_STEPS = 2
+
+# MemTracker's categories folded into the five the results report.
+BREAKDOWN_CATEGORIES = {"param": "params", "buffer": "params", "grad": "grads", "opt": "optimizer",
+                        "act": "activations", "temp": "other", "oth": "other"}
+
+
+def count_matmul_params(model: nn.Module) -> int:
+    """N of the FLOPs formula: unique parameters minus lookup-only embedding tables.
+
+    An embedding weight that is also some Linear's weight (GPT-2 tying) is an output projection
+    and stays in N once.
+    """
+    unique = {id(p): p for p in model.parameters()}
+    linear_weights = {id(m.weight) for m in model.modules() if isinstance(m, nn.Linear)}
+    lookup = {id(p): p for m in model.modules() if isinstance(m, nn.Embedding)
+              for p in m.parameters() if id(p) not in linear_weights}
+    return sum(p.numel() for i, p in unique.items() if i not in lookup)
+
+
+def attention_shape(model: nn.Module) -> dict[str, int]:
+    """Layers, heads and head size of the attention (zeros for attention-free models).
+
+    Hugging Face models say it in their config (head count of the queries: the 12*L*H*Q*T
+    attention term counts the score and value matmuls, which grouped-query attention does not
+    shrink); the project's GPT says it in its modules.
+    """
+    config = getattr(getattr(model, "lm", None), "config", None)
+    if config is not None:
+        layers = getattr(config, "num_hidden_layers", None) or getattr(config, "n_layer", 0)
+        heads = getattr(config, "num_attention_heads", None) or getattr(config, "n_head", 0)
+        hidden = getattr(config, "hidden_size", None) or getattr(config, "n_embd", 0)
+        head_dim = getattr(config, "head_dim", None) or (hidden // heads if heads else 0)
+        return {"n_layers": int(layers), "n_heads": int(heads), "head_dim": int(head_dim)}
+    blocks = getattr(model, "blocks", None)
+    attn = getattr(blocks[0], "attn", None) if blocks is not None and len(blocks) else None
+    if attn is None:
+        return {"n_layers": 0, "n_heads": 0, "head_dim": 0}
+    n_embd = attn.proj.in_features
+    return {"n_layers": len(blocks), "n_heads": attn.n_head, "head_dim": n_embd // attn.n_head}
+
+
+def _cpu_sdpa_flop_mapping() -> dict[Any, Callable[..., int]]:
+    """FlopCounterMode knows the CUDA attention kernels but not the CPU flash kernel; count it
+    with torch's own SDPA formulas so CPU and GPU counts mean the same thing."""
+    from torch.utils.flop_counter import sdpa_backward_flop_count, sdpa_flop_count
+
+    aten = torch.ops.aten
+    mapping: dict[Any, Callable[..., int]] = {}
+    fwd = getattr(aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+    bwd = getattr(aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None)
+    # FlopCounterMode keys its registry by overload packet and hands formulas shapes, not tensors.
+    if fwd is not None:
+        def fwd_flop(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
+            return sdpa_flop_count(query_shape, key_shape, value_shape)
+        mapping[fwd] = fwd_flop
+    if bwd is not None:
+        def bwd_flop(grad_out_shape, query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
+            return sdpa_backward_flop_count(grad_out_shape, query_shape, key_shape, value_shape)
+        mapping[bwd] = bwd_flop
+    return mapping
+
+
+def count_step_flops(step: Callable[[], Any]) -> int:
+    """FLOPs this rank executes in one training step, as torch.utils.flop_counter counts them
+    (matmuls, convolutions, attention; includes activation-checkpoint recompute)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    counter = FlopCounterMode(display=False, custom_mapping=_cpu_sdpa_flop_mapping())
+    with counter:
+        step()
+    return int(counter.get_total_flops())
+
+
+def _storage_bytes(tensors) -> int:
+    """Bytes of the distinct storages behind `tensors` (views of one flat buffer count once)."""
+    seen: dict[int, int] = {}
+    for t in tensors:
+        if t is None:
+            continue
+        local = local_tensor(t)
+        storage = local.untyped_storage()
+        seen[storage.data_ptr() or id(storage)] = storage.nbytes()
+    return sum(seen.values())
+
+
+def resident_model_state_bytes(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, int]:
+    """Params, grads and optimizer state resident on this rank right now, by distinct storage."""
+    params = list(model.parameters())
+    state = [v for s in optimizer.state.values() for v in s.values() if isinstance(v, torch.Tensor)]
+    out = {"params": _storage_bytes(params), "grads": _storage_bytes(p.grad for p in params),
+           "optimizer": _storage_bytes(state)}
+    out["total"] = out["params"] + out["grads"] + out["optimizer"]
+    return out
+
+
+def measure_model_state_after_step(step: Callable[[], Any], optimizer: torch.optim.Optimizer,
+                                   model: nn.Module) -> dict[str, int]:
+    """Run `step` and read the model state after optimizer.step(), before zero_grad frees grads."""
+    seen: dict[str, int] = {}
+    handle = optimizer.register_step_post_hook(lambda opt, args, kwargs: seen.update(resident_model_state_bytes(model, opt)))
+    try:
+        step()
+    finally:
+        handle.remove()
+    return seen
+
+
+def fold_breakdown(by_category: dict[str, int]) -> dict[str, int]:
+    """MemTracker's categories folded into params/grads/optimizer/activations/other."""
+    out = {"params": 0, "grads": 0, "optimizer": 0, "activations": 0, "other": 0}
+    for name, value in by_category.items():
+        out[BREAKDOWN_CATEGORIES.get(name, "other")] += int(value)
+    return out
+
+
+def memtracker_refusal(model: torch.nn.Module) -> str | None:
+    """Why torch's MemTracker cannot follow this model (None: it can).
+
+    Asked before trying: MemTracker raises FSDP1's refusal from inside the forward pass, after
+    FSDP1 has unsharded some parameters, and the interrupted step leaves FSDP1 unable to run
+    another one.
+    """
+    from torch.distributed.fsdp import FullyShardedDataParallel
+
+    if any(isinstance(m, FullyShardedDataParallel) for m in model.modules()):
+        return ("MemTracker refuses FSDP1: with use_orig_params=True its parameters are views into the "
+                "flat parameter, not leaf tensors, so MemTracker cannot register its post-accumulate-grad "
+                "hooks on them ('post accumulate grad hooks cannot be registered on non-leaf tensors')")
+    return None
+
+
+def run_probes(case: Case, model, optimizer, train_step: Callable[..., Any], *, record: dict[str, Any],
+               device: torch.device, rank: int, out_dir: Path | None) -> None:
+    """The untimed probe steps: FLOPs + model state, memory breakdown, then profiling if asked.
+
+    `train_step(on_phase=None)` runs one optimizer step exactly as the timed loop does.
+    """
+    from fsdp_bench.analysis.flops import flops_per_token
+    from fsdp_bench.analysis.model_state import expected_model_state_bytes
+    from fsdp_bench.worker.memory import track_step_memory
+
+    step: Callable[[], Any] = train_step
+    flops = record["flops"]
+    measured: dict[str, int] = {}
+    counted = count_step_flops(lambda: measured.update(measure_model_state_after_step(step, optimizer, model)))
+    tokens_per_rank_step = case.batch_size * case.grad_accum * case.seq_len
+    flops["counter_per_step"] = counted
+    flops["per_token_counter"] = counted / tokens_per_rank_step
+    flops["per_token_formula"] = flops_per_token(seq_len=case.seq_len, **flops["formula_inputs"])
+    flops["formula_over_counter"] = flops["per_token_formula"] / flops["per_token_counter"] if counted else None
+    record["measured_model_state_bytes"] = measured or None
+    record["expected_model_state_bytes"] = expected_model_state_bytes(
+        case.strategy, n_params=record["n_params"], world_size=record["world_size"],
+        param_bytes=record["param_bytes"], grad_bytes=record["param_bytes"], optimizer_bytes=2 * record["param_bytes"])
+
+    refusal = memtracker_refusal(model)
+    if refusal is None:
+        try:
+            tracked = track_step_memory(train_step, [model], optimizer)
+        except RuntimeError as exc:  # NotImplementedError included: a model MemTracker cannot follow
+            refusal = f"MemTracker failed: {type(exc).__name__}: {str(exc)[:300]}"
+    if refusal is None:
+        record["memory"]["tracked_by_category_bytes"] = tracked["by_category_bytes"]
+        record["memory"]["tracked_peak_bytes"] = tracked["peak_bytes"]
+        record["memory_breakdown_bytes"] = fold_breakdown(tracked["by_category_bytes"])
+        if device.type == "cpu":  # CPU has no allocator peak: the tracked peak is the peak
+            record["memory"]["peak_allocated_bytes"] = tracked["peak_bytes"]
+    else:
+        # No number beats a wrong one: the breakdown is null with the reason; the model state
+        # above (read by storage, not by MemTracker) still stands.
+        record["memory_breakdown_bytes"] = None
+        record["memory_breakdown_null_reason"] = refusal
+        record["memory"]["method"] = f"unavailable: {refusal}"
+
+    if case.profile:
+        from fsdp_bench.worker.profiling import profile_steps
+
+        trace_dir = CaseDir(Path(out_dir)).profile_dir if out_dir is not None else None
+        record["profile"] = profile_steps(step, n_steps=PROFILE_STEPS, device_type=device.type, rank=rank,
+                                          trace_dir=trace_dir)

@@ -1,0 +1,149 @@
+"""Communication / compute / optimizer / host time per step from a torch.profiler trace.
+
+The trace covers a few extra, untimed steps run after the measured ones (opt-in with
+`--bench-profile`), is saved in TensorBoard's format in the case folder, and is reduced here to
+per-step times. The reduction (`summarize_events`) is pure, so it is unit-tested on hand-made
+events; `profile_steps` is the only part that runs torch.
+
+How events are classified:
+- communication: on GPU the NCCL kernels; on CPU with gloo the `gloo:<collective>` spans that
+  gloo's worker threads record for each collective's asynchronous work.
+- compute: on GPU every other kernel; on CPU every `aten::` op on a thread that is not running
+  collectives (the training thread).
+- optimizer: the `Optimizer.step#...` spans the optimizer records.
+- step windows: the `fsdp_bench.step` record_function spans; everything is clipped to them.
+Exposed communication = |union(comm) - union(compute)|, not a sum of self-times.
+data_host_s_per_step = step time covered by neither compute nor communication (Python, hooks,
+data handling, waiting on a collective's result).
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from fsdp_bench.analysis.intervals import clip, exposed_length, total_length, union
+
+STEP_MARKER = "fsdp_bench.step"
+COLLECTIVE_KINDS = ("all_gather", "reduce_scatter", "all_reduce", "broadcast", "all_to_all", "send_recv", "other")
+
+
+@dataclass(frozen=True)
+class TraceEvent:
+    """The part of a profiler event the summary needs; times in seconds."""
+
+    name: str
+    start_s: float
+    end_s: float
+    thread: int = 0
+    on_device: bool = False  # a GPU kernel rather than a CPU op
+
+
+def collective_kind(name: str) -> str | None:
+    """The collective a communication event performs, or None when it is not communication."""
+    low = name.lower()
+    if not (low.startswith("gloo:") or "nccl" in low):
+        return None
+    flat = low.replace("_", "").replace(" ", "")
+    for kind, keys in (("all_gather", ("allgather",)), ("reduce_scatter", ("reducescatter",)),
+                       ("all_reduce", ("allreduce",)), ("broadcast", ("broadcast",)),
+                       ("all_to_all", ("alltoall",)), ("send_recv", ("sendrecv", "send", "recv"))):
+        if any(k in flat for k in keys):
+            return kind
+    return "other"
+
+
+def summarize_events(events: Iterable[TraceEvent]) -> dict[str, Any]:
+    """Per-step seconds of communication (total, exposed, per collective), compute, optimizer
+    and host time, averaged over the profiled steps."""
+    events = list(events)
+    steps = union((e.start_s, e.end_s) for e in events if e.name == STEP_MARKER and not e.on_device)
+    if not steps:
+        return {"steps_profiled": 0, "reason": f"no {STEP_MARKER!r} spans in the trace"}
+    comm = [(e, collective_kind(e.name)) for e in events]
+    comm = [(e, k) for e, k in comm if k is not None]
+    on_gpu = any(e.on_device for e in events)
+    comm_threads = {e.thread for e, _ in comm if not e.on_device}
+    if on_gpu:
+        comm_iv = [(e.start_s, e.end_s) for e, _ in comm if e.on_device]
+        compute_iv = [(e.start_s, e.end_s) for e in events if e.on_device and collective_kind(e.name) is None]
+    else:
+        comm_iv = [(e.start_s, e.end_s) for e, _ in comm]
+        compute_iv = [(e.start_s, e.end_s) for e in events
+                      if e.name.startswith("aten::") and e.thread not in comm_threads and not e.on_device]
+    comm_iv, compute_iv = clip(comm_iv, steps), clip(compute_iv, steps)
+    optimizer_iv = clip(((e.start_s, e.end_s) for e in events if e.name.startswith("Optimizer.step#")), steps)
+    n = len(steps)
+    step_s = total_length(steps)
+    by_kind = {}
+    for kind in COLLECTIVE_KINDS:
+        iv = [(e.start_s, e.end_s) for e, k in comm if k == kind and (e.on_device or not on_gpu)]
+        if iv:
+            by_kind[kind] = total_length(clip(iv, steps)) / n
+    return {
+        "steps_profiled": n,
+        "step_s_per_step": step_s / n,
+        "comm_total_s_per_step": total_length(comm_iv) / n,
+        "comm_exposed_s_per_step": exposed_length(comm_iv, compute_iv) / n,
+        "comm_by_kind_s_per_step": by_kind,
+        "compute_s_per_step": total_length(compute_iv) / n,
+        "optimizer_s_per_step": total_length(optimizer_iv) / n,
+        "data_host_s_per_step": (step_s - total_length(compute_iv + comm_iv)) / n,
+        "method": "cuda kernels" if on_gpu else "cpu ops (gloo worker threads for collectives)",
+    }
+
+
+# Chrome-trace categories that are device-side work (kernels and copies on a GPU stream).
+_DEVICE_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
+
+
+def load_trace_events(path: Path) -> list[TraceEvent]:
+    """Complete ("X") events of a saved chrome/TensorBoard trace, the same file a user opens."""
+    with open(path) as fh:
+        trace = json.load(fh)
+    events = trace.get("traceEvents", trace) if isinstance(trace, dict) else trace
+    out = []
+    for e in events:
+        if e.get("ph") != "X" or "dur" not in e:
+            continue
+        start = float(e["ts"]) / 1e6
+        tid = e.get("tid", 0)
+        out.append(TraceEvent(e.get("name", ""), start, start + float(e["dur"]) / 1e6,
+                              tid if isinstance(tid, int) else hash(tid), e.get("cat") in _DEVICE_CATEGORIES))
+    return out
+
+
+def profile_steps(step: Callable[[], Any], *, n_steps: int, device_type: str, rank: int,
+                  trace_dir: Path | None) -> dict[str, Any]:
+    """Run `step` n_steps times under torch.profiler, save the TensorBoard trace, summarize it.
+
+    The summary is read back from the saved trace file, so it describes exactly what TensorBoard
+    shows (without a case folder the trace goes to a temporary folder and is deleted).
+    """
+    import torch
+    from torch.profiler import ProfilerActivity, profile, record_function, tensorboard_trace_handler
+
+    activities = [ProfilerActivity.CPU]
+    if device_type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    with profile(activities=activities) as prof:
+        for _ in range(n_steps):
+            with record_function(STEP_MARKER):
+                step()
+                if device_type == "cuda":  # the step's window must end after its last kernel
+                    torch.cuda.synchronize()
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(trace_dir) if trace_dir is not None else Path(tmp)
+        folder.mkdir(parents=True, exist_ok=True)
+        before = set(folder.glob(f"rank{rank}.*.pt.trace.json"))
+        tensorboard_trace_handler(str(folder), worker_name=f"rank{rank}")(prof)
+        written = sorted(set(folder.glob(f"rank{rank}.*.pt.trace.json")) - before)
+        if not written:
+            return {"steps_profiled": 0, "reason": f"torch.profiler wrote no trace file in {folder}"}
+        summary = summarize_events(load_trace_events(written[-1]))
+    if trace_dir is not None:
+        summary["trace_file"] = str(written[-1])
+    return summary

@@ -1,0 +1,136 @@
+"""One rank set up as its case says: device, process group, data, model, strategy and optimizer
+(built before or after sharding). `build_rank` is the one place this happens, for the timed loop,
+the communication trace and the scripts alike."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from fsdp_bench.plan.case import Case
+from fsdp_bench.plan.catalog import PRECISIONS
+from fsdp_bench.plan.catalog import strategy as catalog_strategy
+from fsdp_bench.worker.record import StageTracker
+
+
+@dataclass
+class Rank:
+    """What one rank trains: the case, where, on what, and how."""
+
+    case: Case
+    device: torch.device
+    rank: int
+    world_size: int
+    source: Any  # worker.data BatchSource: `batches(step)` -> the step's micro-batches
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    trainer: Any  # worker.training.Trainer
+
+    def train_step(self, step: int = 0, on_phase=None) -> torch.Tensor:
+        return self.trainer.step(self.source.batches(step), on_phase=on_phase)
+
+
+def select_device(case: Case, local_rank: int) -> torch.device:
+    if case.device == "cuda":
+        if not torch.cuda.is_available():
+            raise RuntimeError("case asks for cuda but torch.cuda.is_available() is False")
+        torch.cuda.set_device(local_rank)
+        return torch.device("cuda", local_rank)
+    return torch.device("cpu")
+
+
+def init_process_group(case: Case, device: torch.device) -> bool:
+    """Join the job's process group; True when this call created it (so it must destroy it)."""
+    if dist.is_initialized():
+        return False
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    timeout = timedelta(seconds=case.pg_timeout_s)
+    if "RANK" in os.environ:
+        kwargs = {"device_id": device} if device.type == "cuda" else {}
+        dist.init_process_group(backend, timeout=timeout, **kwargs)
+    else:  # in-process, world size 1
+        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout)
+    return True
+
+
+def build_rank(case: Case, *, device: torch.device, rank: int, world_size: int,
+               record: dict[str, Any] | None = None, stages: StageTracker | None = None) -> Rank:
+    """Data, model, strategy and optimizer for one rank, in the order the case says; what was
+    built and how goes into `record` (a throwaway dict when None)."""
+    from fsdp_bench.worker.data import make_batch_source
+    from fsdp_bench.worker.models.build import get_flavor
+    from fsdp_bench.worker.training import Trainer
+
+    record = {} if record is None else record
+    stages = stages or StageTracker(record, case, rank)
+    flavor = get_flavor(case.model)
+    stages.enter("data")
+    source = make_batch_source(flavor, data=case.data, batch_size=case.batch_size, seq_len=case.seq_len,
+                               grad_accum=case.grad_accum, seed=case.seed, rank=rank,
+                               world_size=world_size, device=device)
+    record["data"] = source.info
+    stages.done("data")
+    model = _build_model(case, flavor, device, record, stages)
+    model, optimizer = _shard_and_build_optimizer(case, flavor, model, device, record, stages)
+    return Rank(case=case, device=device, rank=rank, world_size=world_size, source=source, model=model,
+                optimizer=optimizer, trainer=Trainer(case, model, optimizer, device=device))
+
+
+def _build_model(case: Case, flavor, device: torch.device, record: dict[str, Any],
+                 stages: StageTracker) -> torch.nn.Module:
+    from fsdp_bench.worker.memory import rss_bytes
+    from fsdp_bench.worker.models.build import build_model, count_parameters
+    from fsdp_bench.worker.probes import attention_shape, count_matmul_params
+
+    stages.enter("model")
+    record["construction"] = {"rss_before_bytes": rss_bytes(), "t0": time.perf_counter()}
+    # Hugging Face models are built on the meta device and materialized after sharding.
+    model = build_model(flavor, seed=case.seed, device=device, meta=flavor.family == "hf")
+    record["n_params"] = count_parameters(model)
+    first_param = next(model.parameters())
+    record["dtype"] = str(first_param.dtype).removeprefix("torch.")
+    record["param_bytes"] = first_param.element_size()
+    # The peak-FLOPs column MFU uses: mixed precision computes in its low dtype; fp32 matmuls
+    # run as TF32 on CUDA only when torch allows it.
+    tf32 = device.type == "cuda" and first_param.dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32
+    low = PRECISIONS[case.precision] if case.precision != "fp32" else None
+    record["compute_dtype"] = low or ("tf32" if tf32 else record["dtype"])
+    record["flops"] = {"formula_inputs": {"n_matmul_params": count_matmul_params(model), **attention_shape(model)}}
+    stages.done("model")
+    return model
+
+
+def _shard_and_build_optimizer(case: Case, flavor, model: torch.nn.Module, device: torch.device,
+                               record: dict[str, Any], stages: StageTracker):
+    """Apply the strategy, with the optimizer built before or after it as the case says."""
+    from fsdp_bench.worker.memory import peak_rss_bytes, rss_bytes
+    from fsdp_bench.worker.strategies import repoint_optimizer, shard_model
+    from fsdp_bench.worker.training import build_optimizer, optimizer_matches_model
+
+    optimizer = None
+    if case.optimizer_timing != "after_shard":
+        stages.enter("optimizer")
+        before = dict(model.named_parameters())
+        optimizer = build_optimizer(model.parameters(), case)
+    stages.enter("shard")
+    model, optimizer = shard_model(case, model, optimizer, device=device)
+    construction = record.pop("construction")
+    record["construction"] = {
+        "method": "meta device, materialized after sharding" if flavor.family == "hf" else "full model per rank",
+        "rss_before_bytes": construction["rss_before_bytes"], "rss_after_bytes": rss_bytes(),
+        "peak_rss_bytes": peak_rss_bytes(), "build_and_shard_s": time.perf_counter() - construction["t0"]}
+    stages.done("shard")
+    if case.optimizer_timing == "after_shard":
+        stages.enter("optimizer")
+        optimizer = build_optimizer(model.parameters(), case)
+    elif case.optimizer_timing == "before_shard_fixed" and catalog_strategy(case.strategy).family != "accelerate":
+        record["optimizer_params_repointed"] = repoint_optimizer(optimizer, before, model)
+    stages.done("optimizer")
+    record["optimizer_params_match_model"] = optimizer_matches_model(optimizer, model)
+    return model, optimizer

@@ -1,0 +1,275 @@
+"""Data-parallel strategies as verbs: `apply_*` wraps or shards a model in place of the original.
+
+One verb per catalog family (`fsdp_bench.plan.catalog`); each reads the traits it needs from the
+strategy's row (sharding, reshard after forward, offload, hybrid mesh), so a new strategy of an
+existing family is a catalog row and nothing here. Blocks first, then the root, as torchtitan
+does: each block becomes one communication unit so its parameters are gathered just before they
+are needed and freed right after.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from fsdp_bench.plan.case import Case, hybrid_mesh_shape
+from fsdp_bench.plan.catalog import PRECISIONS, Strategy
+from fsdp_bench.plan.catalog import strategy as catalog_strategy
+
+
+class StrategyUnavailable(RuntimeError):
+    """The strategy cannot run here (backend, device or torch version); the case is skipped."""
+
+
+@dataclass(frozen=True)
+class ShardContext:
+    """What every strategy needs besides the model."""
+
+    device: torch.device
+    blocks: list[nn.Module]
+    row: Strategy  # the strategy's catalog row
+    case: Case | None = None  # the knobs; None: every knob at its default
+    seed: int = 0
+
+    def knob(self, name: str) -> Any:
+        return getattr(self.case, name) if self.case is not None else Case.__dataclass_fields__[name].default
+
+
+def compute_dtype(precision: str) -> torch.dtype:
+    return getattr(torch, PRECISIONS[precision])
+
+
+def build_hybrid_mesh(ctx: ShardContext):
+    """The 2D (replicate, shard) device mesh of a hybrid strategy.
+
+    The default replicate dimension is the node boundary: torchrun's LOCAL_WORLD_SIZE ranks
+    share a node, so WORLD_SIZE / LOCAL_WORLD_SIZE replicas, each sharded within its node.
+    """
+    import os
+
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    world = dist.get_world_size()
+    per_node = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    shape = hybrid_mesh_shape(ctx.knob("mesh"), world_size=world, ranks_per_node=per_node)
+    return init_device_mesh(ctx.device.type, shape, mesh_dim_names=("replicate", "shard"))
+
+
+def apply_ddp(model: nn.Module, *, ctx: ShardContext) -> nn.Module:
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from fsdp_bench.worker.models.build import has_meta_params, materialize_module
+
+    if has_meta_params(model):  # a replica per rank: DDP needs the whole model anyway
+        materialize_module(model, ctx.device, ctx.seed)
+    device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
+    ddp = DDP(model, device_ids=device_ids)
+    if dist.get_backend() == "fake":
+        # Simulation: the fake group's all-reduce future resolves to None, which DDP's reducer
+        # rejects. A real all-reduce works in place on the bucket, so hand the bucket back.
+        ddp.register_comm_hook(None, _bucket_unchanged)
+    return ddp
+
+
+def _bucket_unchanged(state, bucket):
+    fut = torch.futures.Future()
+    fut.set_result(bucket.buffer())
+    return fut
+
+
+def apply_fsdp1(model: nn.Module, *, ctx: ShardContext) -> nn.Module:
+    from torch.distributed.fsdp import BackwardPrefetch, CPUOffload, MixedPrecision, ShardingStrategy
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from torch.distributed.fsdp.wrap import ModuleWrapPolicy, size_based_auto_wrap_policy
+
+    from fsdp_bench.worker.models.build import has_meta_params, param_init_fn
+
+    policy = ctx.knob("wrap_policy")
+    if policy == "module":
+        auto_wrap = ModuleWrapPolicy({type(b) for b in ctx.blocks})
+    elif policy == "size_based":
+        auto_wrap = functools.partial(size_based_auto_wrap_policy, min_num_params=ctx.knob("min_num_params"))
+    else:
+        auto_wrap = None  # one flat parameter for the whole model
+    dtype = compute_dtype(ctx.knob("precision"))
+    mixed = None if dtype == torch.float32 else MixedPrecision(param_dtype=dtype, reduce_dtype=dtype, buffer_dtype=dtype)
+    prefetch = {"pre": BackwardPrefetch.BACKWARD_PRE, "post": BackwardPrefetch.BACKWARD_POST, "none": None}
+    hybrid = {"device_mesh": build_hybrid_mesh(ctx)} if ctx.row.hybrid else {}
+    # use_orig_params=True keeps the module's Parameter objects (as views into the flat
+    # parameter), which torch.compile and per-parameter optimizer groups need.
+    return FSDP(
+        model,
+        sharding_strategy=ShardingStrategy[ctx.row.fsdp1_sharding_strategy],
+        auto_wrap_policy=auto_wrap,
+        device_id=ctx.device,
+        use_orig_params=True,
+        mixed_precision=mixed,
+        cpu_offload=CPUOffload(offload_params=True) if ctx.row.offload else None,
+        forward_prefetch=ctx.knob("forward_prefetch") > 0,
+        backward_prefetch=prefetch[ctx.knob("backward_prefetch")],
+        # Meta-built models: each wrapped unit is materialized as FSDP reaches it, then sharded.
+        param_init_fn=param_init_fn(model, ctx.device, ctx.seed) if has_meta_params(model) else None,
+        **hybrid,
+    )
+
+
+def apply_fsdp2(model: nn.Module, *, ctx: ShardContext) -> nn.Module:
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+
+    from fsdp_bench.worker.models.build import has_meta_params, materialize_fsdp2
+
+    dtype = compute_dtype(ctx.knob("precision"))
+    kwargs: dict[str, Any] = {"reshard_after_forward": ctx.row.reshard_after_forward}
+    if dtype != torch.float32:
+        kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=dtype)
+    if ctx.row.offload:
+        kwargs["offload_policy"] = CPUOffloadPolicy()
+    if ctx.row.hybrid:  # a 2D mesh makes fully_shard replicate over dim 0 and shard over dim 1 (HSDP)
+        kwargs["mesh"] = build_hybrid_mesh(ctx)
+    for block in ctx.blocks:
+        fully_shard(block, **kwargs)
+    fully_shard(model, **kwargs)
+    depth = ctx.knob("forward_prefetch")
+    if depth > 0:  # explicit prefetch: gather the next `depth` blocks' params ahead of need
+        for i, block in enumerate(ctx.blocks):
+            if ctx.blocks[i + 1:i + 1 + depth]:
+                block.set_modules_to_forward_prefetch(ctx.blocks[i + 1:i + 1 + depth])
+            if ctx.blocks[max(0, i - depth):i]:
+                block.set_modules_to_backward_prefetch(list(reversed(ctx.blocks[max(0, i - depth):i])))
+    if has_meta_params(model):
+        materialize_fsdp2(model, ctx.device, ctx.seed)
+    return model
+
+
+def apply_accelerate_fsdp2(model: nn.Module, optimizer: torch.optim.Optimizer | None, *, ctx: ShardContext):
+    """Shard through `Accelerator.prepare` with FSDP2, as accelerate users do: model and optimizer
+    are built first, and accelerate re-points the optimizer at the sharded parameters."""
+    try:
+        from accelerate import Accelerator
+        from accelerate.utils import FullyShardedDataParallelPlugin
+    except ImportError as exc:
+        raise StrategyUnavailable(f"accelerate_fsdp2: accelerate is not installed ({exc})") from exc
+    from torch.distributed.tensor import DTensor
+
+    plugin = FullyShardedDataParallelPlugin(
+        fsdp_version=2, reshard_after_forward=ctx.row.reshard_after_forward,
+        auto_wrap_policy="transformer_based_wrap",
+        transformer_cls_names_to_wrap=sorted({type(b).__name__ for b in ctx.blocks}),
+        activation_checkpointing=bool(ctx.knob("act_ckpt")),
+    )
+    precision = {"fp32": "no", "bf16": "bf16", "fp16": "fp16"}[ctx.knob("precision")]
+    accelerator = Accelerator(fsdp_plugin=plugin, mixed_precision=precision, cpu=ctx.device.type == "cpu")
+    prepared = accelerator.prepare(model, optimizer) if optimizer is not None else (accelerator.prepare(model),)
+    if not any(isinstance(p, DTensor) for p in prepared[0].parameters()):
+        raise StrategyUnavailable(
+            f"accelerate_fsdp2 on {ctx.device.type}: accelerate ran as {accelerator.distributed_type} and "
+            f"returned {type(prepared[0]).__name__}, not an FSDP2 module (it cannot shard here)")
+    return prepared[0], (prepared[1] if optimizer is not None else None)
+
+
+def prepare_blocks(model: nn.Module, case: Case) -> tuple[nn.Module, list[nn.Module]]:
+    """Compile and/or activation-checkpoint every block before sharding; the blocks to shard.
+
+    FSDP1 gets its checkpoint wrappers after wrapping (see `finish_fsdp1`), as its docs advise;
+    blocks are compiled in place (`Module.compile`) so the module tree and names stay the same.
+    """
+    from fsdp_bench.worker.models.build import block_modules
+
+    blocks = block_modules(model)
+    if case.compile:
+        for block in blocks:
+            block.compile()
+    if case.act_ckpt and catalog_strategy(case.strategy).family in ("ddp", "fsdp2"):
+        blocks = _checkpoint_blocks(model, blocks)
+    return model, blocks
+
+
+def _checkpoint_blocks(model: nn.Module, blocks: list[nn.Module]) -> list[nn.Module]:
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
+        CheckpointImpl, CheckpointWrapper, apply_activation_checkpointing, checkpoint_wrapper)
+
+    targets = {id(b) for b in blocks}
+    apply_activation_checkpointing(
+        model, checkpoint_wrapper_fn=functools.partial(checkpoint_wrapper, checkpoint_impl=CheckpointImpl.NO_REENTRANT),
+        check_fn=lambda m: id(m) in targets)
+    return [m for m in model.modules() if isinstance(m, CheckpointWrapper)]
+
+
+def shard_model(case: Case, model: nn.Module, optimizer: torch.optim.Optimizer | None, *,
+                device: torch.device) -> tuple[nn.Module, torch.optim.Optimizer | None]:
+    """Apply the case's strategy and knobs; returns the model to train (and accelerate's optimizer)."""
+    model, blocks = prepare_blocks(model, case)
+    row = catalog_strategy(case.strategy)
+    ctx = ShardContext(device=device, blocks=blocks, row=row, case=case, seed=case.seed)
+    if row.family == "accelerate":
+        from fsdp_bench.worker.models.build import has_meta_params, materialize_module
+
+        if has_meta_params(model):
+            materialize_module(model, device, case.seed)
+        try:
+            return apply_accelerate_fsdp2(model, optimizer, ctx=ctx)
+        except RuntimeError as exc:
+            if _is_platform_refusal(exc):
+                raise StrategyUnavailable(f"accelerate_fsdp2 on {device.type}: {exc}") from exc
+            raise
+    model = apply_strategy(model, ctx=ctx)
+    if case.act_ckpt and row.family == "fsdp1":
+        _checkpoint_blocks(model, [m for m in model.modules() if type(m) in {type(b) for b in blocks}])
+    return model, optimizer
+
+
+def apply_strategy(model: nn.Module, *, ctx: ShardContext) -> nn.Module:
+    """The verb of the row's family, applied; a platform's refusal becomes StrategyUnavailable."""
+    try:
+        return APPLY_BY_FAMILY[ctx.row.family](model, ctx=ctx)
+    except RuntimeError as exc:
+        # torch refuses some strategy/device pairs with a RuntimeError at wrap time; that is
+        # a property of the platform, not a bug in the case, so it becomes a skip.
+        if _is_platform_refusal(exc):
+            raise StrategyUnavailable(f"{ctx.row.name} on {ctx.device.type}: {exc}") from exc
+        raise
+
+
+# One verb per catalog family (`fsdp_bench.plan.catalog.FAMILIES`); a test checks they match.
+APPLY_BY_FAMILY: dict[str, Callable[..., nn.Module]] = {
+    "ddp": apply_ddp,
+    "fsdp1": apply_fsdp1,
+    "fsdp2": apply_fsdp2,
+    "accelerate": lambda model, *, ctx: apply_accelerate_fsdp2(model, None, ctx=ctx)[0],
+}
+
+
+_REFUSALS = ("needs a non-CPU accelerator", "Cannot access accelerator device", "not supported on CPU")
+
+
+def _is_platform_refusal(exc: BaseException) -> bool:
+    return any(text in str(exc) for text in _REFUSALS)
+
+
+def repoint_optimizer(optimizer: torch.optim.Optimizer, before: dict[str, nn.Parameter], model: nn.Module) -> int:
+    """Swap the optimizer's pre-sharding parameters for the model's current ones, by name.
+
+    This is the fix accelerate applies when the optimizer was built before `fully_shard`
+    replaced the parameters. Returns how many references were re-pointed.
+    """
+    from fsdp_bench.worker.models.build import clean_name
+
+    after = {clean_name(n): p for n, p in model.named_parameters()}
+    by_id = {id(p): after[n] for n, p in before.items() if n in after}
+    swapped = 0
+    for group in optimizer.param_groups:
+        new_params = []
+        for p in group["params"]:
+            new = by_id.get(id(p), p)
+            swapped += new is not p
+            new_params.append(new)
+        group["params"] = new_params
+    if optimizer.state:
+        raise RuntimeError("re-pointing an optimizer that already has state would lose it")
+    return swapped

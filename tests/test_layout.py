@@ -1,0 +1,135 @@
+"""The house rules of the layout, read from the source (no import of the modules themselves).
+
+results <- plan <- analysis <- {launch, worker, report} <- {pytest_plugin, CLI shims, visualize.py,
+scripts}: each package imports only those below it; launch, worker and report never import one
+another; only worker imports torch (and the libraries built on it), only report imports pandas and
+matplotlib, only the plugin imports pytest. No function is longer than 60 lines, the worker keeps
+no module-level mutable state, and no run-folder path is spelled outside `results.layout`.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "fsdp_bench"
+# What each layer may import from the project.
+ALLOWED = {
+    "results": {"results"},
+    "plan": {"results", "plan"},
+    "analysis": {"results", "plan", "analysis"},
+    "launch": {"results", "plan", "analysis", "launch"},
+    "worker": {"results", "plan", "analysis", "worker"},
+    "report": {"results", "plan", "analysis", "report"},
+}
+EDGES = {"pytest_plugin", "fit", "__init__"}  # top-level modules: they may import any layer
+TORCH_LIBS = {"torch", "transformers", "accelerate", "psutil", "pynvml"}
+REPORT_LIBS = {"pandas", "matplotlib"}
+
+
+def _modules() -> list[Path]:
+    return sorted(p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def _layer(path: Path) -> str:
+    rel = path.relative_to(PACKAGE)
+    return rel.parts[0] if len(rel.parts) > 1 else rel.stem
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    """Every imported module name, top-level and inside functions alike."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if node.module == "fsdp_bench":  # `from fsdp_bench import x`: x is the module
+                found += [(node.lineno, f"fsdp_bench.{alias.name}") for alias in node.names]
+            else:
+                found.append((node.lineno, node.module))
+    return found
+
+
+def test_the_package_is_the_layers_and_nothing_else():
+    layers = {_layer(p) for p in _modules()}
+    assert layers <= set(ALLOWED) | EDGES, f"modules outside the layers: {sorted(layers - set(ALLOWED) - EDGES)}"
+    assert set(ALLOWED) <= layers
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_imports_point_down_and_heavy_libraries_stay_in_their_layer(path: Path):
+    layer = _layer(path)
+    problems = []
+    for line, name in _imports(path):
+        top = name.split(".")[0]
+        if top == "fsdp_bench" and layer not in EDGES:
+            parts = name.split(".")
+            target = parts[1] if len(parts) > 1 else "fsdp_bench"  # the root holds only __version__
+            if target not in ALLOWED[layer] | {"fsdp_bench"}:
+                problems.append(f"line {line}: {layer} imports {name}")
+        if top in TORCH_LIBS and layer != "worker":
+            problems.append(f"line {line}: only worker imports {top}")
+        if top in REPORT_LIBS and layer != "report":
+            problems.append(f"line {line}: only report imports {top}")
+        if top in ("pytest", "_pytest") and path.name != "pytest_plugin.py":
+            problems.append(f"line {line}: only the plugin imports pytest")
+    assert not problems, "\n".join(problems)
+
+
+def _functions(paths):
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                yield path, node
+
+
+def test_no_function_is_longer_than_60_lines():
+    scripts = sorted((ROOT / "scripts").glob("*.py")) + [ROOT / "visualize.py"]
+    long = [f"{p.relative_to(ROOT)}:{n.lineno} {n.name} ({n.end_lineno - n.lineno + 1} lines)"
+            for p, n in _functions(_modules() + scripts) if n.end_lineno - n.lineno + 1 > 60]
+    assert not long, "\n".join(long)
+
+
+def test_the_worker_keeps_no_module_level_mutable_state():
+    problems = []
+    for path in PACKAGE.joinpath("worker").rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Global):
+                problems.append(f"{path.name}:{node.lineno} global {', '.join(node.names)}")
+        for node in tree.body:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+            for target in targets:
+                # constants are UPPER_CASE, type aliases CamelCase; anything else is state
+                if isinstance(target, ast.Name) and not target.id.lstrip("_")[:1].isupper():
+                    problems.append(f"{path.name}:{node.lineno} module-level variable {target.id}")
+    assert not problems, "\n".join(problems)
+
+
+# Literal run-folder names: only results.layout spells them.
+_RUN_PATH_LITERAL = re.compile(r"""["'](cases|env\.json|\.lock|\.attempts|nodes|case\.json|log\.txt)["']|rank-\{""")
+
+
+def test_run_folder_paths_come_from_the_layout():
+    offenders = []
+    for path in _modules() + [ROOT / "visualize.py"]:
+        if path.name == "layout.py":
+            continue
+        for i, line in enumerate(path.read_text().splitlines(), 1):
+            code = line.split("#")[0]
+            if _RUN_PATH_LITERAL.search(code) and '"""' not in code:
+                offenders.append(f"{path.relative_to(ROOT)}:{i}: {line.strip()}")
+    assert not offenders, "\n".join(offenders)
+
+
+def test_strategy_traits_are_never_read_from_the_name():
+    """A question about a strategy goes to the catalog: no name prefixes or suffixes, no
+    hand-kept sets of names outside it."""
+    pattern = re.compile(r"""strategy\w*\.(startswith|endswith)\(|\{\s*"(ddp|fsdp[12]\w*)",\s*"fsdp""")
+    offenders = [f"{p.relative_to(ROOT)}:{i}: {line.strip()}" for p in _modules() if p.name != "catalog.py"
+                 for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
+    assert not offenders, "\n".join(offenders)
