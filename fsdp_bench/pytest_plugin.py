@@ -145,13 +145,18 @@ def record_benchmark_stats(benchmark: Any, case: Case, result: dict[str, Any]) -
     if not times or not benchmark.enabled:
         benchmark.skipped = True  # nothing to time; silences "fixture was not used"
         return
-    benchmark.group = f"{case.model} ws{case.nproc}"
+    # Like for like: only cases doing the same work per optimizer step are compared.
+    tokens = case.batch_size * case.grad_accum * case.nproc * case.seq_len
+    benchmark.group = f"{case.model} sl{case.seq_len} tok{tokens} {case.precision}"
     # pytest-benchmark has no public API for externally measured times; _make_stats is what
     # its own pedantic mode uses. tests/test_plugin.py checks the JSON it produces.
     stats = benchmark._make_stats(1)
     benchmark._mode = "fsdp-bench(external timings)"
     for t in times:
         stats.update(t)
+
+
+_NOT_TRAINED = {"before_shard": "optimizer built before sharding: parameters never changed"}
 
 
 @pytest.fixture
@@ -173,6 +178,9 @@ def bench_run(request: pytest.FixtureRequest, benchmark: Any):
         if status != "ok":
             tail = result.get("log_tail", "")[-1500:]
             pytest.fail(f"{status.upper()}: {reason}\n--- log tail ---\n{tail}", pytrace=False)
+        if (result.get("metrics") or {}).get("params_changed") is False:
+            # It ran, but did not train: its speed must not read as a pass a user could pick.
+            pytest.xfail(_NOT_TRAINED.get(case.optimizer_timing, "parameters never changed"))
         return result
 
     return _run

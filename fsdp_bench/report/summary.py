@@ -10,7 +10,7 @@ from typing import Any, Callable, Sequence
 
 from fsdp_bench.report.charts.style import TIMING_LABELS
 from fsdp_bench.results.schema import FAILED_STATUSES
-from fsdp_bench.report.table import ok_rows
+from fsdp_bench.report.table import ok_rows, trained_rows
 from fsdp_bench.plan.catalog import strategy_order
 
 NOISY_CV_PCT = 10.0
@@ -59,7 +59,7 @@ def largest_batch_that_fits(df) -> list[str]:
 
 def fastest_per_batch(df) -> list[str]:
     lines = []
-    for model, mdf in ok_rows(df).groupby("model"):
+    for model, mdf in trained_rows(df).groupby("model"):
         part = _main_slice(mdf)
         if "tokens_per_s_per_device" not in part:
             continue
@@ -75,7 +75,7 @@ def fastest_per_batch(df) -> list[str]:
                 text += f", +{gain:.0f}% over {second['strategy']}"
             items.append(text + ")")
         if items:
-            lines.append(f"Fastest strategy ({model}): {'; '.join(items)}.")
+            lines.append(f"Fastest strategy ({model}, cases that trained): {'; '.join(items)}.")
     return lines
 
 
