@@ -64,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def compare_main(args: argparse.Namespace) -> int:
+    from fsdp_bench.analysis.stats import NOISY_CV_PCT
     from fsdp_bench.report.compare import compare_runs, write_comparison
 
     base, new = args.compare
@@ -90,6 +91,13 @@ def compare_main(args: argparse.Namespace) -> int:
     print(f"{len(comparison.rows)} case(s) in both runs, {len(comparison.only_base)} only in base, "
           f"{len(comparison.only_new)} only in new, {len(comparison.regressions)} regression(s) "
           f"beyond {args.threshold:g}%")
+    noise = [r["case_id"] for r in comparison.rows if r.get("verdict") == "within noise"]
+    if noise:
+        print(f"{len(noise)} case(s) changed by more than {args.threshold:g}% but within noise "
+              f"(step-time median CIs overlap): {', '.join(noise)}")
+    noisy = [r["case_id"] for r in comparison.rows if r.get("noisy")]
+    if noisy:
+        print(f"noisy (step-time CV > {NOISY_CV_PCT:g}%): {', '.join(noisy)}")
     for line in comparison.regressions:
         print(f"REGRESSION {line}")
     return 1 if comparison.regressions else 0

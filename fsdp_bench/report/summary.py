@@ -12,8 +12,8 @@ from fsdp_bench.report.charts.style import TIMING_LABELS
 from fsdp_bench.results.schema import FAILED_STATUSES
 from fsdp_bench.report.table import ok_rows, trained_rows
 from fsdp_bench.plan.catalog import strategy_order
+from fsdp_bench.analysis.stats import NOISY_CV_PCT
 
-NOISY_CV_PCT = 10.0
 LOSS_MATCH_TOL = 1e-3
 
 
@@ -165,7 +165,7 @@ def timing_noise(df) -> list[str]:
     if noisy.empty:
         return [f"Step times are steady: coefficient of variation <= {NOISY_CV_PCT:g}% in every case."]
     return [f"Step times vary by more than {NOISY_CV_PCT:g}% (CV) in {len(noisy)} of {len(ok)} cases: treat small "
-            f"throughput differences as noise (busy machine, or too few steps)."]
+            f"throughput differences as noise (busy machine, or too few steps): {', '.join(noisy['case_id'])}."]
 
 
 def best_mfu(df) -> list[str]:

@@ -60,7 +60,21 @@ def flatten_case(result: Mapping[str, Any]) -> dict[str, Any]:
         for key, value in (result.get("metrics") or {}).items():
             if isinstance(value, (int, float, str, bool)) or value is None:
                 row[key] = value
+        row.update(_median_ci_backfill(result, row))
     return row
+
+
+def _median_ci_backfill(result: Mapping[str, Any], row: Mapping[str, Any]) -> dict[str, Any]:
+    """The median's confidence interval for runs recorded before it was a metric: from the
+    slowest-rank step times, as the aggregate computes it."""
+    from fsdp_bench.analysis.stats import slowest_rank_step_times, summarize_step_times
+
+    ranks = [r for r in result.get("ranks") or [] if isinstance(r, dict)]
+    times = [r.get("step_times_s") for r in ranks]
+    if "step_time_s_median_ci_low" in row or not times or not all(times):
+        return {}
+    stats = summarize_step_times(slowest_rank_step_times(times))
+    return {k: v for k, v in stats.items() if "_ci_" in k}
 
 
 def _sorted(df):
