@@ -84,3 +84,16 @@ def slowest_rank_step_times(per_rank_times: Iterable[Sequence[float]]) -> list[f
 def mean_across_ranks(per_rank_values: Iterable[Sequence[float]]) -> list[float]:
     columns = list(zip(*per_rank_values))
     return [statistics.fmean(col) for col in columns]
+
+
+def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
+    """Indices of the points no other point beats on both axes, for (cost, value) pairs where a
+    lower cost and a higher value are better (e.g. peak memory GiB, tokens/s per device);
+    ordered by cost."""
+    order = sorted(range(len(points)), key=lambda i: (points[i][0], -points[i][1]))
+    front, best = [], -math.inf
+    for i in order:
+        if points[i][1] > best:
+            front.append(i)
+            best = points[i][1]
+    return front

@@ -202,8 +202,11 @@ QUESTIONS: Sequence[tuple[str, Callable[[Any], list[str]]]] = (
 )
 
 
-def summary_lines(df) -> list[tuple[str, str]]:
-    """(question, answer line) for every question the run can answer."""
+def summary_lines(df, budget_gib: float | None = None) -> list[tuple[str, str]]:
+    """(question, answer line) for every question the run can answer; the recommendation first."""
+    from fsdp_bench.report.recommend import recommendation_lines
+
     if df.empty:
         return []
-    return [(question, line) for question, answer in QUESTIONS for line in answer(df)]
+    first = [("Which configuration should I use?", line) for line in recommendation_lines(df, budget_gib)]
+    return first + [(question, line) for question, answer in QUESTIONS for line in answer(df)]
