@@ -44,3 +44,18 @@ def test_report_and_chart_show_the_recommendation(tmp_path):
     assert "Recommendation (gpt_tiny, budget 0.003 GiB/device):" in text and "runner-up" in text
     assert (run / "pareto_throughput_vs_memory.png").read_bytes()[:4] == b"\x89PNG"
     assert format_gib(0.002) == "2.0 MiB" and format_gib(1.5) == "1.50 GiB"
+
+
+def test_peak_memory_chart_uses_mib_for_tiny_values_and_names_missing_series(monkeypatch, tmp_path):
+    from fsdp_bench.report.charts import scaling
+    from fsdp_bench.report.charts.style import RunData
+
+    figures = []
+    monkeypatch.setattr(scaling, "save_figure", lambda fig, path: figures.append(fig))
+    scaling.chart_peak_memory(RunData(df=golden_table()), tmp_path / "m.png")
+    axes = [ax for ax in figures[0].axes if ax.get_visible() and ax.get_title()]
+    labels = {ax.get_title(): ax.get_ylabel() for ax in axes}
+    assert any("allocated" in t and "(MiB)" in y for t, y in labels.items()), labels
+    assert any("RSS" in t and "(GiB)" in y for t, y in labels.items()), labels  # 0.3 GiB stays GiB
+    notes = [t.get_text() for ax in axes for t in ax.texts]
+    assert "not measured: fsdp1_full_shard" in notes  # FSDP1 on CPU records no allocator peak
