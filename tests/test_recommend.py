@@ -59,3 +59,9 @@ def test_peak_memory_chart_uses_mib_for_tiny_values_and_names_missing_series(mon
     assert any("RSS" in t and "(GiB)" in y for t, y in labels.items()), labels  # 0.3 GiB stays GiB
     notes = [t.get_text() for ax in axes for t in ax.texts]
     assert "not measured: fsdp1_full_shard" in notes  # FSDP1 on CPU records no allocator peak
+
+
+def test_bad_budget_is_a_one_line_error(tmp_path):
+    proc = visualize(copy_run("base", tmp_path), "--budget-gib", "-1")
+    assert proc.returncode == 2 and "--budget-gib: -1 is not a positive number of GiB" in proc.stderr
+    assert "Traceback" not in proc.stderr
