@@ -37,6 +37,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="compare two runs; exit 1 when a case regresses beyond --threshold")
     parser.add_argument("--threshold", type=float, default=5.0,
                         help="percent change in the wrong direction that counts as a regression (default: 5)")
+    parser.add_argument("--budget-gib", type=float, default=None,
+                        help="memory budget per device for the recommendation (default: none)")
     args = parser.parse_args(argv)
     if args.compare:
         return compare_main(args)
@@ -45,6 +47,8 @@ def main(argv: list[str] | None = None) -> int:
         for run in runs:
             if not RunLayout(run).is_run():
                 raise ResultError(f"{run}: not a fsdp-bench run folder (no cases/ or env.json)")
+        if args.budget_gib is not None and not args.budget_gib > 0:
+            raise ResultError(f"--budget-gib: {args.budget_gib:g} is not a positive number of GiB")
         if args.out is not None:
             writable_dir("--out", str(args.out))
     except (ResultError, CaseError) as exc:
@@ -53,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     status = 0
     for run in runs:
         out = args.out / run.name if args.out is not None and len(runs) > 1 else args.out
-        written, notes = write_report(run, out)
+        written, notes = write_report(run, out, budget_gib=args.budget_gib)
         for note in notes:
             print(f"visualize.py: {note}", file=sys.stderr)
         for path in written:
@@ -64,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def compare_main(args: argparse.Namespace) -> int:
+    from fsdp_bench.analysis.stats import NOISY_CV_PCT
     from fsdp_bench.report.compare import compare_runs, write_comparison
 
     base, new = args.compare
@@ -90,6 +95,13 @@ def compare_main(args: argparse.Namespace) -> int:
     print(f"{len(comparison.rows)} case(s) in both runs, {len(comparison.only_base)} only in base, "
           f"{len(comparison.only_new)} only in new, {len(comparison.regressions)} regression(s) "
           f"beyond {args.threshold:g}%")
+    noise = [r["case_id"] for r in comparison.rows if r.get("verdict") == "within noise"]
+    if noise:
+        print(f"{len(noise)} case(s) changed by more than {args.threshold:g}% but within noise "
+              f"(step-time median CIs overlap): {', '.join(noise)}")
+    noisy = [r["case_id"] for r in comparison.rows if r.get("noisy")]
+    if noisy:
+        print(f"noisy (step-time CV > {NOISY_CV_PCT:g}%): {', '.join(noisy)}")
     for line in comparison.regressions:
         print(f"REGRESSION {line}")
     return 1 if comparison.regressions else 0

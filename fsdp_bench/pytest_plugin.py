@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from fsdp_bench.plan.options import OPTIONS, SWITCH_OPTIONS, Sweep, parse_sweep
 
 _SWEEP_KEY = pytest.StashKey[Sweep]()
 _SESSION_KEY = pytest.StashKey[SweepSession]()
+_PROGRESS_KEY = pytest.StashKey[dict]()
 _INTERRUPTED: list[bool] = []  # set by pytest_keyboard_interrupt (Ctrl-C or SIGTERM)
 
 
@@ -145,7 +147,9 @@ def record_benchmark_stats(benchmark: Any, case: Case, result: dict[str, Any]) -
     if not times or not benchmark.enabled:
         benchmark.skipped = True  # nothing to time; silences "fixture was not used"
         return
-    benchmark.group = f"{case.model} ws{case.nproc}"
+    # Like for like: only cases doing the same work per optimizer step are compared.
+    tokens = case.batch_size * case.grad_accum * case.nproc * case.seq_len
+    benchmark.group = f"{case.model} sl{case.seq_len} tok{tokens} {case.precision}"
     # pytest-benchmark has no public API for externally measured times; _make_stats is what
     # its own pedantic mode uses. tests/test_plugin.py checks the JSON it produces.
     stats = benchmark._make_stats(1)
@@ -154,16 +158,93 @@ def record_benchmark_stats(benchmark: Any, case: Case, result: dict[str, Any]) -
         stats.update(t)
 
 
+_NOT_TRAINED = {"before_shard": "optimizer built before sharding: parameters never changed"}
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """How many cases will run, for the [i/N] progress lines (collection-time skips excluded)."""
+    total = sum("bench_case" in getattr(i, "fixturenames", ()) and i.get_closest_marker("skip") is None
+                for i in session.items)
+    session.config.stash[_PROGRESS_KEY] = {"total": total, "done": 0, "start": None}
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+def progress_line(i: int, total: int, case_id: str, result: dict[str, Any], elapsed_s: float) -> str:
+    """`[i/N] case-id  status  step 0.123 s  1,234 tok/s/dev  peak 0.05 GiB  elapsed 1m02s  ETA 3m10s`."""
+    from fsdp_bench.analysis.stats import NOISY_CV_PCT
+
+    metrics = result.get("metrics") or {}
+    status = result.get("status", "?")
+    if status == "ok" and metrics.get("params_changed") is False:
+        status = "ok(not trained)"
+    parts = [f"[{i}/{total}] {case_id}", status]
+    if result.get("status") == "ok":
+        if isinstance(metrics.get("step_time_s_median"), (int, float)):
+            parts.append(f"step {metrics['step_time_s_median']:.3f} s")
+        if isinstance(metrics.get("tokens_per_s_per_device"), (int, float)):
+            parts.append(f"{metrics['tokens_per_s_per_device']:,.0f} tok/s/dev")
+        peak = next((metrics[k] for k in ("peak_reserved_gib", "peak_allocated_gib", "peak_rss_gib")
+                     if isinstance(metrics.get(k), (int, float))), None)
+        if peak is not None:
+            parts.append(f"peak {peak:.2f} GiB" if peak >= 0.1 else f"peak {peak * 1024:.1f} MiB")
+        cv = metrics.get("step_time_cv_pct")
+        if isinstance(cv, (int, float)) and cv > NOISY_CV_PCT:
+            parts.append(f"NOISY (CV {cv:.0f}%)")
+    parts.append(f"elapsed {_duration(elapsed_s)}")
+    if i < total:
+        parts.append(f"ETA {_duration(elapsed_s / i * (total - i))}")
+    return "  ".join(parts)
+
+
+def _write_live(config: pytest.Config, line: str) -> None:
+    """A line on the terminal now, from inside a test (output capture suspended for it)."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    capture = config.pluginmanager.get_plugin("capturemanager")
+    if reporter is None:
+        return
+    if capture is None:
+        reporter.ensure_newline()
+        reporter.write_line(line)
+        return
+    with capture.global_and_fixture_disabled():
+        reporter.ensure_newline()
+        reporter.write_line(line)
+
+
+def _report_progress(config: pytest.Config, session: SweepSession, case: Case, result: dict[str, Any]) -> None:
+    progress = config.stash.get(_PROGRESS_KEY, None)
+    if progress is None or progress["start"] is None:
+        return
+    progress["done"] += 1
+    total = max(progress["total"], progress["done"])
+    _write_live(config, progress_line(progress["done"], total, case.id, result, time.monotonic() - progress["start"]))
+
+
+def _start_progress(config: pytest.Config, session: SweepSession) -> None:
+    progress = config.stash.get(_PROGRESS_KEY, None)
+    if progress is None or progress["start"] is not None:
+        return
+    progress["start"] = time.monotonic()
+    if session.launch.owns_results:
+        _write_live(config, f"fsdp-bench: {progress['total']} case(s); run folder {session.ensure_run_dir()}")
+
+
 @pytest.fixture
 def bench_run(request: pytest.FixtureRequest, benchmark: Any):
     """Run a case in its own torchrun, record its timings, and turn its status into the test's."""
 
     def _run(case: Case) -> dict[str, Any]:
         session = request.config.stash[_SESSION_KEY]
+        _start_progress(request.config, session)
         try:
             result = session.run(case)
         except SessionError as exc:
             raise pytest.UsageError(str(exc)) from None
+        _report_progress(request.config, session, case, result)
         record_benchmark_stats(benchmark, case, result)
         status, reason = result["status"], result.get("reason", "")
         if status == "skipped":
@@ -173,6 +254,9 @@ def bench_run(request: pytest.FixtureRequest, benchmark: Any):
         if status != "ok":
             tail = result.get("log_tail", "")[-1500:]
             pytest.fail(f"{status.upper()}: {reason}\n--- log tail ---\n{tail}", pytrace=False)
+        if (result.get("metrics") or {}).get("params_changed") is False:
+            # It ran, but did not train: its speed must not read as a pass a user could pick.
+            pytest.xfail(_NOT_TRAINED.get(case.optimizer_timing, "parameters never changed"))
         return result
 
     return _run
@@ -208,3 +292,27 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
                                      for r in session.results if r.get("case", {}).get("scaled_down")}):
             terminalreporter.write_line(f"note: suite {suite} ran scaled down ({scaled})")
         terminalreporter.write_line(f"table and charts: {', '.join(p.name for p in written)}")
+        for line in sweep_summary_lines(session.results):
+            terminalreporter.write_line(line)
+        terminalreporter.write_line(f"report: {session.run_dir / 'report.md'}")
+
+
+def sweep_summary_lines(results: list[dict[str, Any]]) -> list[str]:
+    """The end of a sweep in a few lines: cases by status, the fastest trained case per group of
+    like-for-like cases, and the recommendation."""
+    from collections import Counter
+
+    from fsdp_bench.report.recommend import recommendation_lines
+    from fsdp_bench.report.table import build_table
+
+    counts = Counter(r.get("status") for r in results)
+    lines = ["cases: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items(), key=lambda x: str(x[0])))]
+    df = build_table(results)
+    if "is_best" in df:
+        for _, row in df[df["is_best"] == True].iterrows():  # noqa: E712
+            lines.append(f"best of {row['compare_group']}: {row['case_id']} "
+                         f"({row['tokens_per_s_per_device']:,.0f} tok/s/dev)")
+    untrained = df[(df["status"] == "ok") & (df["trained"] == False)] if "trained" in df else df.iloc[0:0]  # noqa: E712
+    if len(untrained):
+        lines.append(f"not trained (never ranked): {', '.join(untrained['case_id'])}")
+    return lines + recommendation_lines(df)

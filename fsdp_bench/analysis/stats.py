@@ -22,10 +22,42 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
+# A case whose step times vary more than this (coefficient of variation) is flagged noisy.
+NOISY_CV_PCT = 10.0
+MEDIAN_CI_LEVEL = 0.95
+
+
+def median_ci(values: Sequence[float], level: float = MEDIAN_CI_LEVEL) -> tuple[float, float, float]:
+    """Distribution-free confidence interval of the median: order statistics (j, k) such that
+    P(X(j) <= median <= X(k)) = P(j <= B < k) for B ~ Binomial(n, 1/2), the narrowest symmetric
+    pair reaching `level`. Returns (low, high, achieved level); with few values (n < 6 at 95%)
+    no pair reaches the level and (min, max) is returned with the level it does reach."""
+    if not values:
+        raise ValueError("median_ci of no values")
+    ordered = sorted(values)
+    n = len(ordered)
+    pmf = [math.comb(n, i) / 2 ** n for i in range(n + 1)]
+    best = (0, n - 1, 1 - 2 * pmf[0] if n > 1 else 0.0)
+    for j in range(n // 2, -1, -1):  # j = 0-based index of the lower order statistic
+        k = n - 1 - j
+        coverage = sum(pmf[j + 1:k + 1])  # P(j+1 <= B <= k): X(j) <= median <= X(k)
+        if k >= j and coverage >= level:
+            best = (j, k, coverage)
+            break
+    j, k, coverage = best
+    return ordered[j], ordered[k], coverage
+
+
+def intervals_overlap(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    return a[0] <= b[1] and b[0] <= a[1]
+
+
 def summarize_step_times(times_s: Sequence[float]) -> dict[str, float | None]:
-    """Median, mean, spread and coefficient of variation of steady-state step times."""
+    """Median (with its confidence interval), mean, spread and coefficient of variation of
+    steady-state step times."""
     if not times_s:
         return {}
+    low, high, level = median_ci(times_s)
     mean = statistics.fmean(times_s)
     stdev = statistics.stdev(times_s) if len(times_s) > 1 else 0.0
     return {
@@ -37,6 +69,9 @@ def summarize_step_times(times_s: Sequence[float]) -> dict[str, float | None]:
         "step_time_s_min": min(times_s),
         "step_time_s_max": max(times_s),
         "step_time_cv_pct": 100 * stdev / mean if mean > 0 else None,
+        "step_time_s_median_ci_low": low,
+        "step_time_s_median_ci_high": high,
+        "step_time_median_ci_level_pct": 100 * level,
     }
 
 
@@ -49,3 +84,16 @@ def slowest_rank_step_times(per_rank_times: Iterable[Sequence[float]]) -> list[f
 def mean_across_ranks(per_rank_values: Iterable[Sequence[float]]) -> list[float]:
     columns = list(zip(*per_rank_values))
     return [statistics.fmean(col) for col in columns]
+
+
+def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
+    """Indices of the points no other point beats on both axes, for (cost, value) pairs where a
+    lower cost and a higher value are better (e.g. peak memory GiB, tokens/s per device);
+    ordered by cost."""
+    order = sorted(range(len(points)), key=lambda i: (points[i][0], -points[i][1]))
+    front, best = [], -math.inf
+    for i in order:
+        if points[i][1] > best:
+            front.append(i)
+            best = points[i][1]
+    return front

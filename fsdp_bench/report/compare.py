@@ -55,24 +55,56 @@ def env_differences(base: dict[str, Any] | None, new: dict[str, Any] | None) -> 
     return [f"{key}: {base.get(key)!r} -> {new.get(key)!r}" for key in ENV_KEYS if base.get(key) != new.get(key)]
 
 
+TIMED = frozenset({"tokens_per_s_per_device", "step_time_s_median", "mfu_pct"})  # all from step times
+CI = ("step_time_s_median_ci_low", "step_time_s_median_ci_high")
+
+
+def _ci(row: dict[str, Any]) -> tuple[float, float] | None:
+    low, high = (_number(row.get(k)) for k in CI)
+    return None if low is None or high is None else (low, high)
+
+
+def judge_case(b: dict[str, Any], n: dict[str, Any], threshold_pct: float) -> tuple[dict[str, Any], str | None]:
+    """One case's row and, when it regressed, its one regression line. A timing change counts
+    only when it passes the threshold AND the two medians' confidence intervals do not overlap;
+    otherwise it is "within noise". Memory is judged on the threshold alone."""
+    from fsdp_bench.analysis.stats import NOISY_CV_PCT, intervals_overlap
+
+    row: dict[str, Any] = {"case_id": b["case_id"], "status_base": b.get("status"), "status_new": n.get("status")}
+    base_ci, new_ci = _ci(b), _ci(n)
+    noise = base_ci is not None and new_ci is not None and intervals_overlap(base_ci, new_ci)
+    worse, masked = [], False
+    for metric in COMPARED:
+        old, cur = _number(b.get(metric)), _number(n.get(metric))
+        change = relative_change_pct(old, cur)
+        row[f"{metric}_base"], row[f"{metric}_new"], row[f"{metric}_change_pct"] = old, cur, change
+        if is_regression(metric, change, threshold_pct):
+            if metric in TIMED and noise:
+                masked = True
+            else:
+                worse.append(f"{metric} {old:.4g} -> {cur:.4g} ({change:+.1f}%)")
+    cvs = [_number(x.get("step_time_cv_pct")) for x in (b, n)]
+    row["noisy"] = any(cv is not None and cv > NOISY_CV_PCT for cv in cvs)
+    line = None
+    if b.get("status") == "ok" and n.get("status") not in ("ok", None):
+        line = f"{b['case_id']}: was ok, now {n.get('status')}: {n.get('reason', '')}"
+    elif worse:
+        line = f"{b['case_id']}: " + "; ".join(worse)  # one line per case, not per correlated metric
+    row["verdict"] = "regression" if line else "within noise" if masked else "ok"
+    row["regression"] = line is not None
+    return row, line
+
+
 def compare_tables(base_df, new_df, *, threshold_pct: float) -> tuple[list[dict[str, Any]], list[str], list[str], list[str]]:
     """Rows for the cases in both runs, the ids only in each, and the regressions found (pure)."""
     base = {r["case_id"]: r for r in base_df.to_dict("records")} if not base_df.empty else {}
     new = {r["case_id"]: r for r in new_df.to_dict("records")} if not new_df.empty else {}
     rows, regressions = [], []
     for case_id in sorted(base.keys() & new.keys()):
-        b, n = base[case_id], new[case_id]
-        row: dict[str, Any] = {"case_id": case_id, "status_base": b.get("status"), "status_new": n.get("status")}
-        for metric in COMPARED:
-            old, cur = _number(b.get(metric)), _number(n.get(metric))
-            change = relative_change_pct(old, cur)
-            row[f"{metric}_base"], row[f"{metric}_new"], row[f"{metric}_change_pct"] = old, cur, change
-            if is_regression(metric, change, threshold_pct):
-                regressions.append(f"{case_id}: {metric} {old:.4g} -> {cur:.4g} ({change:+.1f}%)")
-        if b.get("status") == "ok" and n.get("status") not in ("ok", None):
-            regressions.append(f"{case_id}: was ok, now {n.get('status')}: {n.get('reason', '')}")
-        row["regression"] = any(r.startswith(f"{case_id}:") for r in regressions)
+        row, line = judge_case(base[case_id], new[case_id], threshold_pct)
         rows.append(row)
+        if line:
+            regressions.append(line)
     return rows, sorted(base.keys() - new.keys()), sorted(new.keys() - base.keys()), regressions
 
 
@@ -114,15 +146,18 @@ def write_comparison(comparison: Comparison, out_dir: Path, *, base: Path, new: 
 def render_comparison(comparison: Comparison, *, base: Path, new: Path, threshold_pct: float) -> str:
     lines = [f"# Comparison: {base.name} -> {new.name}", "",
              f"Regression threshold: {threshold_pct:g}% in the wrong direction "
-             f"({', '.join(COMPARED)}).", ""]
+             f"({', '.join(COMPARED)}), and for timings beyond the noise too: the 95% confidence "
+             f"intervals of the two step-time medians must not overlap, else the change is 'within noise'. "
+             f"Noisy: step-time CV above the documented bound in either run.", ""]
     if comparison.env_differences:
         lines += ["**Warning: the runs differ in machine or library versions; changes may not be the code's.**", ""]
         lines += [f"- {d}" for d in comparison.env_differences] + [""]
-    header = ["case"] + [f"{m} change %" for m in COMPARED] + ["regression"]
+    header = ["case"] + [f"{m} change %" for m in COMPARED] + ["verdict", "noisy"]
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in comparison.rows:
         cells = [row["case_id"]] + [_pct(row[f"{m}_change_pct"]) for m in COMPARED]
-        cells.append("**yes**" if row["regression"] else "")
+        cells.append("**regression**" if row["regression"] else row["verdict"])
+        cells.append("noisy" if row["noisy"] else "")
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
     for title, ids in (("Only in the base run", comparison.only_base), ("Only in the new run", comparison.only_new)):

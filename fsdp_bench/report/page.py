@@ -87,7 +87,7 @@ def render_markdown(page: Page) -> str:
     else:
         columns = _table_columns(df)
         best = {c: best_index(df, c) for c, _ in columns}
-        out += ["Best value per metric (per model, finished cases) in **bold**. Every metric is in "
+        out += ["Best value per metric (among cases that trained and did the same work per optimizer step: model, seq_len, tokens per step, precision) in **bold**. Every metric is in "
                 "`comparison.csv`; per-rank numbers in `per_rank.csv`.", ""]
         out += ["| " + " | ".join(label for _, label in columns) + " |", "|" + "---|" * len(columns)]
         for idx, row in df.iterrows():
@@ -144,7 +144,7 @@ def render_html(page: Page) -> str:
     else:
         columns = _table_columns(df)
         best = {c: best_index(df, c) for c, _ in columns}
-        out.append("<p class=note>Best value per metric (per model, finished cases) highlighted green; cases that "
+        out.append("<p class=note>Best value per metric (among cases that trained and did the same work per optimizer step: model, seq_len, tokens per step, precision) highlighted green; cases that "
                    "did not finish in red. Every metric is in <a href='comparison.csv'>comparison.csv</a>.</p><table>")
         out.append("<tr>" + "".join(f"<th>{e(label)}</th>" for _, label in columns) + "</tr>")
         for idx, row in df.iterrows():

@@ -10,10 +10,10 @@ from typing import Any, Callable, Sequence
 
 from fsdp_bench.report.charts.style import TIMING_LABELS
 from fsdp_bench.results.schema import FAILED_STATUSES
-from fsdp_bench.report.table import ok_rows
+from fsdp_bench.report.table import ok_rows, trained_rows
 from fsdp_bench.plan.catalog import strategy_order
+from fsdp_bench.analysis.stats import NOISY_CV_PCT
 
-NOISY_CV_PCT = 10.0
 LOSS_MATCH_TOL = 1e-3
 
 
@@ -59,7 +59,7 @@ def largest_batch_that_fits(df) -> list[str]:
 
 def fastest_per_batch(df) -> list[str]:
     lines = []
-    for model, mdf in ok_rows(df).groupby("model"):
+    for model, mdf in trained_rows(df).groupby("model"):
         part = _main_slice(mdf)
         if "tokens_per_s_per_device" not in part:
             continue
@@ -75,7 +75,7 @@ def fastest_per_batch(df) -> list[str]:
                 text += f", +{gain:.0f}% over {second['strategy']}"
             items.append(text + ")")
         if items:
-            lines.append(f"Fastest strategy ({model}): {'; '.join(items)}.")
+            lines.append(f"Fastest strategy ({model}, cases that trained): {'; '.join(items)}.")
     return lines
 
 
@@ -165,7 +165,7 @@ def timing_noise(df) -> list[str]:
     if noisy.empty:
         return [f"Step times are steady: coefficient of variation <= {NOISY_CV_PCT:g}% in every case."]
     return [f"Step times vary by more than {NOISY_CV_PCT:g}% (CV) in {len(noisy)} of {len(ok)} cases: treat small "
-            f"throughput differences as noise (busy machine, or too few steps)."]
+            f"throughput differences as noise (busy machine, or too few steps): {', '.join(noisy['case_id'])}."]
 
 
 def best_mfu(df) -> list[str]:
@@ -202,8 +202,11 @@ QUESTIONS: Sequence[tuple[str, Callable[[Any], list[str]]]] = (
 )
 
 
-def summary_lines(df) -> list[tuple[str, str]]:
-    """(question, answer line) for every question the run can answer."""
+def summary_lines(df, budget_gib: float | None = None) -> list[tuple[str, str]]:
+    """(question, answer line) for every question the run can answer; the recommendation first."""
+    from fsdp_bench.report.recommend import recommendation_lines
+
     if df.empty:
         return []
-    return [(question, line) for question, answer in QUESTIONS for line in answer(df)]
+    first = [("Which configuration should I use?", line) for line in recommendation_lines(df, budget_gib)]
+    return first + [(question, line) for question, answer in QUESTIONS for line in answer(df)]

@@ -13,7 +13,11 @@ from fsdp_bench.results.schema import GIB
 
 # The axes a person compares along, in sort order; the CSV starts with them.
 AXES = ("model", "strategy", "batch_size", "grad_accum", "optimizer_timing")
-LEAD_COLUMNS = ("case_id", *AXES, "nproc", "global_batch_size", "seq_len", "status", "reason")
+LEAD_COLUMNS = ("case_id", *AXES, "nproc", "global_batch_size", "seq_len", "tokens_per_optimizer_step",
+                "compare_group", "trained", "rank_in_group", "is_best", "status", "reason")
+# What ranks cases against each other: the same work per optimizer step (model, seq_len, tokens
+# per optimizer step = batch * grad-accum * ranks * seq_len) at the same precision.
+RANK_METRIC = "tokens_per_s_per_device"
 
 # Which way is better, for highlighting the best case and for judging regressions.
 HIGHER_IS_BETTER = frozenset({
@@ -35,6 +39,7 @@ REPORT_COLUMNS = (
     ("peak_reserved_gib", "peak reserved (GiB)"), ("peak_rss_gib", "peak RSS (GiB)"),
     ("mfu_pct", "MFU (%)"), ("comm_exposed_s_per_step", "exposed comm (s/step)"),
     ("loss_first", "loss first"), ("loss_last", "loss last"), ("params_changed", "params changed"),
+    ("rank_in_group", "rank (same work)"),
 )
 
 
@@ -55,7 +60,21 @@ def flatten_case(result: Mapping[str, Any]) -> dict[str, Any]:
         for key, value in (result.get("metrics") or {}).items():
             if isinstance(value, (int, float, str, bool)) or value is None:
                 row[key] = value
+        row.update(_median_ci_backfill(result, row))
     return row
+
+
+def _median_ci_backfill(result: Mapping[str, Any], row: Mapping[str, Any]) -> dict[str, Any]:
+    """The median's confidence interval for runs recorded before it was a metric: from the
+    slowest-rank step times, as the aggregate computes it."""
+    from fsdp_bench.analysis.stats import slowest_rank_step_times, summarize_step_times
+
+    ranks = [r for r in result.get("ranks") or [] if isinstance(r, dict)]
+    times = [r.get("step_times_s") for r in ranks]
+    if "step_time_s_median_ci_low" in row or not times or not all(times):
+        return {}
+    stats = summarize_step_times(slowest_rank_step_times(times))
+    return {k: v for k, v in stats.items() if "_ci_" in k}
 
 
 def _sorted(df):
@@ -86,9 +105,50 @@ def build_table(results: Iterable[Mapping[str, Any]]):
               if r.get("status") == "ok" and r.get("ranks") and all(x.get("losses") for x in r["ranks"])}
     deviation = loss_max_abs_dev_vs_ddp(rows, curves)
     df["loss_max_abs_dev_vs_ddp"] = [deviation.get(c) for c in df["case_id"]]
+    df = add_ranking(df)
     lead = [c for c in LEAD_COLUMNS if c in df.columns]
     df = df[lead + [c for c in df.columns if c not in lead]]
     return _sorted(df)
+
+
+def compare_group(row: Mapping[str, Any]) -> str | None:
+    """The like-for-like key, e.g. 'gpt_tiny sl32 tok128 fp32'; None when the work is unknown."""
+    tokens = row.get("tokens_per_optimizer_step")
+    if row.get("model") is None or not isinstance(tokens, (int, float)) or tokens != tokens:
+        return None
+    return f"{row['model']} sl{int(row['seq_len'])} tok{int(tokens)} {row.get('precision') or 'fp32'}"
+
+
+def did_train(row: Mapping[str, Any]) -> bool:
+    """Finished ok and the model learned: parameters changed and the loss moved."""
+    if row.get("status") != "ok" or row.get("params_changed") is False:
+        return False
+    first, last = row.get("loss_first"), row.get("loss_last")
+    steps = row.get("steps_measured")
+    if isinstance(first, float) and isinstance(last, float) and first == last and (steps or 0) > 1:
+        return False  # a flat loss: the optimizer never touched what the model uses
+    return True
+
+
+def add_ranking(df):
+    """tokens_per_optimizer_step, compare_group, trained, rank_in_group (1 = fastest by
+    tokens/s/device among cases that trained, within the group) and is_best."""
+    import pandas as pd
+
+    if "seq_len" in df and "global_batch_size" in df:
+        df["tokens_per_optimizer_step"] = pd.to_numeric(df["global_batch_size"]) * pd.to_numeric(df["seq_len"])
+    records = df.to_dict("records")
+    df["compare_group"] = [compare_group(r) for r in records]
+    df["trained"] = [did_train(r) for r in records]
+    rank = pd.Series([None] * len(df), index=df.index, dtype="object")
+    if RANK_METRIC in df:
+        speed = pd.to_numeric(df[RANK_METRIC], errors="coerce")
+        eligible = df["trained"] & speed.notna() & df["compare_group"].notna()
+        ranks = speed[eligible].groupby(df.loc[eligible, "compare_group"]).rank(ascending=False, method="min")
+        rank.loc[ranks.index] = ranks.astype(int)
+    df["rank_in_group"] = rank
+    df["is_best"] = rank == 1
+    return df
 
 
 def _gib(value: Any) -> float | None:
@@ -152,13 +212,19 @@ def ok_rows(df):
     return df[df["status"] == "ok"] if "status" in df else df.iloc[0:0]
 
 
-def best_index(df, column: str, group_by: str = "model") -> set[int]:
-    """Row labels holding the best value of `column` among ok cases, per model."""
+def trained_rows(df):
+    """Finished cases that trained: the only ones that may be ranked or called best."""
+    return df[df["trained"] == True] if "trained" in df else ok_rows(df)  # noqa: E712
+
+
+def best_index(df, column: str, group_by: str = "compare_group") -> set[int]:
+    """Row labels holding the best value of `column` among cases that trained, per like-for-like
+    group (same model, seq_len, tokens per optimizer step and precision)."""
     if column not in df.columns or (column not in HIGHER_IS_BETTER and column not in LOWER_IS_BETTER):
         return set()
     import pandas as pd
 
-    ok = ok_rows(df)
+    ok = trained_rows(df)
     values = pd.to_numeric(ok[column], errors="coerce")
     best: set[int] = set()
     for _, idx in ok.groupby(group_by).groups.items() if group_by in ok else [(None, ok.index)]:

@@ -68,7 +68,8 @@ def load_report_inputs(run_dir: Path) -> tuple[list[dict[str, Any]], dict[str, A
     return unique, env, problems
 
 
-def write_report(run_dir: Path, out_dir: Path | None = None) -> tuple[list[Path], list[str]]:
+def write_report(run_dir: Path, out_dir: Path | None = None,
+                 budget_gib: float | None = None) -> tuple[list[Path], list[str]]:
     """Write the table, charts and report page for a run; returns the files written and one note
     per problem (unreadable files, charts skipped for lack of data)."""
     run_dir = Path(run_dir)
@@ -84,11 +85,11 @@ def write_report(run_dir: Path, out_dir: Path | None = None) -> tuple[list[Path]
         path = out_dir / name
         write_text_atomic(path, table.to_csv(index=False))
         written.append(path)
-    run = RunData(df=df, results={r["case_id"]: r for r in results}, title=_models(df))
+    run = RunData(df=df, results={r["case_id"]: r for r in results}, title=_models(df), budget_gib=budget_gib)
     outcomes = draw_charts(run, out_dir)
     written += [o.path for o in outcomes if o.path is not None]
     chart_notes = [o.note for o in outcomes if o.path is None]
-    page = Page(run_name=run_dir.resolve().name, env=env, df=df, summary=summary_lines(df), charts=outcomes,
+    page = Page(run_name=run_dir.resolve().name, env=env, df=df, summary=summary_lines(df, budget_gib), charts=outcomes,
                 problems=list(notes), files=list(TABLE_FILES))
     for name, render in (("report.md", render_markdown), ("report.html", render_html)):
         path = out_dir / name

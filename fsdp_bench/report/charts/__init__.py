@@ -9,6 +9,7 @@ from typing import Callable
 from fsdp_bench.report.charts.style import ChartSkipped, RunData
 from fsdp_bench.report.charts.memory import chart_memory_breakdown, chart_memory_stages, chart_memory_timeline
 from fsdp_bench.report.charts.scaling import chart_gpu_util, chart_mfu, chart_peak_memory, chart_throughput
+from fsdp_bench.report.charts.pareto import chart_pareto
 from fsdp_bench.report.charts.time import chart_communication, chart_loss_curves, chart_step_breakdown
 
 
@@ -20,6 +21,8 @@ class Chart:
 
 
 CHARTS = (
+    Chart("pareto_throughput_vs_memory.png", "Throughput vs peak memory: the Pareto frontier and the recommendation",
+          chart_pareto),
     Chart("throughput_vs_batch_size.png", "Throughput per device vs batch size", chart_throughput),
     Chart("peak_memory_vs_batch_size.png", "Peak memory vs batch size", chart_peak_memory),
     Chart("memory_stages.png", "Memory at each stage", chart_memory_stages),

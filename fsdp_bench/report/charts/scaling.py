@@ -39,7 +39,9 @@ def _facets(df, extra: list[tuple[str, str]] | None = None):
 
 
 def draw_lines_vs_batch(run: RunData, panels: list, ylabel: str, title: str, path: Path, ncols: int,
-                        *, zero_floor: bool = True) -> None:
+                        *, zero_floor: bool = True, units: dict[str, tuple[float, str]] | None = None) -> None:
+    """`units`: per column, (factor, y label) overriding `ylabel`, e.g. MiB for tiny memory."""
+    units = units or {}
     plt = pyplot()
     df = run.df
     nrows = math.ceil(len(panels) / ncols)
@@ -48,16 +50,20 @@ def draw_lines_vs_batch(run: RunData, panels: list, ylabel: str, title: str, pat
     sizes = sorted(int(b) for b in df["batch_size"].unique())
     for ax, (panel_title, part, column) in zip(axes.flat, panels):
         ok = ok_rows(part)
+        missing = sorted(set(ok["strategy"]) - set(ok[ok[column].notna()]["strategy"]))
+        if missing:  # finished, but this metric was not measured for them: say so, not a silent gap
+            ax.text(0.02, 0.02, f"not measured: {', '.join(missing)}", transform=ax.transAxes, fontsize=7,
+                    color="#555555")
         for (strategy, timing), group in ok.groupby(["strategy", "optimizer_timing"], sort=False):
             group = group[group[column].notna()].sort_values("batch_size")
             if group.empty:
                 continue
-            ax.plot(group["batch_size"], group[column], TIMING_STYLES.get(timing, "-."), marker="o",
+            ax.plot(group["batch_size"], group[column] * units.get(column, (1.0, ""))[0], TIMING_STYLES.get(timing, "-."), marker="o",
                     markersize=4, color=strategy_color(strategy), lw=1.8)
         mark_failures(ax, part, "batch_size", strategies)
         ax.set_title(panel_title, fontsize=10)
         _batch_axis(ax, sizes)
-        ax.set_ylabel(ylabel)
+        ax.set_ylabel(units.get(column, (1.0, ylabel))[1])
         if zero_floor:
             ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
@@ -81,8 +87,11 @@ def chart_peak_memory(run: RunData, path: Path) -> None:
     if not kinds:
         raise ChartSkipped("no finished case has peak_allocated_gib, peak_reserved_gib or peak_rss_gib")
     panels = _facets(run.df, kinds)
+    # MiB per kind whose values are under 0.1 GiB: a tiny model's memory would read 0.00 GiB
+    units = {c: (1024.0, "peak memory per device (MiB)") for c, _ in kinds if ok_rows(run.df)[c].max() < 0.1}
     draw_lines_vs_batch(run, panels, "peak memory per device (GiB)",
-                        "Peak memory vs batch size (largest rank; lower is better)", path, ncols=len(kinds))
+                        "Peak memory vs batch size (largest rank; lower is better)", path, ncols=len(kinds),
+                        units=units)
 
 
 def chart_mfu(run: RunData, path: Path) -> None:

@@ -44,6 +44,7 @@ class RunData:
     df: Any
     results: dict[str, dict[str, Any]] = field(default_factory=dict)  # case_id -> merged result
     title: str = ""
+    budget_gib: float | None = None  # memory budget per device for the recommendation
 
 
 def pyplot():

@@ -1,0 +1,43 @@
+"""Throughput per device vs peak memory per device, trained cases only: the Pareto frontier
+(nothing is both faster and smaller) and the recommended configuration."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fsdp_bench.analysis.stats import pareto_front
+from fsdp_bench.report.charts.style import ChartSkipped, RunData, pyplot, save_figure, strategy_color
+from fsdp_bench.report.recommend import SPEED, memory_column, recommend
+from fsdp_bench.report.table import trained_rows
+
+
+def chart_pareto(run: RunData, path: Path) -> None:
+    memory = memory_column(run.df)
+    ok = trained_rows(run.df)
+    if memory is None or SPEED not in ok:
+        raise ChartSkipped("no case that trained has both tokens_per_s_per_device and a peak memory")
+    ok = ok[ok[SPEED].notna() & ok[memory].notna()]
+    models = sorted(ok["model"].unique())
+    scale, unit = (1024, "MiB") if ok[memory].max() < 0.1 else (1, "GiB")
+    picks = {r.model: r.picks[0]["case_id"] for r in recommend(run.df, run.budget_gib) if r.picks}
+    plt = pyplot()
+    fig, axes = plt.subplots(1, len(models), figsize=(6.5 * len(models), 4.8), squeeze=False)
+    for ax, model in zip(axes[0], models):
+        part = ok[ok["model"] == model].reset_index(drop=True)
+        x, y = part[memory] * scale, part[SPEED]
+        for strategy, rows in part.groupby("strategy"):
+            ax.scatter(x[rows.index], y[rows.index], color=strategy_color(strategy), label=strategy, s=30)
+        front = pareto_front(list(zip(x, y)))
+        ax.plot(x[front], y[front], color="black", linewidth=1, linestyle="--", label="Pareto frontier")
+        chosen = part.index[part["case_id"] == picks.get(model)]
+        if len(chosen):
+            ax.scatter(x[chosen], y[chosen], s=220, facecolors="none", edgecolors="#c0392b", linewidths=2,
+                       label="recommended")
+        if run.budget_gib is not None:
+            ax.axvline(run.budget_gib * scale, color="#c0392b", linewidth=1, label="memory budget")
+        ax.set_xlabel(f"{memory.replace('_gib', '').replace('_', ' ')} per device ({unit})")
+        ax.set_ylabel("tokens/s per device")
+        ax.set_title(model)
+        ax.legend(fontsize=7)
+    fig.suptitle("Throughput vs peak memory (cases that trained; up and left is better)")
+    save_figure(fig, path)

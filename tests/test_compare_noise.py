@@ -1,0 +1,80 @@
+"""Issue #16, noise: compare calls a change a regression only past the threshold AND beyond the
+noise (the step-time medians' confidence intervals do not overlap), one line per case. Run
+folders are copies of the golden base run with their step times edited."""
+
+from __future__ import annotations
+
+import csv
+import json
+import random
+
+import pytest
+
+from fsdp_bench.analysis.aggregate import aggregate_rank_metrics
+from fsdp_bench.analysis.stats import median_ci, summarize_step_times
+from tests.test_visualize import copy_run, visualize
+
+
+def scale_step_times(run, factor) -> None:
+    """Multiply every rank's step times by factor(case_id, step) and recompute the metrics."""
+    for path in (run / "cases").glob("*.json"):
+        data = json.loads(path.read_text())
+        if data["status"] != "ok":
+            continue
+        for rank in data["ranks"]:
+            rank["step_times_s"] = [t * factor(i) for i, t in enumerate(rank["step_times_s"])]
+        metrics = data["metrics"]
+        tokens = metrics["tokens_per_s"] * metrics["step_time_s_median"]
+        samples = metrics["samples_per_s"] * metrics["step_time_s_median"]
+        fresh = aggregate_rank_metrics(tokens_per_step=round(tokens), samples_per_step=round(samples),
+                                       world_size=len(data["ranks"]), ranks=data["ranks"])
+        metrics.update({k: v for k, v in fresh.items() if k.startswith(("step_time", "tokens_per", "samples_per"))})
+        path.write_text(json.dumps(data))
+
+
+def compare(tmp_path, base, new):
+    proc = visualize("--compare", base, new, "--threshold", "5", "--out", tmp_path / "cmp")
+    rows = {r["case_id"]: r for r in csv.DictReader((tmp_path / "cmp" / "compare.csv").open())}
+    return proc, rows
+
+
+def test_median_ci_order_statistics():
+    assert median_ci(list(range(10)))[:2] == (1, 8)  # X(2), X(9): 97.9%, the textbook pair for n=10
+    low, high, level = median_ci(list(range(100)))
+    assert (low, high) == (39, 60) and level == pytest.approx(0.965, abs=1e-3)
+    assert median_ci([3.0, 1.0, 2.0]) == (1.0, 3.0, 0.75)  # too few values for 95%: min..max
+    stats = summarize_step_times([0.1, 0.11, 0.09, 0.1, 0.12, 0.1, 0.1, 0.1])
+    assert stats["step_time_s_median_ci_low"] <= stats["step_time_s_median"] <= stats["step_time_s_median_ci_high"]
+
+
+def test_run_against_itself_is_within_noise(tmp_path):
+    base = copy_run("base", tmp_path)
+    proc, rows = compare(tmp_path, base, base)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert {r["verdict"] for r in rows.values()} <= {"ok"}
+
+
+def test_jitter_within_noise_is_not_a_regression(tmp_path):
+    base = copy_run("base", tmp_path / "a")
+    new = copy_run("base", tmp_path / "b")
+    rng = random.Random(0)
+    # Up to +12% per step, inside the spread the golden cases already have: past the 5% threshold
+    # for some medians, but inside the noise.
+    scale_step_times(new, lambda i: 1 + rng.uniform(0, 0.12))
+    proc, rows = compare(tmp_path, base, new)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "REGRESSION" not in proc.stdout
+    assert "within noise" in proc.stdout and any(r["verdict"] == "within noise" for r in rows.values())
+
+
+def test_every_step_fifty_percent_slower_is_a_regression_once_per_case(tmp_path):
+    base = copy_run("base", tmp_path / "a")
+    new = copy_run("base", tmp_path / "b")
+    scale_step_times(new, lambda i: 1.5)
+    proc, rows = compare(tmp_path, base, new)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("REGRESSION ")]
+    ids = [line.split()[1].rstrip(":") for line in lines]
+    assert ids and len(ids) == len(set(ids))  # one line per case, not per correlated metric
+    assert all("tokens_per_s_per_device" in line and "step_time_s_median" in line for line in lines)
+    assert {r["verdict"] for r in rows.values() if r["case_id"] in ids} == {"regression"}

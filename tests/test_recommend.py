@@ -1,0 +1,67 @@
+"""Issue #16, recommendation: per model and memory budget, the fastest trained configuration that
+fits and the runner-up, in report.md and a Pareto chart (golden base run)."""
+
+from __future__ import annotations
+
+from fsdp_bench.analysis.stats import pareto_front
+from fsdp_bench.report.recommend import format_gib, recommend, recommendation_lines
+from fsdp_bench.report.table import build_table
+from fsdp_bench.results.schema import load_run
+from tests.test_visualize import GOLDEN, copy_run, visualize
+
+
+def golden_table():
+    results, _ = load_run(GOLDEN / "base")
+    return build_table(results)
+
+
+def test_pareto_front():
+    points = [(1.0, 10.0), (2.0, 5.0), (2.0, 20.0), (3.0, 15.0), (4.0, 30.0)]
+    assert pareto_front(points) == [0, 2, 4]
+
+
+def test_fastest_that_fits_then_runner_up_and_budget():
+    df = golden_table()
+    free = recommend(df)[0]
+    speeds = [p["tokens_per_s_per_device"] for p in free.picks]
+    trained = df[df["trained"] == True]  # noqa: E712
+    measured = trained[trained[free.memory].notna()]
+    assert speeds[0] == measured["tokens_per_s_per_device"].max() and speeds[0] > speeds[1]
+    assert free.unmeasured == len(trained) - len(measured)
+    budget = (free.picks[0][free.memory] + measured[free.memory].min()) / 2  # the fastest no longer fits
+    tight = recommend(df, budget)[0]
+    assert tight.over_budget >= 1 and all(p[free.memory] <= budget for p in tight.picks)
+    assert tight.picks[0]["case_id"] != free.picks[0]["case_id"]
+    assert all(p["trained"] for p in tight.picks)  # the fast non-training fsdp2 opt_before never shows
+    assert "no trained configuration fits" in recommendation_lines(df, 1e-9)[0]
+
+
+def test_report_and_chart_show_the_recommendation(tmp_path):
+    run = copy_run("base", tmp_path)
+    proc = visualize(run, "--budget-gib", "0.003")
+    assert proc.returncode == 0, proc.stderr
+    text = (run / "report.md").read_text()
+    assert "Recommendation (gpt_tiny, budget 0.003 GiB/device):" in text and "runner-up" in text
+    assert (run / "pareto_throughput_vs_memory.png").read_bytes()[:4] == b"\x89PNG"
+    assert format_gib(0.002) == "2.0 MiB" and format_gib(1.5) == "1.50 GiB"
+
+
+def test_peak_memory_chart_uses_mib_for_tiny_values_and_names_missing_series(monkeypatch, tmp_path):
+    from fsdp_bench.report.charts import scaling
+    from fsdp_bench.report.charts.style import RunData
+
+    figures = []
+    monkeypatch.setattr(scaling, "save_figure", lambda fig, path: figures.append(fig))
+    scaling.chart_peak_memory(RunData(df=golden_table()), tmp_path / "m.png")
+    axes = [ax for ax in figures[0].axes if ax.get_visible() and ax.get_title()]
+    labels = {ax.get_title(): ax.get_ylabel() for ax in axes}
+    assert any("allocated" in t and "(MiB)" in y for t, y in labels.items()), labels
+    assert any("RSS" in t and "(GiB)" in y for t, y in labels.items()), labels  # 0.3 GiB stays GiB
+    notes = [t.get_text() for ax in axes for t in ax.texts]
+    assert "not measured: fsdp1_full_shard" in notes  # FSDP1 on CPU records no allocator peak
+
+
+def test_bad_budget_is_a_one_line_error(tmp_path):
+    proc = visualize(copy_run("base", tmp_path), "--budget-gib", "-1")
+    assert proc.returncode == 2 and "--budget-gib: -1 is not a positive number of GiB" in proc.stderr
+    assert "Traceback" not in proc.stderr
