@@ -53,3 +53,31 @@ def test_hf_local_folder_and_activation_estimate(tmp_path):
     assert units[0].shapes == ((100, 64), (64,), (100, 64)) and len(units) == 3
     act = activation_bytes_per_sample(flavor_for(f"hf:{tmp_path}"), 16)
     assert act == (2 * (10 * 64 + 4 * 128) + 3 * 100) * 16 * 4
+
+
+def test_fit_cli_accepts_hf_flavors_and_paths(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    from fsdp_bench.report.fit_chart import main
+
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text('{"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4,'
+                                                ' "vocab_size": 100, "n_positions": 64}')
+    assert main(["--models", f"qwen2_tiny,hf:{tmp_path / 'm'}", "--strategies", "ddp,fsdp2",
+                 "--world-sizes", "1,8", "--out", str(tmp_path / "fit")]) == 0
+    assert (tmp_path / "fit" / "fit.csv").read_text().count("qwen2_tiny") == 4
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "config.json").write_text('{"model_type": "mamba"}')
+    for models in ("nope", f"hf:{tmp_path / 'bad'}"):
+        with pytest.raises(SystemExit):
+            main(["--models", models, "--out", str(tmp_path / "fit2")])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert "Traceback" not in err[-1] and "error:" in err[-1]
+
+
+def test_simulation_summary_for_hf_flavor():
+    from fsdp_bench.analysis.simulation import simulation_summary
+    from fsdp_bench.plan.case import Case
+
+    case = Case(strategy="fsdp2", nproc=64, model="qwen2_tiny", batch_size=2, seq_len=32, steps=2, warmup=1)
+    summary = simulation_summary(case, {"step_times_s": [0.1, 0.2]})
+    assert "comm_null_reason" not in summary and summary["volume"]["all_gather_bytes"] > 0
