@@ -171,6 +171,22 @@ def _units_and_mesh(case: Case, world_size: int, rank: int) -> dict[str, Any]:
     return {"units": units, "mesh": mesh, "rank": rank}
 
 
+def predicted_memory(case: Case, world_size: int, rank: int) -> dict[str, Any]:
+    """analysis.fit's predicted peak and allocated model state for this case, recorded before
+    the measurement is known (fp32 AdamW model, estimated activations; see analysis.fit)."""
+    from fsdp_bench.analysis.fit import predict_peak_bytes
+    from fsdp_bench.plan.flavors import flavor_for
+
+    found = _units_and_mesh(case, world_size, rank)
+    if not found:
+        return {"null_reason": f"no parameter-shape model for {case.model}"}
+    p = predict_peak_bytes(case.strategy, flavor_for(case.model), world_size, case.batch_size,
+                           seq_len=case.seq_len, mesh=found["mesh"])
+    return {"peak_bytes": p["peak_bytes"], "model_state_bytes": p["model_state_bytes"],
+            "activation_bytes": p["activation_bytes"], "gathered_bytes": p["gathered_bytes"],
+            "method": "analysis.fit.predict_peak_bytes (activation estimate, not calibrated)"}
+
+
 def run_probes(case: Case, model, optimizer, train_step: Callable[..., Any], *, record: dict[str, Any],
                device: torch.device, rank: int, out_dir: Path | None) -> None:
     """The untimed probe steps: FLOPs + model state, memory breakdown, then profiling if asked.
@@ -196,6 +212,7 @@ def run_probes(case: Case, model, optimizer, train_step: Callable[..., Any], *, 
         param_bytes=record["param_bytes"], grad_bytes=record["param_bytes"], optimizer_bytes=2 * record["param_bytes"],
         **_units_and_mesh(case, record["world_size"], rank))
 
+    record["prediction"] = predicted_memory(case, record["world_size"], rank)
     refusal = memtracker_refusal(model)
     if refusal is None:
         try:
