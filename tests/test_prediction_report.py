@@ -49,3 +49,15 @@ def test_simulated_cases_record_prediction_and_report_shows_it(tmp_path):
     text = "\n".join(prediction_section(build_table(results)))
     print(text)
     assert "Worst prediction error:" in text
+
+
+def test_frozen_cases_are_explained_from_observation_not_names():
+    pd = pytest.importorskip("pandas")
+    from fsdp_bench.report.summary import optimizer_timing_effect
+
+    base = {"status": "ok", "optimizer_timing": "before_shard", "params_changed": False, "model": "gpt_tiny"}
+    seen = pd.DataFrame([{**base, "case_id": "a", "strategy": "fsdp1_full_shard", "optimizer_tensors_not_model_params": 12}])
+    line = optimizer_timing_effect(seen)[0]
+    assert "12-12 tensors that are not the model's parameters" in line
+    unseen = pd.DataFrame([{**base, "case_id": "b", "strategy": "fsdp1_full_shard", "optimizer_tensors_not_model_params": 0}])
+    assert "do not show why" in optimizer_timing_effect(unseen)[0]

@@ -39,6 +39,9 @@ def aggregate_rank_metrics(*, tokens_per_step: int, samples_per_step: int, world
     changed = [r["params_changed"] for r in ranks if r.get("params_changed") is not None]
     if changed:
         metrics["params_changed"] = all(changed)
+    stale = [r["optimizer_vs_model"]["not_model_parameters"] for r in ranks if r.get("optimizer_vs_model")]
+    if stale:  # observed: optimizer tensors that are not the model's parameters (largest rank)
+        metrics["optimizer_tensors_not_model_params"] = max(stale)
     metrics.update(aggregate_measurements(ranks, metrics))
     return metrics
 
