@@ -46,6 +46,8 @@ def test_simulated_cases_record_prediction_and_report_shows_it(tmp_path):
         print(r["case_id"], m.get("peak_prediction_error_pct"), m["model_state_prediction_error_pct"])
         print(r["case_id"], m.get("peak_prediction_error_pct"), r["ranks"][0]["memory"], m.get("peak_allocated_gib"),
               m["model_state_prediction_error_pct"])
+    hf = next(r for r in results if r["case"]["model"] == "qwen2_tiny")
+    assert "comm_null_reason" not in hf["simulation"] and hf["simulation"]["volume"]["all_gather_bytes"] > 0
     text = "\n".join(prediction_section(build_table(results)))
     print(text)
     assert "Worst prediction error:" in text

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping, Sequence
 
 from fsdp_bench.analysis.comm_model import Unit, model_units, padded_numel
-from fsdp_bench.analysis.model_state import padded_model_state_bytes, shard_size
+from fsdp_bench.analysis.model_state import allocated_model_state_bytes, shard_size
 from fsdp_bench.plan.catalog import strategy as catalog_strategy
 from fsdp_bench.analysis.hf_units import hf_dims
 from fsdp_bench.plan.flavors import ModelFlavor, flavor_for, load_config_dict
@@ -67,7 +67,7 @@ def gathered_bytes(strategy: str, units: Sequence[Unit], world_size: int, dtype_
 def predict_peak_bytes(strategy: str, flavor: ModelFlavor, world_size: int, batch_size: int, *, seq_len: int,
                        act_bytes_per_sample: float | None = None, mesh: tuple[int, int] | None = None) -> dict[str, float]:
     units = model_units(flavor)
-    states = padded_model_state_bytes(strategy, units, world_size, mesh=mesh)
+    states = allocated_model_state_bytes(strategy, units, world_size, mesh=mesh)
     act = (act_bytes_per_sample if act_bytes_per_sample is not None
            else activation_bytes_per_sample(flavor, seq_len)) * batch_size
     gathered = gathered_bytes(strategy, units, world_size, mesh=mesh)
