@@ -36,3 +36,7 @@ def test_repointing_fixes_an_optimizer_built_before_fully_shard():
     assert len(set(stale["losses"])) == 1  # the same batch every step and no update: flat
     assert fixed["params_changed"] is True and fixed["optimizer_params_match_model"] is True
     assert fixed["optimizer_params_repointed"] > 0
+    stale_count = stale["optimizer_vs_model"]
+    assert stale_count["not_model_parameters"] == stale_count["optimizer_tensors"] > 0  # observed, not named
+    assert fixed["optimizer_vs_model"]["not_model_parameters"] == 0
+    assert stale["construction"]["method"]

@@ -39,6 +39,9 @@ def aggregate_rank_metrics(*, tokens_per_step: int, samples_per_step: int, world
     changed = [r["params_changed"] for r in ranks if r.get("params_changed") is not None]
     if changed:
         metrics["params_changed"] = all(changed)
+    stale = [r["optimizer_vs_model"]["not_model_parameters"] for r in ranks if r.get("optimizer_vs_model")]
+    if stale:  # observed: optimizer tensors that are not the model's parameters (largest rank)
+        metrics["optimizer_tensors_not_model_params"] = max(stale)
     metrics.update(aggregate_measurements(ranks, metrics))
     return metrics
 
@@ -81,6 +84,7 @@ def aggregate_measurements(ranks: Sequence[dict[str, Any]], headline: dict[str, 
         out["measured_model_state_gib"] = measured / GIB
     if expected and measured is not None:
         out["model_state_measured_over_expected"] = measured / expected
+    out.update(prediction_metrics(ranks[0], headline, measured))
     if "step_time_s_median" in headline:
         out["time_per_optimizer_step_s"] = headline["step_time_s_median"]
     out.update(_flops_metrics(ranks[0], headline))
@@ -102,6 +106,29 @@ def aggregate_measurements(ranks: Sequence[dict[str, Any]], headline: dict[str, 
     norms = [r["update_norms"] for r in ranks if r.get("update_norms")]
     if norms:
         out["update_norm_min"] = min(min(n) for n in norms)
+    return out
+
+
+# A prediction is flagged when it misses the measurement by more than this (report.md says so).
+PEAK_PREDICTION_TOLERANCE_PCT = 10.0
+MODEL_STATE_PREDICTION_TOLERANCE_PCT = 1.0
+
+
+def _error_pct(predicted: float, measured: float | None) -> float | None:
+    return 100.0 * (predicted - measured) / measured if measured else None
+
+
+def prediction_metrics(rank0: dict[str, Any], headline: dict[str, Any], measured_state: float | None) -> dict[str, Any]:
+    """Predicted peak and model state (rank 0's `prediction`) beside the measured ones, with the
+    signed error in % of the measurement (positive: the prediction is too high)."""
+    pred = rank0.get("prediction") or {}
+    if pred.get("peak_bytes") is None:
+        return {}
+    out: dict[str, Any] = {"predicted_peak_gib": pred["peak_bytes"] / GIB,
+                           "predicted_model_state_gib": pred["model_state_bytes"] / GIB}
+    peak = (rank0.get("memory") or {}).get("peak_allocated_bytes")
+    out["peak_prediction_error_pct"] = _error_pct(pred["peak_bytes"], peak)
+    out["model_state_prediction_error_pct"] = _error_pct(pred["model_state_bytes"], measured_state)
     return out
 
 

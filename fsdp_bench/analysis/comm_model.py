@@ -17,7 +17,8 @@ from dataclasses import asdict, dataclass
 from typing import Mapping, Sequence
 
 from fsdp_bench.plan.catalog import STRATEGIES
-from fsdp_bench.plan.flavors import ModelFlavor
+from fsdp_bench.analysis.hf_units import hf_shapes
+from fsdp_bench.plan.flavors import ModelFlavor, load_config_dict
 
 Shape = tuple[int, ...]
 
@@ -58,8 +59,9 @@ class Unit:
 
 
 def model_units(flavor: ModelFlavor) -> list[Unit]:
-    """The units of a built-in flavor, parameters in registration order, root first; tied
-    weights once (the GPT head shares the token embedding). Checked against the real modules."""
+    """The units of a flavor, parameters in registration order, root first; tied weights once
+    (the GPT head shares the token embedding). Hugging Face flavors: shapes from the config
+    (analysis.hf_units). Checked against the real modules."""
     c = flavor.config
     if flavor.family == "linear":
         d = c["dim"]
@@ -69,6 +71,9 @@ def model_units(flavor: ModelFlavor) -> list[Unit]:
         block = ((d,), (d,), (3 * d, d), (3 * d,), (d, d), (d,), (d,), (d,), (4 * d, d), (4 * d,), (d, 4 * d), (d,))
         root = Unit("root", ((v, d), (t, d), (d,), (d,)), True)
         return [root] + [Unit(f"blocks.{i}", block) for i in range(c["n_layer"])]
+    if flavor.family == "hf":  # ValueError for a model_type without a shape model
+        root_shapes, layers = hf_shapes(load_config_dict(flavor))
+        return [Unit("root", root_shapes, True)] + [Unit(f"layers.{i}", s) for i, s in enumerate(layers)]
     raise ValueError(f"no communication model for model family {flavor.family!r}")
 
 

@@ -17,9 +17,10 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping, Sequence
 
 from fsdp_bench.analysis.comm_model import Unit, model_units, padded_numel
-from fsdp_bench.analysis.model_state import padded_model_state_bytes, shard_size
+from fsdp_bench.analysis.model_state import allocated_model_state_bytes, shard_size
 from fsdp_bench.plan.catalog import strategy as catalog_strategy
-from fsdp_bench.plan.flavors import MODEL_FLAVORS, ModelFlavor
+from fsdp_bench.analysis.hf_units import hf_dims
+from fsdp_bench.plan.flavors import ModelFlavor, flavor_for, load_config_dict
 from fsdp_bench.results.schema import GIB
 
 WORLD_SIZES = (1, 8, 64, 512)
@@ -32,8 +33,17 @@ def activation_bytes_per_sample(flavor: ModelFlavor, seq_len: int, dtype_bytes: 
     with fused attention so no seq x seq term), plus logits, the loss's softmax and the logits'
     gradient (3 x vocab per token).
     Linear stack: input and ReLU output per layer, plus the target.
+    Hugging Face (llama/qwen2/mistral/gpt2, dims from the config): per token per layer
+    10 * hidden (norm inputs and outputs, q, k, v, attention output, o_proj and residual) plus
+    4 * intermediate (gate, up, activation, their product; gpt2: c_fc out, gelu out, counted
+    alike), plus 3 x vocab per token for logits, softmax and logits' gradient. An upper-bound
+    estimate (GQA's smaller k/v are counted at full width); calibrate with a measured run.
     """
     c = flavor.config
+    if flavor.family == "hf":
+        dims = hf_dims(load_config_dict(flavor))
+        per_token = dims["layers"] * (10 * dims["hidden"] + 4 * dims["intermediate"]) + 3 * dims["vocab"]
+        return per_token * seq_len * dtype_bytes
     if flavor.family == "gpt":
         per_token = 17 * c["n_embd"] * c["n_layer"] + 3 * c["vocab_size"]
     else:
@@ -57,7 +67,7 @@ def gathered_bytes(strategy: str, units: Sequence[Unit], world_size: int, dtype_
 def predict_peak_bytes(strategy: str, flavor: ModelFlavor, world_size: int, batch_size: int, *, seq_len: int,
                        act_bytes_per_sample: float | None = None, mesh: tuple[int, int] | None = None) -> dict[str, float]:
     units = model_units(flavor)
-    states = padded_model_state_bytes(strategy, units, world_size, mesh=mesh)
+    states = allocated_model_state_bytes(strategy, units, world_size, mesh=mesh)
     act = (act_bytes_per_sample if act_bytes_per_sample is not None
            else activation_bytes_per_sample(flavor, seq_len)) * batch_size
     gathered = gathered_bytes(strategy, units, world_size, mesh=mesh)
@@ -91,7 +101,7 @@ def fit_table(models: Iterable[str], strategies: Iterable[str], *, device_memory
     """One row per (model, strategy, world size)."""
     rows = []
     for model in models:
-        flavor = MODEL_FLAVORS[model]
+        flavor = flavor_for(model)
         length = min(seq_len, flavor.max_seq_len or seq_len)
         per_sample = (calibration or {}).get(model)
         for strategy in strategies:

@@ -19,17 +19,35 @@ zero_grad), the one point where params, grads and optimizer state all exist at f
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from typing import Any, Sequence
 
-from typing import Sequence
-
-from fsdp_bench.analysis.comm_model import GPUS_PER_NODE, Unit, padded_numel
+from fsdp_bench.analysis.comm_model import GPUS_PER_NODE, Unit, fsdp1_flat_numel, padded_numel
 from fsdp_bench.plan.case import hybrid_mesh_shape
 from fsdp_bench.plan.catalog import STRATEGIES
 
 def expected_model_state_bytes(strategy: str, *, n_params: int, world_size: int, param_bytes: int = 4,
-                               grad_bytes: int = 4, optimizer_bytes: int = 8) -> dict[str, Any]:
-    """Bytes of params, grads and optimizer state one rank holds after the optimizer step."""
+                               grad_bytes: int = 4, optimizer_bytes: int = 8, units: Sequence[Unit] | None = None,
+                               mesh: tuple[int, int] | None = None, rank: int = 0) -> dict[str, Any]:
+    """Bytes of params, grads and optimizer state one rank holds after the optimizer step.
+
+    Given the model's `units`, params/grads/optimizer/total are what the strategy really
+    allocates on `rank` (FSDP2's dim-0 padding, FSDP1's flat-parameter alignment and padding,
+    a hybrid mesh's shard group: see `allocated_model_state_bytes`), and the ZeRO formula's
+    figure stays beside it as `textbook_total`. Without units, the ZeRO formula alone.
+    """
+    out = _textbook_model_state_bytes(strategy, n_params=n_params, world_size=world_size, param_bytes=param_bytes,
+                                      grad_bytes=grad_bytes, optimizer_bytes=optimizer_bytes)
+    if units is None or out["layout"] == "unknown":
+        return out
+    out["textbook_total"] = out["total"]
+    allocated = allocated_model_state_bytes(strategy, units, world_size, mesh=mesh, rank=rank, dtype_bytes=param_bytes)
+    out.update(allocated, method="allocated: the strategy's padding and alignment, from the model's units")
+    return out
+
+
+def _textbook_model_state_bytes(strategy: str, *, n_params: int, world_size: int, param_bytes: int,
+                                grad_bytes: int, optimizer_bytes: int) -> dict[str, Any]:
     if world_size < 1 or n_params < 0:
         raise ValueError("expected_model_state_bytes: world_size >= 1 and n_params >= 0")
     if strategy not in STRATEGIES:
@@ -71,3 +89,34 @@ def padded_model_state_bytes(strategy: str, units: Sequence[Unit], world_size: i
     params = numel * dtype_bytes
     return {"params": params, "grads": params, "optimizer": ADAM_STATES * params,
             "total": (2 + ADAM_STATES) * params}
+
+
+def fsdp1_real_numel_in_shard(unit: Unit, shard: int, rank: int, dtype_bytes: int = 4) -> int:
+    """Original-parameter elements (alignment and padding left out) inside `rank`'s chunk of
+    FSDP1's flat parameter: what the optimizer's per-parameter state is sized by."""
+    chunk = fsdp1_flat_numel(unit, shard, dtype_bytes) // shard
+    lo, hi = rank * chunk, (rank + 1) * chunk
+    align, offset, real = 16 // dtype_bytes, 0, 0
+    for s in unit.shapes:
+        offset += (-offset) % align
+        n = math.prod(s)
+        real += max(0, min(hi, offset + n) - max(lo, offset))
+        offset += n
+    return real
+
+
+def allocated_model_state_bytes(strategy: str, units: Sequence[Unit], world_size: int, *,
+                                mesh: tuple[int, int] | None = None, rank: int = 0,
+                                dtype_bytes: int = 4) -> dict[str, int]:
+    """Params, grads and AdamW state `rank` holds after the step, as allocated. FSDP2 (and DDP)
+    size all three like the padded shard (rank 0 always holds a full chunk). FSDP1's params and
+    grads are chunks of the flat parameter, but AdamW's state follows the original parameters'
+    pieces in the chunk, so alignment and padding are not in it."""
+    row = STRATEGIES[strategy]
+    if row.layout != "fsdp1_flat":
+        return padded_model_state_bytes(strategy, units, world_size, mesh=mesh, dtype_bytes=dtype_bytes)
+    shard = shard_size(strategy, world_size, mesh)
+    local_rank = rank % shard
+    params = sum(fsdp1_flat_numel(u, shard, dtype_bytes) // shard for u in units) * dtype_bytes
+    real = sum(fsdp1_real_numel_in_shard(u, shard, local_rank, dtype_bytes) for u in units) * dtype_bytes
+    return {"params": params, "grads": params, "optimizer": ADAM_STATES * real, "total": 2 * params + ADAM_STATES * real}

@@ -23,7 +23,7 @@ from typing import Any
 from fsdp_bench.plan.catalog import strategy as catalog_strategy
 from fsdp_bench.plan.case import Case, hybrid_mesh_shape
 from fsdp_bench.analysis.comm_model import (CLUSTERS, GPUS_PER_NODE, comm_volume, model_units, predict_step_time_s)
-from fsdp_bench.plan.flavors import MODEL_FLAVORS
+from fsdp_bench.plan.flavors import flavor_for
 
 
 def simulated_environment(case: Case) -> dict[str, str]:
@@ -35,16 +35,17 @@ def simulated_environment(case: Case) -> dict[str, str]:
 
 def simulation_summary(case: Case, record: dict[str, Any]) -> dict[str, Any]:
     """Communication volume and predicted step times for a finished simulated record. Pure."""
-    flavor = MODEL_FLAVORS.get(case.model)
     summary: dict[str, Any] = {"world_size": case.nproc, "method": "fake process group, rank 0",
                                "compute_device": record.get("device_name")}
-    if flavor is None:
-        summary["comm_null_reason"] = f"no communication model for {case.model}"
+    try:
+        units = model_units(flavor_for(case.model))
+    except (ValueError, KeyError, OSError) as exc:  # unknown model or Hugging Face model_type
+        summary["comm_null_reason"] = f"no communication model for {case.model}: {exc}"
         return summary
     mesh = None
     if catalog_strategy(case.strategy).hybrid:
         mesh = hybrid_mesh_shape(case.mesh, world_size=case.nproc, ranks_per_node=min(case.nproc, GPUS_PER_NODE))
-    volume = comm_volume(case.strategy, model_units(flavor), world_size=case.nproc,
+    volume = comm_volume(case.strategy, units, world_size=case.nproc,
                          grad_accum=case.grad_accum, mesh=mesh)
     times = sorted(record.get("step_times_s") or [])
     compute_s = times[len(times) // 2] if times else None

@@ -179,6 +179,11 @@ def _names(option: str, raw: str, known: Mapping[str, Any] | tuple[str, ...]) ->
     return tuple(dict.fromkeys(names))
 
 
+def parse_models(option: str, raw: str) -> tuple[str, ...]:
+    """Comma-separated model names the sweep accepts (flavors or readable hf:PATH); CaseError otherwise."""
+    return _models(option, raw)
+
+
 def _models(option: str, raw: str) -> tuple[str, ...]:
     names = _split(option, raw)
     for name in names:

@@ -8,13 +8,15 @@ world size), and the command that writes them.
 from __future__ import annotations
 
 import argparse
+import re
 import csv
 from pathlib import Path
 from typing import Any
 
 from fsdp_bench.analysis.fit import WORLD_SIZES, calibrate_from_results, fit_table
 from fsdp_bench.plan.catalog import STRATEGIES
-from fsdp_bench.plan.flavors import MODEL_FLAVORS
+from fsdp_bench.plan.case import CaseError
+from fsdp_bench.plan.options import parse_models
 from fsdp_bench.report.charts.style import pyplot, save_figure
 from fsdp_bench.results.schema import load_run
 
@@ -42,7 +44,7 @@ def write_fit(rows: list[dict[str, Any]], out: Path) -> list[Path]:
         ax.set_ylabel("predicted peak memory per device (GiB)")
         ax.set_title(f"Will it fit? {model}, batch {mine[0]['batch_size']}/device, seq {mine[0]['seq_len']}")
         ax.legend(fontsize=7)
-        path = out / f"fit_{model}.png"
+        path = out / f"fit_{re.sub(r'[^A-Za-z0-9_.-]+', '_', model).strip('_')}.png"  # hf:PATH too
         save_figure(fig, path)
         written.append(path)
     return written
@@ -59,15 +61,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calibrate", type=Path, default=None, help="run folder whose ok cases give activation bytes")
     parser.add_argument("--out", type=Path, default=Path("fit"))
     args = parser.parse_args(argv)
-    for name in args.models.split(","):
-        if name not in MODEL_FLAVORS:
-            parser.error(f"--models: unknown model {name!r}; choose from {', '.join(MODEL_FLAVORS)}")
+    try:
+        models = parse_models("--models", args.models)
+    except CaseError as exc:
+        parser.error(str(exc))
     calibration = None
     if args.calibrate is not None:
         calibration = calibrate_from_results(load_run(args.calibrate)[0])
-    rows = fit_table(args.models.split(","), args.strategies.split(","), device_memory_gib=args.device_memory_gib,
-                     seq_len=args.seq_len, batch_size=args.batch_size,
-                     world_sizes=[int(n) for n in args.world_sizes.split(",")], calibration=calibration)
+    try:
+        rows = fit_table(models, args.strategies.split(","), device_memory_gib=args.device_memory_gib,
+                         seq_len=args.seq_len, batch_size=args.batch_size,
+                         world_sizes=[int(n) for n in args.world_sizes.split(",")], calibration=calibration)
+    except ValueError as exc:  # e.g. a Hugging Face model_type without a shape model
+        parser.error(str(exc))
     for path in write_fit(rows, args.out):
         print(path)
     return 0

@@ -71,6 +71,47 @@ def _md_cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+def _pct(value: Any) -> str:
+    return "" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:+.1f}%"
+
+
+def prediction_section(df) -> list[str]:
+    """"Predicted vs measured": analysis.fit's peak and model state beside the measurement for
+    every ok case that recorded a prediction, the error in %, and the worst error; errors over
+    the tolerances in analysis.aggregate are flagged."""
+    from fsdp_bench.analysis.aggregate import MODEL_STATE_PREDICTION_TOLERANCE_PCT as STATE_TOL
+    from fsdp_bench.analysis.aggregate import PEAK_PREDICTION_TOLERANCE_PCT as PEAK_TOL
+
+    if df.empty or "predicted_peak_gib" not in df:
+        return []
+    rows = df[(df["status"] == "ok") & df["predicted_peak_gib"].notna()] if "status" in df else df.iloc[0:0]
+    if rows.empty:
+        return []
+    out = ["## Predicted vs measured", "",
+           f"Prediction: `python -m fsdp_bench.fit`'s model (fp32 AdamW, estimated activations). Error = "
+           f"(predicted - measured) / measured; flagged (**!**) above {PEAK_TOL:g}% for the peak and "
+           f"{STATE_TOL:g}% for the model state.", "",
+           "| case | predicted peak GiB | measured peak GiB | peak error | predicted model state GiB "
+           "| measured model state GiB | model state error |", "|---|---|---|---|---|---|---|"]
+    worst: tuple[float, str, str] | None = None
+    for _, r in rows.iterrows():
+        cells = []
+        for key, tol in (("peak_prediction_error_pct", PEAK_TOL), ("model_state_prediction_error_pct", STATE_TOL)):
+            err = r.get(key)
+            ok = err is None or (isinstance(err, float) and math.isnan(err))
+            cells.append(_pct(err) + ("" if ok or abs(err) <= tol else " **!**"))
+            if not ok and (worst is None or abs(err) > abs(worst[0])):
+                worst = (err, key.split("_prediction")[0].replace("_", " "), r["case_id"])
+        out.append(f"| {r['case_id']} | {format_value(r.get('predicted_peak_gib'))} | "
+                   f"{format_value(r.get('peak_allocated_gib'))} | {cells[0]} | "
+                   f"{format_value(r.get('predicted_model_state_gib'))} | "
+                   f"{format_value(r.get('measured_model_state_gib'))} | {cells[1]} |")
+    out += [""]
+    if worst is not None:
+        out += [f"Worst prediction error: {_pct(worst[0])} ({worst[1]}) on {worst[2]}.", ""]
+    return out
+
+
 def render_markdown(page: Page) -> str:
     out = [f"# fsdp-bench report: {page.run_name}", ""]
     out += ["## Summary", ""]
@@ -99,6 +140,7 @@ def render_markdown(page: Page) -> str:
                 cells.append(f"**{text}**" if idx in best[c] and text else text)
             out.append("| " + " | ".join(cells) + " |")
         out += [""]
+    out += prediction_section(df)
     out += ["## Charts", ""]
     for outcome in page.charts:
         if outcome.path is not None:

@@ -113,6 +113,17 @@ def memory_saved_vs_ddp(df) -> list[str]:
     return lines
 
 
+def _stale_cause(frozen) -> str:
+    """Why the frozen cases did not train, from what the workers observed (never from names)."""
+    column = "optimizer_tensors_not_model_params"
+    counts = frozen[column].dropna() if column in frozen else frozen.iloc[0:0]
+    stale = counts[counts > 0]
+    if stale.empty:
+        return "the records do not show why (no optimizer tensor was seen outside the model)."
+    return (f"in {len(stale)} of them the optimizer steps {int(stale.min())}-{int(stale.max())} tensors that are "
+            f"not the model's parameters (observed after sharding), so the model's weights are never updated.")
+
+
 def optimizer_timing_effect(df) -> list[str]:
     lines = []
     ok = ok_rows(df)
@@ -127,7 +138,7 @@ def optimizer_timing_effect(df) -> list[str]:
         if len(frozen):
             names = ", ".join(sorted(set(frozen["strategy"]), key=strategy_order))
             lines.append(f"{label}: parameters never changed in {len(frozen)} of {len(rows)} cases ({names}); "
-                         f"the optimizer updates tensors the model no longer uses, so the loss stays flat.")
+                         f"{_stale_cause(frozen)}")
         else:
             lines.append(f"{label}: parameters changed in all {len(rows)} cases; training works.")
     return lines

@@ -8,6 +8,8 @@ allocator reads run (CUDA only).
 
 from __future__ import annotations
 
+import os
+
 from pathlib import Path
 from typing import Any, Callable
 
@@ -150,6 +152,41 @@ def memtracker_refusal(model: torch.nn.Module) -> str | None:
     return None
 
 
+def _units_and_mesh(case: Case, world_size: int, rank: int) -> dict[str, Any]:
+    """The case's model units and hybrid mesh for the allocated model-state expectation
+    ({} when the model has no unit model: the textbook figure alone is recorded then)."""
+    from fsdp_bench.analysis.comm_model import GPUS_PER_NODE, model_units
+    from fsdp_bench.plan.case import hybrid_mesh_shape
+    from fsdp_bench.plan.catalog import strategy as catalog_strategy
+    from fsdp_bench.plan.flavors import flavor_for
+
+    try:
+        units = model_units(flavor_for(case.model))
+    except (ValueError, KeyError, OSError):
+        return {}
+    mesh = None
+    if catalog_strategy(case.strategy).hybrid:
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", min(world_size, GPUS_PER_NODE)))
+        mesh = hybrid_mesh_shape(case.mesh, world_size=world_size, ranks_per_node=local)
+    return {"units": units, "mesh": mesh, "rank": rank}
+
+
+def predicted_memory(case: Case, world_size: int, rank: int) -> dict[str, Any]:
+    """analysis.fit's predicted peak and allocated model state for this case, recorded before
+    the measurement is known (fp32 AdamW model, estimated activations; see analysis.fit)."""
+    from fsdp_bench.analysis.fit import predict_peak_bytes
+    from fsdp_bench.plan.flavors import flavor_for
+
+    found = _units_and_mesh(case, world_size, rank)
+    if not found:
+        return {"null_reason": f"no parameter-shape model for {case.model}"}
+    p = predict_peak_bytes(case.strategy, flavor_for(case.model), world_size, case.batch_size,
+                           seq_len=case.seq_len, mesh=found["mesh"])
+    return {"peak_bytes": p["peak_bytes"], "model_state_bytes": p["model_state_bytes"],
+            "activation_bytes": p["activation_bytes"], "gathered_bytes": p["gathered_bytes"],
+            "method": "analysis.fit.predict_peak_bytes (activation estimate, not calibrated)"}
+
+
 def run_probes(case: Case, model, optimizer, train_step: Callable[..., Any], *, record: dict[str, Any],
                device: torch.device, rank: int, out_dir: Path | None) -> None:
     """The untimed probe steps: FLOPs + model state, memory breakdown, then profiling if asked.
@@ -172,8 +209,10 @@ def run_probes(case: Case, model, optimizer, train_step: Callable[..., Any], *, 
     record["measured_model_state_bytes"] = measured or None
     record["expected_model_state_bytes"] = expected_model_state_bytes(
         case.strategy, n_params=record["n_params"], world_size=record["world_size"],
-        param_bytes=record["param_bytes"], grad_bytes=record["param_bytes"], optimizer_bytes=2 * record["param_bytes"])
+        param_bytes=record["param_bytes"], grad_bytes=record["param_bytes"], optimizer_bytes=2 * record["param_bytes"],
+        **_units_and_mesh(case, record["world_size"], rank))
 
+    record["prediction"] = predicted_memory(case, record["world_size"], rank)
     refusal = memtracker_refusal(model)
     if refusal is None:
         try:

@@ -111,7 +111,7 @@ def _shard_and_build_optimizer(case: Case, flavor, model: torch.nn.Module, devic
     """Apply the strategy, with the optimizer built before or after it as the case says."""
     from fsdp_bench.worker.memory import peak_rss_bytes, rss_bytes
     from fsdp_bench.worker.strategies import repoint_optimizer, shard_model
-    from fsdp_bench.worker.training import build_optimizer, optimizer_matches_model
+    from fsdp_bench.worker.training import build_optimizer, optimizer_matches_model, optimizer_tensors_not_in_model
 
     optimizer = None
     if case.optimizer_timing != "after_shard":
@@ -133,4 +133,5 @@ def _shard_and_build_optimizer(case: Case, flavor, model: torch.nn.Module, devic
         record["optimizer_params_repointed"] = repoint_optimizer(optimizer, before, model)
     stages.done("optimizer")
     record["optimizer_params_match_model"] = optimizer_matches_model(optimizer, model)
+    record["optimizer_vs_model"] = optimizer_tensors_not_in_model(optimizer, model)
     return model, optimizer

@@ -177,6 +177,14 @@ def _first_block_output_probe(model, trainer: Trainer):
     return block.register_forward_hook(hook)
 
 
+def optimizer_tensors_not_in_model(optimizer, model) -> dict[str, int]:
+    """Observed: how many tensors the optimizer steps, and how many of them are not parameters
+    the model trains with (stale pre-sharding tensors after building the optimizer too early)."""
+    model_ids = {id(p) for p in model.parameters()}
+    stepped = [p for g in optimizer.param_groups for p in g["params"]]
+    return {"optimizer_tensors": len(stepped), "not_model_parameters": sum(id(p) not in model_ids for p in stepped)}
+
+
 def optimizer_matches_model(optimizer, model) -> bool:
     """Whether every parameter the optimizer steps is one the model trains with."""
     model_ids = {id(p) for p in model.parameters()}

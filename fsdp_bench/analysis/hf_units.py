@@ -1,0 +1,87 @@
+"""Parameter shapes of Hugging Face causal LMs from their config dict alone (pure, no torch).
+
+Two architecture shapes are known, parameters listed in the order transformers registers them
+(checked against the real modules in tests/test_hf_units.py):
+- llama-style (`llama`, `qwen2`, `mistral`): per decoder layer q/k/v/o projections (q: heads x
+  head_dim, k/v: num_key_value_heads x head_dim; qwen2 adds q/k/v biases, `attention_bias` adds
+  biases to all four), gate/up/down MLP (`mlp_bias` adds biases), two RMSNorm weights; root:
+  embed_tokens, final norm, lm_head unless `tie_word_embeddings`.
+- gpt2: per block ln_1 (w, b), attn.c_attn (Conv1D: weight is (in, out)) and bias, attn.c_proj,
+  ln_2, mlp.c_fc, mlp.c_proj, each with a bias; root: wte, wpe, ln_f; the head is tied to wte.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+Shape = tuple[int, ...]
+LLAMA_STYLE = ("llama", "qwen2", "mistral")
+KNOWN_MODEL_TYPES = LLAMA_STYLE + ("gpt2",)
+
+
+def unsupported_reason(config: Mapping[str, Any]) -> str | None:
+    """Why the shapes of this config cannot be computed (None: they can)."""
+    model_type = config.get("model_type")
+    if model_type not in KNOWN_MODEL_TYPES:
+        return (f"no parameter-shape model for Hugging Face model_type {model_type!r} "
+                f"(known: {', '.join(KNOWN_MODEL_TYPES)})")
+    return None
+
+
+def _llama_layer(c: Mapping[str, Any]) -> tuple[Shape, ...]:
+    d, inter = c["hidden_size"], c["intermediate_size"]
+    heads = c["num_attention_heads"]
+    kv = c.get("num_key_value_heads") or heads
+    hd = c.get("head_dim") or d // heads
+    qkv_bias = c["model_type"] == "qwen2" or bool(c.get("attention_bias"))
+    o_bias = bool(c.get("attention_bias"))
+    mlp_bias = bool(c.get("mlp_bias"))
+    shapes: list[Shape] = []
+    for out in (heads * hd, kv * hd, kv * hd):
+        shapes += [(out, d)] + ([(out,)] if qkv_bias else [])
+    shapes += [(d, heads * hd)] + ([(d,)] if o_bias else [])
+    for out, inp in ((inter, d), (inter, d), (d, inter)):
+        shapes += [(out, inp)] + ([(out,)] if mlp_bias else [])
+    return tuple(shapes) + ((d,), (d,))
+
+
+def _llama_root(c: Mapping[str, Any]) -> tuple[Shape, ...]:
+    d, v = c["hidden_size"], c["vocab_size"]
+    head = () if c.get("tie_word_embeddings", True) else ((v, d),)
+    return ((v, d), (d,)) + head
+
+
+def _gpt2_layer(c: Mapping[str, Any]) -> tuple[Shape, ...]:
+    d = c["n_embd"]
+    inner = c.get("n_inner") or 4 * d
+    return ((d,), (d,), (d, 3 * d), (3 * d,), (d, d), (d,), (d,), (d,), (d, inner), (inner,), (inner, d), (d,))
+
+
+def _gpt2_root(c: Mapping[str, Any]) -> tuple[Shape, ...]:
+    d = c["n_embd"]
+    head = () if c.get("tie_word_embeddings", True) else ((c["vocab_size"], d),)
+    return ((c["vocab_size"], d), (c["n_positions"], d), (d,), (d,)) + head
+
+
+def hf_shapes(config: Mapping[str, Any]) -> tuple[tuple[Shape, ...], list[tuple[Shape, ...]]]:
+    """(root parameter shapes, one tuple of shapes per decoder layer). ValueError when the
+    model_type is not one of KNOWN_MODEL_TYPES."""
+    reason = unsupported_reason(config)
+    if reason:
+        raise ValueError(reason)
+    if config["model_type"] == "gpt2":
+        return _gpt2_root(config), [_gpt2_layer(config)] * config["n_layer"]
+    return _llama_root(config), [_llama_layer(config)] * config["num_hidden_layers"]
+
+
+def hf_dims(config: Mapping[str, Any]) -> dict[str, int]:
+    """hidden, intermediate, layers, vocab of a supported config (for the activation estimate)."""
+    reason = unsupported_reason(config)
+    if reason:
+        raise ValueError(reason)
+    if config["model_type"] == "gpt2":
+        d = config["n_embd"]
+        return {"hidden": d, "intermediate": config.get("n_inner") or 4 * d, "layers": config["n_layer"],
+                "vocab": config["vocab_size"]}
+    return {"hidden": config["hidden_size"], "intermediate": config["intermediate_size"],
+            "layers": config["num_hidden_layers"], "vocab": config["vocab_size"]}

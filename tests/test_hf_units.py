@@ -1,0 +1,83 @@
+"""Hugging Face flavors' parameter shapes from the config alone (analysis.hf_units), checked
+against the real transformers modules, and the predictions they unlock (fit, simulation)."""
+
+from __future__ import annotations
+
+import pytest
+
+from fsdp_bench.analysis.comm_model import model_units
+from fsdp_bench.analysis.fit import activation_bytes_per_sample, fit_table
+from fsdp_bench.analysis.hf_units import hf_shapes
+from fsdp_bench.plan.flavors import MODEL_FLAVORS, flavor_for
+
+HF_TINY = ["qwen2_tiny", "codellama_tiny", "llama3_tiny", "gpt2_tiny"]
+
+
+@pytest.mark.parametrize("model", HF_TINY)
+def test_hf_units_match_the_real_modules(model):
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from fsdp_bench.worker.models.build import block_modules, build_model
+
+    real = build_model(flavor_for(model), seed=0)
+    units = model_units(flavor_for(model))
+    blocks = block_modules(real)
+    assert [u.shapes for u in units[1:]] == [tuple(tuple(p.shape) for p in b.parameters()) for b in blocks]
+    block_ids = {id(p) for b in blocks for p in b.parameters()}
+    root = [tuple(p.shape) for p in real.parameters() if id(p) not in block_ids]  # tied weights once
+    assert list(units[0].shapes) == root
+    assert sum(u.numel for u in units) == sum(p.numel() for p in real.parameters())
+
+
+@pytest.mark.parametrize("model,billions", [("qwen2_1_5b", 1.54), ("codellama_7b", 6.74), ("llama3_8b", 8.03),
+                                            ("llama3_1b", 1.24), ("gpt2_124m", 0.124)])
+def test_hf_parameter_counts_of_the_full_sizes(model, billions):
+    total = sum(u.numel for u in model_units(MODEL_FLAVORS[model]))
+    assert total / 1e9 == pytest.approx(billions, rel=0.01)
+
+
+def test_unknown_model_type_is_a_clear_value_error(tmp_path):
+    (tmp_path / "config.json").write_text('{"model_type": "mamba", "hidden_size": 8}')
+    with pytest.raises(ValueError, match="no parameter-shape model.*'mamba'"):
+        model_units(flavor_for(f"hf:{tmp_path}"))
+    with pytest.raises(ValueError):
+        hf_shapes({"model_type": "t5"})
+
+
+def test_hf_local_folder_and_activation_estimate(tmp_path):
+    (tmp_path / "config.json").write_text(
+        '{"model_type": "mistral", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,'
+        ' "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 100, "max_position_embeddings": 64,'
+        ' "tie_word_embeddings": false}')
+    units = model_units(flavor_for(f"hf:{tmp_path}"))
+    assert units[0].shapes == ((100, 64), (64,), (100, 64)) and len(units) == 3
+    act = activation_bytes_per_sample(flavor_for(f"hf:{tmp_path}"), 16)
+    assert act == (2 * (10 * 64 + 4 * 128) + 3 * 100) * 16 * 4
+
+
+def test_fit_cli_accepts_hf_flavors_and_paths(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    from fsdp_bench.report.fit_chart import main
+
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text('{"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4,'
+                                                ' "vocab_size": 100, "n_positions": 64}')
+    assert main(["--models", f"qwen2_tiny,hf:{tmp_path / 'm'}", "--strategies", "ddp,fsdp2",
+                 "--world-sizes", "1,8", "--out", str(tmp_path / "fit")]) == 0
+    assert (tmp_path / "fit" / "fit.csv").read_text().count("qwen2_tiny") == 4
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "config.json").write_text('{"model_type": "mamba"}')
+    for models in ("nope", f"hf:{tmp_path / 'bad'}"):
+        with pytest.raises(SystemExit):
+            main(["--models", models, "--out", str(tmp_path / "fit2")])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert "Traceback" not in err[-1] and "error:" in err[-1]
+
+
+def test_simulation_summary_for_hf_flavor():
+    from fsdp_bench.analysis.simulation import simulation_summary
+    from fsdp_bench.plan.case import Case
+
+    case = Case(strategy="fsdp2", nproc=64, model="qwen2_tiny", batch_size=2, seq_len=32, steps=2, warmup=1)
+    summary = simulation_summary(case, {"step_times_s": [0.1, 0.2]})
+    assert "comm_null_reason" not in summary and summary["volume"]["all_gather_bytes"] > 0

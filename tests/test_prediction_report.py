@@ -1,0 +1,65 @@
+"""Every ok case records the predicted peak and model state beside the measured ones, and
+report.md shows them side by side with the error and the worst error."""
+
+from __future__ import annotations
+
+import pytest
+
+from fsdp_bench.plan.case import Case
+
+CASES = [("gpt_tiny", "ddp"), ("gpt_tiny", "fsdp2"), ("gpt_tiny", "fsdp1_full_shard"), ("qwen2_tiny", "fsdp2")]
+
+
+def test_prediction_section_flags_and_names_the_worst():
+    pd = pytest.importorskip("pandas")
+    from fsdp_bench.report.page import prediction_section
+
+    df = pd.DataFrame([
+        {"case_id": "a", "status": "ok", "predicted_peak_gib": 1.0, "peak_allocated_gib": 1.0, "peak_prediction_error_pct": 2.0,
+         "predicted_model_state_gib": 0.5, "measured_model_state_gib": 0.5, "model_state_prediction_error_pct": 0.0},
+        {"case_id": "b", "status": "ok", "predicted_peak_gib": 1.3, "peak_allocated_gib": 1.0, "peak_prediction_error_pct": 30.0,
+         "predicted_model_state_gib": 0.5, "measured_model_state_gib": 0.5, "model_state_prediction_error_pct": 0.0},
+    ])
+    text = "\n".join(prediction_section(df))
+    assert "## Predicted vs measured" in text and "+30.0% **!**" in text and "+2.0% |" in text
+    assert "Worst prediction error: +30.0% (peak) on b." in text
+    assert prediction_section(df.drop(columns=["predicted_peak_gib"])) == []
+
+
+@pytest.mark.slow
+def test_simulated_cases_record_prediction_and_report_shows_it(tmp_path):
+    pytest.importorskip("pandas")
+    from fsdp_bench.launch.runner import run_case
+    from fsdp_bench.report.page import prediction_section
+    from fsdp_bench.report.table import build_table
+
+    (tmp_path / "cases").mkdir()
+    results = [run_case(Case(strategy=s, nproc=2, simulate=True, model=m, batch_size=2, seq_len=32, steps=2, warmup=1),
+                        tmp_path, timeout_s=300) for m, s in CASES]
+    for r in results:
+        assert r["status"] == "ok", r.get("reason", "") + r.get("log_tail", "")[-2000:]
+        m = r["metrics"]
+        assert m["predicted_peak_gib"] > 0 and m["predicted_model_state_gib"] > 0
+        assert abs(m["model_state_prediction_error_pct"]) < 1.0, (r["case_id"], m)
+        if r["ranks"][0]["memory"].get("peak_allocated_bytes") is not None:  # FSDP1 on CPU: no peak
+            assert abs(m["peak_prediction_error_pct"]) < 10.0, (r["case_id"], m)
+        print(r["case_id"], m.get("peak_prediction_error_pct"), m["model_state_prediction_error_pct"])
+        print(r["case_id"], m.get("peak_prediction_error_pct"), r["ranks"][0]["memory"], m.get("peak_allocated_gib"),
+              m["model_state_prediction_error_pct"])
+    hf = next(r for r in results if r["case"]["model"] == "qwen2_tiny")
+    assert "comm_null_reason" not in hf["simulation"] and hf["simulation"]["volume"]["all_gather_bytes"] > 0
+    text = "\n".join(prediction_section(build_table(results)))
+    print(text)
+    assert "Worst prediction error:" in text
+
+
+def test_frozen_cases_are_explained_from_observation_not_names():
+    pd = pytest.importorskip("pandas")
+    from fsdp_bench.report.summary import optimizer_timing_effect
+
+    base = {"status": "ok", "optimizer_timing": "before_shard", "params_changed": False, "model": "gpt_tiny"}
+    seen = pd.DataFrame([{**base, "case_id": "a", "strategy": "fsdp1_full_shard", "optimizer_tensors_not_model_params": 12}])
+    line = optimizer_timing_effect(seen)[0]
+    assert "12-12 tensors that are not the model's parameters" in line
+    unseen = pd.DataFrame([{**base, "case_id": "b", "strategy": "fsdp1_full_shard", "optimizer_tensors_not_model_params": 0}])
+    assert "do not show why" in optimizer_timing_effect(unseen)[0]
