@@ -1,0 +1,58 @@
+"""Predicted GPU failures, each checked on CPU up to the CUDA call."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from fsdp_bench.plan.case import Case  # noqa: E402
+from fsdp_bench.worker import probes  # noqa: E402
+from fsdp_bench.worker.loop import run  # noqa: E402
+
+
+def _oom(*args, **kwargs):
+    raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (fake)")
+
+
+def test_oom_in_flop_probe_is_a_null_with_reason_not_an_oom_case(monkeypatch):
+    monkeypatch.setattr(probes, "count_step_flops", _oom)
+    record = run(Case(strategy="fsdp2", nproc=1, steps=2, warmup=0, seq_len=16))
+    assert record["status"] == "ok"
+    assert record["flops"]["counter_per_step"] is None
+    assert "OOM" in record["flops"]["counter_null_reason"]
+    assert record["measured_model_state_bytes"] is None
+    assert "OOM" in record["measured_model_state_null_reason"]
+
+
+def test_oom_in_memtracker_probe_is_a_null_with_reason(monkeypatch):
+    import fsdp_bench.worker.memory as memory
+
+    monkeypatch.setattr(memory, "track_step_memory", _oom)
+    record = run(Case(strategy="fsdp2", nproc=1, steps=2, warmup=0, seq_len=16))
+    assert record["status"] == "ok"
+    assert record["memory_breakdown_bytes"] is None
+    assert "OOM" in record["memory_breakdown_null_reason"]
+    assert record["flops"]["counter_per_step"] > 0  # the other probe still ran
+
+
+class _Wrapped:
+    """accelerate's AcceleratedOptimizer shape: not a torch Optimizer, the real one in .optimizer."""
+
+    def __init__(self, optimizer):
+        self.optimizer = optimizer
+
+    def step(self):
+        self.optimizer.step()
+
+
+def test_model_state_probe_hooks_the_wrapped_optimizer():
+    model = torch.nn.Linear(4, 4)
+    inner = torch.optim.AdamW(model.parameters())
+    wrapped = _Wrapped(inner)
+    assert probes.inner_optimizer(wrapped) is inner and probes.inner_optimizer(inner) is inner
+
+    def step():
+        model(torch.randn(2, 4)).sum().backward()
+        wrapped.step()
+
+    seen = probes.measure_model_state_after_step(step, wrapped, model)
+    assert seen["optimizer"] > 0 and seen["grads"] > 0
