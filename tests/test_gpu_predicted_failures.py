@@ -56,3 +56,16 @@ def test_model_state_probe_hooks_the_wrapped_optimizer():
 
     seen = probes.measure_model_state_after_step(step, wrapped, model)
     assert seen["optimizer"] > 0 and seen["grads"] > 0
+
+
+def test_cuda_ranks_get_their_share_of_cores_cpu_ranks_one_thread():
+    from fsdp_bench.launch.processes import build_env, omp_threads
+
+    assert omp_threads("cpu", 2, 16) == 1
+    assert omp_threads("cuda", 8, 128) == 16
+    assert omp_threads("cuda", 1, 16) == 16
+    assert omp_threads("cuda", 8, 4) == 1 and omp_threads("cuda", 2, None) == 1
+    assert build_env({}, device="cpu", ranks_per_node=2)["OMP_NUM_THREADS"] == "1"
+    import os
+    assert build_env({}, device="cuda", ranks_per_node=1)["OMP_NUM_THREADS"] == str(max(1, os.cpu_count() or 1))
+    assert build_env({"OMP_NUM_THREADS": "3"}, device="cuda")["OMP_NUM_THREADS"] == "3"
