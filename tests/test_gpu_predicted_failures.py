@@ -69,3 +69,34 @@ def test_cuda_ranks_get_their_share_of_cores_cpu_ranks_one_thread():
     import os
     assert build_env({}, device="cuda", ranks_per_node=1)["OMP_NUM_THREADS"] == str(max(1, os.cpu_count() or 1))
     assert build_env({"OMP_NUM_THREADS": "3"}, device="cuda")["OMP_NUM_THREADS"] == "3"
+
+
+def _meta_qwen():
+    from fsdp_bench.plan.flavors import flavor_for
+    from fsdp_bench.worker.models.build import build_model
+
+    return build_model(flavor_for("qwen2_tiny"), seed=0, meta=True)
+
+
+def test_ddp_materialize_puts_buffers_where_the_params_go():
+    from fsdp_bench.worker.models.build import materialize_module
+
+    model = _meta_qwen()
+    assert any(not b.is_meta for b in model.buffers())  # rotary inv_freq is built real, on the host
+    materialize_module(model, torch.device("meta"), 0)  # "meta" stands in for the GPU
+    devices = {t.device for t in [*model.parameters(), *model.buffers()]}
+    assert devices == {torch.device("meta")}
+
+
+def test_offloaded_fsdp2_materializes_params_on_the_host_buffers_on_the_device():
+    from fsdp_bench.worker.models.build import materialize_fsdp2
+
+    model = _meta_qwen()
+    before = {n: b.clone() for n, b in model.named_buffers()}
+    materialize_fsdp2(model, torch.device("meta"), 0, param_device="cpu")
+    assert {p.device for p in model.parameters()} == {torch.device("cpu")}
+    assert {b.device for b in model.buffers()} == {torch.device("meta")}
+    model2 = _meta_qwen()
+    materialize_fsdp2(model2, torch.device("cpu"), 0)
+    for n, b in model2.named_buffers():
+        assert torch.equal(b, before[n])  # values survive to_empty

@@ -143,7 +143,8 @@ def apply_fsdp2(model: nn.Module, *, ctx: ShardContext) -> nn.Module:
             if ctx.blocks[max(0, i - depth):i]:
                 block.set_modules_to_backward_prefetch(list(reversed(ctx.blocks[max(0, i - depth):i])))
     if has_meta_params(model):
-        materialize_fsdp2(model, ctx.device, ctx.seed)
+        # CPUOffloadPolicy keeps the sharded params on the host: allocating them on the GPU breaks it.
+        materialize_fsdp2(model, ctx.device, ctx.seed, param_device=torch.device("cpu") if ctx.row.offload else None)
     return model
 
 
