@@ -45,11 +45,19 @@ def select_device(case: Case, local_rank: int) -> torch.device:
     return torch.device("cpu")
 
 
+def process_group_backend(device_type: str, *, offload: bool) -> str:
+    """NCCL for CUDA, gloo for CPU; offloading strategies on CUDA need both, since their
+    gradient clipping and optimizer step reduce host tensors."""
+    if device_type != "cuda":
+        return "gloo"
+    return "cuda:nccl,cpu:gloo" if offload else "nccl"
+
+
 def init_process_group(case: Case, device: torch.device) -> bool:
     """Join the job's process group; True when this call created it (so it must destroy it)."""
     if dist.is_initialized():
         return False
-    backend = "nccl" if device.type == "cuda" else "gloo"
+    backend = process_group_backend(device.type, offload=catalog_strategy(case.strategy).offload)
     timeout = timedelta(seconds=case.pg_timeout_s)
     if "RANK" in os.environ:
         kwargs = {"device_id": device} if device.type == "cuda" else {}
