@@ -100,3 +100,75 @@ def test_offloaded_fsdp2_materializes_params_on_the_host_buffers_on_the_device()
     materialize_fsdp2(model2, torch.device("cpu"), 0)
     for n, b in model2.named_buffers():
         assert torch.equal(b, before[n])  # values survive to_empty
+
+
+def _fake_accelerate(seen):
+    """apply_accelerate_fsdp2 up to the CUDA call: record what accelerate would be handed."""
+    def fake(model, optimizer, *, ctx):
+        seen["meta"] = any(p.is_meta for p in model.parameters())
+        ptrs = [p.data_ptr() for g in optimizer.param_groups for p in g["params"]] if optimizer else []
+        seen["ptrs_unique"] = len(set(ptrs)) == len(ptrs) and 0 not in ptrs
+        seen["optimizer"] = optimizer
+        return model, optimizer
+    return fake
+
+
+def test_accelerate_gets_a_materialized_model_before_the_optimizer(monkeypatch):
+    from fsdp_bench.worker import strategies
+    from fsdp_bench.worker.setup import build_rank
+
+    seen = {}
+    monkeypatch.setattr(strategies, "apply_accelerate_fsdp2", _fake_accelerate(seen))
+    case = Case(strategy="accelerate_fsdp2", model="qwen2_tiny", nproc=1, steps=1, warmup=0, seq_len=16,
+                optimizer_timing="before_shard")
+    rank = build_rank(case, device=torch.device("cpu"), rank=0, world_size=1)
+    assert seen["meta"] is False and seen["ptrs_unique"] is True and seen["optimizer"] is not None
+    assert {t.device for t in [*rank.model.parameters(), *rank.model.buffers()]} == {torch.device("cpu")}
+
+
+class _FakeScaler:
+    def __init__(self):
+        self.calls = []
+
+    def scale(self, loss):
+        self.calls.append("scale")
+        return loss * 4
+
+    def unscale_(self, optimizer):
+        self.calls.append(("unscale", type(optimizer).__name__))
+
+
+class _FakeAcceleratedOptimizer:
+    def __init__(self, optimizer, scaler):
+        self.optimizer, self.scaler = optimizer, scaler
+        self.param_groups = optimizer.param_groups
+
+    def step(self):
+        self.scaler.calls.append("step")
+        self.optimizer.step()
+
+    def zero_grad(self, set_to_none=True):
+        self.optimizer.zero_grad(set_to_none=set_to_none)
+
+
+class _Bf16Loss(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.ones(3))
+
+    def forward(self, x, y):
+        return (self.w * x).sum().to(torch.bfloat16) + torch.tensor(1e-3, dtype=torch.bfloat16)
+
+
+def test_accelerate_fp16_uses_accelerates_scaler_only_and_losses_are_fp32():
+    from fsdp_bench.worker.training import Trainer
+
+    model = _Bf16Loss()
+    scaler = _FakeScaler()
+    opt = _FakeAcceleratedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), scaler)
+    case = Case(strategy="accelerate_fsdp2", nproc=1, precision="fp16", grad_clip=1.0)
+    trainer = Trainer(case, model, opt, device=torch.device("cpu"))
+    assert trainer.scaler is None and trainer.accelerate_scaler is scaler
+    loss = trainer.step([(torch.ones(3), None)])
+    assert scaler.calls == ["scale", ("unscale", "SGD"), "step"]
+    assert loss.dtype == torch.float32

@@ -114,6 +114,23 @@ def _build_model(case: Case, flavor, device: torch.device, record: dict[str, Any
     return model
 
 
+def _construction_method(case: Case, flavor) -> str:
+    if flavor.family != "hf":
+        return "full model per rank"
+    if catalog_strategy(case.strategy).family == "accelerate":
+        return "meta device, materialized before the optimizer and accelerate's sharding"
+    return "meta device, materialized after sharding"
+
+
+def _materialize_for_accelerate(model: torch.nn.Module, device: torch.device, seed: int) -> None:
+    """accelerate re-points the optimizer at the sharded params by data_ptr, and every meta
+    param's data_ptr is 0: the model must hold real params before the optimizer is built."""
+    from fsdp_bench.worker.models.build import has_meta_params, materialize_module
+
+    if has_meta_params(model):
+        materialize_module(model, device, seed)
+
+
 def _shard_and_build_optimizer(case: Case, flavor, model: torch.nn.Module, device: torch.device,
                                record: dict[str, Any], stages: StageTracker):
     """Apply the strategy, with the optimizer built before or after it as the case says."""
@@ -122,6 +139,8 @@ def _shard_and_build_optimizer(case: Case, flavor, model: torch.nn.Module, devic
     from fsdp_bench.worker.training import build_optimizer, optimizer_matches_model
 
     optimizer = None
+    if catalog_strategy(case.strategy).family == "accelerate":
+        _materialize_for_accelerate(model, device, case.seed)
     if case.optimizer_timing != "after_shard":
         stages.enter("optimizer")
         before = dict(model.named_parameters())
@@ -130,7 +149,7 @@ def _shard_and_build_optimizer(case: Case, flavor, model: torch.nn.Module, devic
     model, optimizer = shard_model(case, model, optimizer, device=device)
     construction = record.pop("construction")
     record["construction"] = {
-        "method": "meta device, materialized after sharding" if flavor.family == "hf" else "full model per rank",
+        "method": _construction_method(case, flavor),
         "rss_before_bytes": construction["rss_before_bytes"], "rss_after_bytes": rss_bytes(),
         "peak_rss_bytes": peak_rss_bytes(), "build_and_shard_s": time.perf_counter() - construction["t0"]}
     stages.done("shard")
