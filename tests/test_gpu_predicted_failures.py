@@ -172,3 +172,31 @@ def test_accelerate_fp16_uses_accelerates_scaler_only_and_losses_are_fp32():
     loss = trainer.step([(torch.ones(3), None)])
     assert scaler.calls == ["scale", ("unscale", "SGD"), "step"]
     assert loss.dtype == torch.float32
+
+
+def test_fsdp1_low_precision_keeps_buffers_fp32():
+    from fsdp_bench.worker.strategies import fsdp1_mixed_precision
+
+    assert fsdp1_mixed_precision(torch.float32) is None
+    mp = fsdp1_mixed_precision(torch.bfloat16)
+    assert mp.param_dtype == torch.bfloat16 and mp.reduce_dtype == torch.bfloat16 and mp.buffer_dtype is None
+
+
+def test_offloading_strategies_on_cuda_get_a_host_backend_too():
+    from fsdp_bench.plan.catalog import strategy
+    from fsdp_bench.worker.setup import process_group_backend
+
+    assert process_group_backend("cuda", offload=strategy("fsdp2_offload").offload) == "cuda:nccl,cpu:gloo"
+    assert process_group_backend("cuda", offload=strategy("fsdp1_offload").offload) == "cuda:nccl,cpu:gloo"
+    assert process_group_backend("cuda", offload=strategy("fsdp2").offload) == "nccl"
+    assert process_group_backend("cpu", offload=True) == "gloo"
+
+
+def test_bare_loop_reduces_a_device_tensor_and_ci_compares_after_failures():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    assert "torch.tensor(times, dtype=torch.float64, device=device)" in (root / "scripts/bare_loop.py").read_text()
+    workflow = (root / ".github/workflows/gpu-benchmarks.yml").read_text()
+    compare = workflow[workflow.index("name: Compare with the baseline"):]
+    assert compare.split("run:")[0].count("if: always()") == 1
