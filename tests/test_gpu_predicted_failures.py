@@ -200,3 +200,19 @@ def test_bare_loop_reduces_a_device_tensor_and_ci_compares_after_failures():
     workflow = (root / ".github/workflows/gpu-benchmarks.yml").read_text()
     compare = workflow[workflow.index("name: Compare with the baseline"):]
     assert compare.split("run:")[0].count("if: always()") == 1
+
+
+def test_fsdp1_at_one_rank_records_the_no_shard_it_really_ran():
+    record = run(Case(strategy="fsdp1_full_shard", nproc=1, steps=1, warmup=0, seq_len=16))
+    assert record["status"] == "ok" and record["effective_sharding"] == "NO_SHARD"
+    assert run(Case(strategy="fsdp2", nproc=1, steps=1, warmup=0, seq_len=16))["effective_sharding"] == "full_shard"
+
+
+def test_fsdp1_sharded_at_one_cuda_rank_is_skipped_with_the_reason():
+    from fsdp_bench.plan.case import skip_reason
+
+    assert "NO_SHARD" in skip_reason(Case(strategy="fsdp1_full_shard", nproc=1, device="cuda"))
+    assert skip_reason(Case(strategy="fsdp1_full_shard", nproc=2, device="cuda")) is None
+    assert skip_reason(Case(strategy="fsdp1_full_shard", nproc=1, device="cuda", simulate=True)) is None
+    assert skip_reason(Case(strategy="fsdp1_no_shard", nproc=1, device="cuda")) is None
+    assert skip_reason(Case(strategy="fsdp2", nproc=1, device="cuda")) is None

@@ -114,6 +114,16 @@ def _build_model(case: Case, flavor, device: torch.device, record: dict[str, Any
     return model
 
 
+def effective_sharding(model: torch.nn.Module, row) -> str:
+    """The sharding the wrapped model really has: FSDP1 says it on its root module (it turns
+    every sharded strategy into NO_SHARD at world size 1); other families shard as their row says."""
+    from torch.distributed.fsdp import FullyShardedDataParallel
+
+    if isinstance(model, FullyShardedDataParallel):
+        return model.sharding_strategy.name
+    return row.sharding
+
+
 def _construction_method(case: Case, flavor) -> str:
     if flavor.family != "hf":
         return "full model per rank"
@@ -153,6 +163,7 @@ def _shard_and_build_optimizer(case: Case, flavor, model: torch.nn.Module, devic
         "rss_before_bytes": construction["rss_before_bytes"], "rss_after_bytes": rss_bytes(),
         "peak_rss_bytes": peak_rss_bytes(), "build_and_shard_s": time.perf_counter() - construction["t0"]}
     stages.done("shard")
+    record["effective_sharding"] = effective_sharding(model, catalog_strategy(case.strategy))
     if case.optimizer_timing == "after_shard":
         stages.enter("optimizer")
         optimizer = build_optimizer(model.parameters(), case)
