@@ -232,3 +232,22 @@ def test_gpu_reference_parts_are_resumable_and_hide_no_failures():
         text = part.read_text()
         assert "common.sh" in text and "\nexpect " in text and "\nfinish" in text, part
         assert int(text.split("\nexpect ")[1].split()[0]) <= 8, part
+
+
+def test_oom_observer_names_c10s_arguments(monkeypatch, tmp_path):
+    from fsdp_bench.worker import failure
+
+    attached, history = [], []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda i: None)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda d=None: 123)
+    monkeypatch.setattr(torch.cuda.memory, "_record_memory_history", lambda **kw: history.append(kw))
+    monkeypatch.setattr(torch.cuda.memory, "_dump_snapshot", lambda path: None)
+    monkeypatch.setattr(torch._C, "_cuda_attach_out_of_memory_observer", attached.append, raising=False)
+    record = {}
+    failure.install_cuda_oom_observer(Case(strategy="fsdp2", device="cuda", memory_snapshot=True), record, tmp_path, 0)
+    assert history and history[0]["stacks"] == "python"
+    attached[0](0, 2 << 30, 80 << 30, 1 << 20)  # (device, requested, device total/limit, device free)
+    oom = record["oom"]
+    assert oom["requested_bytes"] == 2 << 30 and oom["device_limit_bytes"] == 80 << 30
+    assert oom["device_free_bytes"] == 1 << 20 and oom["allocated_bytes"] == 123
