@@ -251,3 +251,25 @@ def test_oom_observer_names_c10s_arguments(monkeypatch, tmp_path):
     oom = record["oom"]
     assert oom["requested_bytes"] == 2 << 30 and oom["device_limit_bytes"] == 80 << 30
     assert oom["device_free_bytes"] == 1 << 20 and oom["allocated_bytes"] == 123
+
+
+def test_step_start_sample_is_outside_the_timed_region(monkeypatch):
+    import time as real_time
+    import types
+
+    from fsdp_bench.worker import loop
+    from fsdp_bench.worker.memory import MemoryTimeline
+
+    events = []
+
+    def clock():
+        events.append("clock")
+        return real_time.perf_counter()
+
+    monkeypatch.setattr(loop, "time", types.SimpleNamespace(perf_counter=clock, time=real_time.time))
+    monkeypatch.setattr(MemoryTimeline, "sample", lambda self, phase: events.append(phase))
+    run(Case(strategy="ddp", nproc=1, steps=2, warmup=0, seq_len=16))
+    starts = [i for i, e in enumerate(events) if e == "step_start"]
+    assert len(starts) == 2
+    for i in starts:  # t0 is read after the sample, and the step's end clock follows it
+        assert events[i + 1:i + 3] == ["clock", "clock"], events
