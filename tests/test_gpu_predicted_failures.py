@@ -273,3 +273,13 @@ def test_step_start_sample_is_outside_the_timed_region(monkeypatch):
     assert len(starts) == 2
     for i in starts:  # t0 is read after the sample, and the step's end clock follows it
         assert events[i + 1:i + 3] == ["clock", "clock"], events
+
+
+def test_suites_honour_simulated_world_sizes():
+    from fsdp_bench.plan.options import Sweep
+
+    plain = Sweep(device="cpu", nproc=1, suite="zero2-vs-zero3").cases()
+    simulated = Sweep(device="cpu", nproc=1, suite="zero2-vs-zero3", simulate_world_sizes=(4, 8)).cases()
+    assert plain and not any(c.simulate for c in plain) and {c.nproc for c in plain} == {1}
+    assert all(c.simulate for c in simulated) and {c.nproc for c in simulated} == {4, 8}
+    assert len({c.id for c in simulated}) == len(simulated)
