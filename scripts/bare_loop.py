@@ -68,7 +68,7 @@ def main() -> None:
         if i >= args.warmup:
             times.append(time.perf_counter() - t0)
     # like the suite, a step lasts as long as its slowest rank
-    t = torch.tensor(times, dtype=torch.float64)
+    t = torch.tensor(times, dtype=torch.float64, device=device)  # NCCL reduces device tensors only
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     if rank == 0:
         with open(args.out, "w") as fh:

@@ -23,14 +23,25 @@ TORCHRUN_GRACE_S = 30.0  # how long torchrun gets to stop its workers after SIGT
 PROJECT_ROOT = Path(fsdp_bench.__file__).resolve().parent.parent
 
 
-def build_env(base: dict[str, str] | None = None, *, grace_s: float = TORCHRUN_GRACE_S) -> dict[str, str]:
-    """The worker's environment: this checkout importable, one thread per CPU rank, and
-    torchrun's own SIGTERM-to-SIGKILL wait shorter than the runner's, so torchrun gets to
-    kill its workers itself before the runner has to."""
+def omp_threads(device: str, ranks_per_node: int, cpu_count: int | None) -> int:
+    """OpenMP threads per rank: one for CPU (gloo) ranks, which share the cores as ranks; a CUDA
+    rank's share of the node's cores, since offloaded strategies run AdamW on the host and one
+    thread would starve it."""
+    if device != "cuda":
+        return 1
+    return max(1, (cpu_count or 1) // max(1, ranks_per_node))
+
+
+def build_env(base: dict[str, str] | None = None, *, grace_s: float = TORCHRUN_GRACE_S,
+              device: str = "cpu", ranks_per_node: int = 1) -> dict[str, str]:
+    """The worker's environment: this checkout importable, OpenMP threads per rank (see
+    omp_threads; an OMP_NUM_THREADS already set wins), and torchrun's own SIGTERM-to-SIGKILL
+    wait shorter than the runner's, so torchrun gets to kill its workers itself before the
+    runner has to."""
     env = dict(os.environ if base is None else base)
     env["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] = str(max(1, int(grace_s * 0.5)))
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
-    env.setdefault("OMP_NUM_THREADS", "1")
+    env.setdefault("OMP_NUM_THREADS", str(omp_threads(device, ranks_per_node, os.cpu_count())))
     env.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
     env["PYTHONUNBUFFERED"] = "1"
     return env

@@ -16,7 +16,7 @@ from typing import Any, Sequence
 from fsdp_bench.analysis.aggregate import aggregate_rank_metrics
 from fsdp_bench.launch.outcome import Outcome, classify_outcome
 from fsdp_bench.launch.processes import TORCHRUN_GRACE_S, build_env, stop_case
-from fsdp_bench.launch.rendezvous import torchrun_rendezvous_args
+from fsdp_bench.launch.rendezvous import ranks_per_node, torchrun_rendezvous_args
 from fsdp_bench.plan.case import Case
 from fsdp_bench.plan.nodes import Launch
 from fsdp_bench.results.io import read_json, utc_now, write_json_atomic
@@ -148,6 +148,10 @@ def run_case(case: Case, run_dir: Path, *, timeout_s: float, env: dict[str, str]
     return result
 
 
+def _case_env(case: Case, env: dict[str, str] | None, grace_s: float, launch: Launch) -> dict[str, str]:
+    return build_env(env, grace_s=grace_s, device=case.device, ranks_per_node=ranks_per_node(case.nproc, launch.nnodes))
+
+
 def _launch_and_wait(case: Case, work: CaseDir, *, timeout_s: float, env: dict[str, str] | None,
                      grace_s: float, launch: Launch) -> tuple[int | None, bool, list[int]]:
     """Start the case's torchrun in its own session, wait at most `timeout_s`, and stop whatever
@@ -156,7 +160,7 @@ def _launch_and_wait(case: Case, work: CaseDir, *, timeout_s: float, env: dict[s
     with open(work.log_file, "wb") as log:
         proc = subprocess.Popen(
             build_command(case, work.case_file, work.path, launch=launch, join_timeout_s=timeout_s),
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=build_env(env, grace_s=grace_s),
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=_case_env(case, env, grace_s, launch),
             cwd=work.path, start_new_session=True,
         )
         try:

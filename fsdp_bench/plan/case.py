@@ -265,6 +265,11 @@ def skip_reason(case: Case) -> str | None:
                     "choice; CPU kernels for half matmuls are slow emulation, so its timings mean nothing")
         if row.cpu_skip_reason:
             return f"{case.strategy} {row.cpu_skip_reason}"
+    if (case.device == "cuda" and case.nproc == 1 and not case.simulate and row.family == "fsdp1"
+            and row.sharding != "replicated"):
+        return (f"{case.strategy} at 1 rank: FSDP1 switches every sharded strategy to NO_SHARD when the "
+                "world size is 1, so it would measure fsdp1_no_shard under this name; run it with "
+                "nproc >= 2 or simulate=True")
     if row.family == "fsdp2" and case.backward_prefetch != "pre":
         return (f"backward_prefetch={case.backward_prefetch} does not exist in FSDP2: fully_shard always "
                 "prefetches the next block in backward (only explicit deeper prefetch can be set)")

@@ -99,10 +99,16 @@ class Sweep:
     def suite_cases(self, name: str) -> list[Case]:
         """A named suite's cases; the user's device, nproc, steps, warmup and data still apply."""
         device = resolve_device(self.device)
-        settings = SuiteSettings(device=device, nproc=resolve_nproc(self.nproc, device), steps=self.steps,
-                                 warmup=self.warmup, pg_timeout_s=self.process_group_timeout_s(), data=self.data)
-        return [c.replace(profile=self.profile, memory_snapshot=self.memory_snapshot)
-                for c in suite_cases(name, settings)]
+        # --bench-simulate-world-size: the suite at each of those world sizes, rank 0 simulated
+        worlds = [(n, True) for n in self.simulate_world_sizes] or [(resolve_nproc(self.nproc, device), False)]
+        cases = []
+        for world, simulate in worlds:
+            settings = SuiteSettings(device=device, nproc=world, steps=self.steps, warmup=self.warmup,
+                                     pg_timeout_s=self.process_group_timeout_s(), data=self.data)
+            cases += [c.replace(profile=self.profile, memory_snapshot=self.memory_snapshot,
+                                **({"simulate": True} if simulate else {}))
+                      for c in suite_cases(name, settings)]
+        return cases
 
 
 # --- device discovery without torch -------------------------------------------------------------

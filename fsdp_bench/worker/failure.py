@@ -62,15 +62,23 @@ def install_cuda_oom_observer(case: Case, record: dict[str, Any], out_dir: Path,
         # Stacks in the dump need allocation history on from the start. If run() switches it on
         # again with its own settings, those win; switching it on twice is harmless.
         try:
-            torch.cuda.memory._record_memory_history(max_entries=100_000)
+            torch.cuda.memory._record_memory_history(max_entries=100_000, stacks="python")
         except Exception as exc:  # the snapshot is a help, never a reason to fail
             record["oom_snapshot_error"] = f"cannot record memory history: {exc}"
 
-    def on_oom(device: int, alloc: int, device_alloc: int, device_free: int) -> None:
+    # c10's OutOfMemoryObserver(device, allocated, device_total, device_free): the caching
+    # allocator passes the rejected request's size, the device's total (or the per-process
+    # limit under set_per_process_memory_fraction) and the driver's free bytes. What the
+    # allocator held then is its own reading, taken here.
+    def on_oom(device: int, requested: int, device_limit: int, device_free: int) -> None:
         if "oom" in record:  # the first OOM is the one that matters
             return
-        record["oom"] = {"device": device, "requested_bytes": alloc, "allocated_bytes": device_alloc,
+        record["oom"] = {"device": device, "requested_bytes": requested, "device_limit_bytes": device_limit,
                          "device_free_bytes": device_free, "time_unix": time.time()}
+        try:
+            record["oom"]["allocated_bytes"] = torch.cuda.memory_allocated(device)
+        except Exception:
+            pass
         # torchtitan's habit: an OOM always leaves the allocator's state behind.
         path = CaseDir(Path(out_dir)).oom_snapshot_file(rank)
         try:

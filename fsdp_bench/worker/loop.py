@@ -89,8 +89,8 @@ def run_timed_steps(setup: Rank, record: dict[str, Any], stages: StageTracker, *
         norms.before_step()  # untimed: a host copy of the local parameters
         timeline.step = i
         _sync(device)
+        timeline.sample("step_start")  # before t0: the sample's allocator reads are not the step's time
         t0 = time.perf_counter()
-        timeline.sample("step_start")
         loss = setup.train_step(i, on_phase)
         _sync(device)
         elapsed = time.perf_counter() - t0

@@ -138,7 +138,7 @@ def start_memory_history(device: torch.device, max_entries: int = 100_000) -> bo
     """Record allocation stack traces for a snapshot (CUDA only); True when recording started."""
     if device.type != "cuda":
         return False
-    torch.cuda.memory._record_memory_history(max_entries=max_entries)
+    torch.cuda.memory._record_memory_history(max_entries=max_entries, stacks="python")
     return True
 
 

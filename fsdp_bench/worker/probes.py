@@ -120,12 +120,28 @@ def measure_model_state_after_step(step: Callable[[], Any], optimizer: torch.opt
                                    model: nn.Module) -> dict[str, int]:
     """Run `step` and read the model state after optimizer.step(), before zero_grad frees grads."""
     seen: dict[str, int] = {}
-    handle = optimizer.register_step_post_hook(lambda opt, args, kwargs: seen.update(resident_model_state_bytes(model, opt)))
+    handle = inner_optimizer(optimizer).register_step_post_hook(lambda opt, args, kwargs: seen.update(resident_model_state_bytes(model, opt)))
     try:
         step()
     finally:
         handle.remove()
     return seen
+
+
+def inner_optimizer(optimizer):
+    """The torch optimizer itself: accelerate's AcceleratedOptimizer wraps it in `.optimizer` and
+    is no torch.optim.Optimizer, so hooks and state belong on the wrapped one."""
+    inner = getattr(optimizer, "optimizer", None)
+    return inner if isinstance(inner, torch.optim.Optimizer) else optimizer
+
+
+def release_after_oom(device: torch.device) -> None:
+    """Give back what a failed probe step left cached, so the steps after it can run."""
+    import gc
+
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
 
 
 def fold_breakdown(by_category: dict[str, int]) -> dict[str, int]:
@@ -187,23 +203,25 @@ def predicted_memory(case: Case, world_size: int, rank: int) -> dict[str, Any]:
             "method": "analysis.fit.predict_peak_bytes (activation estimate, not calibrated)"}
 
 
-def run_probes(case: Case, model, optimizer, train_step: Callable[..., Any], *, record: dict[str, Any],
-               device: torch.device, rank: int, out_dir: Path | None) -> None:
-    """The untimed probe steps: FLOPs + model state, memory breakdown, then profiling if asked.
-
-    `train_step(on_phase=None)` runs one optimizer step exactly as the timed loop does.
-    """
+def _probe_flops_and_state(case: Case, model, optimizer, step: Callable[[], Any], *, record: dict[str, Any],
+                           device: torch.device, rank: int) -> None:
+    """One step under FlopCounterMode that also reads the model state after optimizer.step()."""
     from fsdp_bench.analysis.flops import flops_per_token
     from fsdp_bench.analysis.model_state import expected_model_state_bytes
-    from fsdp_bench.worker.memory import track_step_memory
 
-    step: Callable[[], Any] = train_step
     flops = record["flops"]
     measured: dict[str, int] = {}
-    counted = count_step_flops(lambda: measured.update(measure_model_state_after_step(step, optimizer, model)))
+    try:
+        counted = count_step_flops(lambda: measured.update(measure_model_state_after_step(step, optimizer, model)))
+    except torch.OutOfMemoryError as exc:  # a probe's OOM is the probe's, never the case's
+        release_after_oom(device)
+        reason = f"OOM in the FLOP/model-state probe step: {str(exc)[:300]}"
+        flops["counter_null_reason"] = reason
+        record["measured_model_state_null_reason"] = reason
+        counted, measured = 0, {}
     tokens_per_rank_step = case.batch_size * case.grad_accum * case.seq_len
-    flops["counter_per_step"] = counted
-    flops["per_token_counter"] = counted / tokens_per_rank_step
+    flops["counter_per_step"] = counted or None
+    flops["per_token_counter"] = counted / tokens_per_rank_step if counted else None
     flops["per_token_formula"] = flops_per_token(seq_len=case.seq_len, **flops["formula_inputs"])
     flops["formula_over_counter"] = flops["per_token_formula"] / flops["per_token_counter"] if counted else None
     record["measured_model_state_bytes"] = measured or None
@@ -212,11 +230,26 @@ def run_probes(case: Case, model, optimizer, train_step: Callable[..., Any], *, 
         param_bytes=record["param_bytes"], grad_bytes=record["param_bytes"], optimizer_bytes=2 * record["param_bytes"],
         **_units_and_mesh(case, record["world_size"], rank))
 
+
+def run_probes(case: Case, model, optimizer, train_step: Callable[..., Any], *, record: dict[str, Any],
+               device: torch.device, rank: int, out_dir: Path | None) -> None:
+    """The untimed probe steps: FLOPs + model state, memory breakdown, then profiling if asked.
+
+    `train_step(on_phase=None)` runs one optimizer step exactly as the timed loop does.
+    """
+    from fsdp_bench.worker.memory import track_step_memory
+
+    step: Callable[[], Any] = train_step
+    _probe_flops_and_state(case, model, optimizer, step, record=record, device=device, rank=rank)
     record["prediction"] = predicted_memory(case, record["world_size"], rank)
+
     refusal = memtracker_refusal(model)
     if refusal is None:
         try:
             tracked = track_step_memory(train_step, [model], optimizer)
+        except torch.OutOfMemoryError as exc:
+            release_after_oom(device)
+            refusal = f"OOM in the MemTracker probe step: {str(exc)[:300]}"
         except RuntimeError as exc:  # NotImplementedError included: a model MemTracker cannot follow
             refusal = f"MemTracker failed: {type(exc).__name__}: {str(exc)[:300]}"
     if refusal is None:

@@ -45,11 +45,19 @@ def select_device(case: Case, local_rank: int) -> torch.device:
     return torch.device("cpu")
 
 
+def process_group_backend(device_type: str, *, offload: bool) -> str:
+    """NCCL for CUDA, gloo for CPU; offloading strategies on CUDA need both, since their
+    gradient clipping and optimizer step reduce host tensors."""
+    if device_type != "cuda":
+        return "gloo"
+    return "cuda:nccl,cpu:gloo" if offload else "nccl"
+
+
 def init_process_group(case: Case, device: torch.device) -> bool:
     """Join the job's process group; True when this call created it (so it must destroy it)."""
     if dist.is_initialized():
         return False
-    backend = "nccl" if device.type == "cuda" else "gloo"
+    backend = process_group_backend(device.type, offload=catalog_strategy(case.strategy).offload)
     timeout = timedelta(seconds=case.pg_timeout_s)
     if "RANK" in os.environ:
         kwargs = {"device_id": device} if device.type == "cuda" else {}
@@ -106,6 +114,33 @@ def _build_model(case: Case, flavor, device: torch.device, record: dict[str, Any
     return model
 
 
+def effective_sharding(model: torch.nn.Module, row) -> str:
+    """The sharding the wrapped model really has: FSDP1 says it on its root module (it turns
+    every sharded strategy into NO_SHARD at world size 1); other families shard as their row says."""
+    from torch.distributed.fsdp import FullyShardedDataParallel
+
+    if isinstance(model, FullyShardedDataParallel):
+        return model.sharding_strategy.name
+    return row.sharding
+
+
+def _construction_method(case: Case, flavor) -> str:
+    if flavor.family != "hf":
+        return "full model per rank"
+    if catalog_strategy(case.strategy).family == "accelerate":
+        return "meta device, materialized before the optimizer and accelerate's sharding"
+    return "meta device, materialized after sharding"
+
+
+def _materialize_for_accelerate(model: torch.nn.Module, device: torch.device, seed: int) -> None:
+    """accelerate re-points the optimizer at the sharded params by data_ptr, and every meta
+    param's data_ptr is 0: the model must hold real params before the optimizer is built."""
+    from fsdp_bench.worker.models.build import has_meta_params, materialize_module
+
+    if has_meta_params(model):
+        materialize_module(model, device, seed)
+
+
 def _shard_and_build_optimizer(case: Case, flavor, model: torch.nn.Module, device: torch.device,
                                record: dict[str, Any], stages: StageTracker):
     """Apply the strategy, with the optimizer built before or after it as the case says."""
@@ -114,6 +149,8 @@ def _shard_and_build_optimizer(case: Case, flavor, model: torch.nn.Module, devic
     from fsdp_bench.worker.training import build_optimizer, optimizer_matches_model, optimizer_tensors_not_in_model
 
     optimizer = None
+    if catalog_strategy(case.strategy).family == "accelerate":
+        _materialize_for_accelerate(model, device, case.seed)
     if case.optimizer_timing != "after_shard":
         stages.enter("optimizer")
         before = dict(model.named_parameters())
@@ -122,10 +159,11 @@ def _shard_and_build_optimizer(case: Case, flavor, model: torch.nn.Module, devic
     model, optimizer = shard_model(case, model, optimizer, device=device)
     construction = record.pop("construction")
     record["construction"] = {
-        "method": "meta device, materialized after sharding" if flavor.family == "hf" else "full model per rank",
+        "method": _construction_method(case, flavor),
         "rss_before_bytes": construction["rss_before_bytes"], "rss_after_bytes": rss_bytes(),
         "peak_rss_bytes": peak_rss_bytes(), "build_and_shard_s": time.perf_counter() - construction["t0"]}
     stages.done("shard")
+    record["effective_sharding"] = effective_sharding(model, catalog_strategy(case.strategy))
     if case.optimizer_timing == "after_shard":
         stages.enter("optimizer")
         optimizer = build_optimizer(model.parameters(), case)

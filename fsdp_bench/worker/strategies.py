@@ -60,6 +60,16 @@ def build_hybrid_mesh(ctx: ShardContext):
     return init_device_mesh(ctx.device.type, shape, mesh_dim_names=("replicate", "shard"))
 
 
+def fsdp1_mixed_precision(dtype: torch.dtype):
+    """FSDP1's MixedPrecision for a low compute dtype (None for fp32). Buffers stay fp32
+    (buffer_dtype None): bf16 would round RoPE's inv_freq and shift every position's angle."""
+    from torch.distributed.fsdp import MixedPrecision
+
+    if dtype == torch.float32:
+        return None
+    return MixedPrecision(param_dtype=dtype, reduce_dtype=dtype, buffer_dtype=None)
+
+
 def apply_ddp(model: nn.Module, *, ctx: ShardContext) -> nn.Module:
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -84,7 +94,7 @@ def _bucket_unchanged(state, bucket):
 
 
 def apply_fsdp1(model: nn.Module, *, ctx: ShardContext) -> nn.Module:
-    from torch.distributed.fsdp import BackwardPrefetch, CPUOffload, MixedPrecision, ShardingStrategy
+    from torch.distributed.fsdp import BackwardPrefetch, CPUOffload, ShardingStrategy
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
     from torch.distributed.fsdp.wrap import ModuleWrapPolicy, size_based_auto_wrap_policy
 
@@ -98,7 +108,7 @@ def apply_fsdp1(model: nn.Module, *, ctx: ShardContext) -> nn.Module:
     else:
         auto_wrap = None  # one flat parameter for the whole model
     dtype = compute_dtype(ctx.knob("precision"))
-    mixed = None if dtype == torch.float32 else MixedPrecision(param_dtype=dtype, reduce_dtype=dtype, buffer_dtype=dtype)
+    mixed = fsdp1_mixed_precision(dtype)
     prefetch = {"pre": BackwardPrefetch.BACKWARD_PRE, "post": BackwardPrefetch.BACKWARD_POST, "none": None}
     hybrid = {"device_mesh": build_hybrid_mesh(ctx)} if ctx.row.hybrid else {}
     # use_orig_params=True keeps the module's Parameter objects (as views into the flat
@@ -143,7 +153,8 @@ def apply_fsdp2(model: nn.Module, *, ctx: ShardContext) -> nn.Module:
             if ctx.blocks[max(0, i - depth):i]:
                 block.set_modules_to_backward_prefetch(list(reversed(ctx.blocks[max(0, i - depth):i])))
     if has_meta_params(model):
-        materialize_fsdp2(model, ctx.device, ctx.seed)
+        # CPUOffloadPolicy keeps the sharded params on the host: allocating them on the GPU breaks it.
+        materialize_fsdp2(model, ctx.device, ctx.seed, param_device=torch.device("cpu") if ctx.row.offload else None)
     return model
 
 

@@ -51,7 +51,11 @@ class Trainer:
         self.dtype = compute_dtype(case.precision)
         # DDP (and anything not FSDP-managed) gets its low precision from autocast.
         self.autocast = self.dtype != torch.float32 and not _is_fsdp(model)
-        self.scaler = _grad_scaler(model, device) if case.precision == "fp16" else None
+        # accelerate brings its own fp16 scaler inside its AcceleratedOptimizer (whose step() steps
+        # and updates it); a second scaler around it would unscale the gradients twice.
+        accelerate = catalog_strategy(case.strategy).family == "accelerate"
+        self.accelerate_scaler = getattr(optimizer, "scaler", None) if accelerate else None
+        self.scaler = _grad_scaler(model, device) if case.precision == "fp16" and not accelerate else None
         self.grad_norms: list[float] = []
         self.output_dtype: str | None = None
         self._probe = _first_block_output_probe(model, self)
@@ -74,13 +78,17 @@ class Trainer:
                 loss = self.model(x, y) * scale
             if on_phase is not None:
                 on_phase("after_forward")
-            (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
+            scaler = self.scaler or self.accelerate_scaler
+            (scaler.scale(loss) if scaler is not None else loss).backward()
             if on_phase is not None:
                 on_phase("after_backward")
-            total = loss.detach() if total is None else total + loss.detach()
+            # Recorded in fp32: a bf16 loss sum rounds away the differences parity compares.
+            total = loss.detach().float() if total is None else total + loss.detach().float()
         if self.case.grad_clip > 0:
             if self.scaler is not None:
                 self.scaler.unscale_(self.optimizer)
+            elif self.accelerate_scaler is not None:
+                self.accelerate_scaler.unscale_(getattr(self.optimizer, "optimizer", self.optimizer))
             self.grad_norms.append(clip_grad_norm(self.model, self.case.grad_clip))
         if self.scaler is not None:
             self.scaler.step(self.optimizer)

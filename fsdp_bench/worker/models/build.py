@@ -110,27 +110,43 @@ def param_init_fn(model: nn.Module, device: torch.device, seed: int) -> Callable
     return init
 
 
+def move_buffers(model: nn.Module, device: torch.device | str) -> None:
+    """Put every real buffer on `device`: meta building leaves buffers (rotary inv_freq) on the
+    host, and materializing parameters alone would leave them there (NCCL DDP then fails)."""
+    for module in model.modules():
+        for name, b in list(module._buffers.items()):
+            if b is not None and not b.is_meta:
+                module._buffers[name] = b.to(device)
+
+
 def materialize_module(model: nn.Module, device: torch.device, seed: int) -> None:
-    """Give an unsharded (or DDP-bound) model its parameters, one tensor at a time."""
+    """Give an unsharded (or DDP-bound) model its parameters, one tensor at a time, and its
+    buffers on the same device."""
     init = param_init_fn(model, device, seed)
     for module in list(model.modules()):
         init(module)
+    move_buffers(model, device)
 
 
-def materialize_fsdp2(model: nn.Module, device: torch.device, seed: int) -> None:
+def materialize_fsdp2(model: nn.Module, device: torch.device, seed: int, *,
+                      param_device: torch.device | str | None = None) -> None:
     """Allocate FSDP2's sharded meta parameters and fill each rank's shard from the full value.
 
     The full value of one parameter exists at a time (built on the host, then split locally
-    without communication), so the peak is the largest tensor, not the model.
+    without communication), so the peak is the largest tensor, not the model. Parameters go to
+    `param_device` (the host under CPUOffloadPolicy, which wants its shards there), buffers to
+    `device` (compute needs them there).
     """
     from torch.distributed.tensor import DTensor, distribute_tensor
 
     buffers = {n: b.detach().clone() for n, b in model.named_buffers()}  # to_empty wipes them too
-    model.to_empty(device=device)
+    model.to_empty(device=param_device if param_device is not None else device)
     with torch.no_grad():
-        for name, b in model.named_buffers():
-            if name in buffers:
-                b.copy_(buffers[name])
+        for prefix, module in model.named_modules():
+            for name, b in list(module._buffers.items()):
+                saved = buffers.get(f"{prefix}.{name}".lstrip("."))
+                if b is not None and saved is not None:
+                    module._buffers[name] = saved.to(device)
         for name, p in model.named_parameters():
             full = init_values(clean_name(name), p.shape, seed).to(p.dtype)
             if isinstance(p, DTensor):
