@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from fsdp_bench.analysis.comm_model import model_units
-from fsdp_bench.analysis.fit import activation_bytes_per_sample, fit_table
+from fsdp_bench.analysis.fit import activation_bytes_per_sample
 from fsdp_bench.analysis.hf_units import hf_shapes
 from fsdp_bench.plan.flavors import MODEL_FLAVORS, flavor_for
 
