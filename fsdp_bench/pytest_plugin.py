@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from fsdp_bench.launch.session import RunBusy, SessionError, SweepSession
+from fsdp_bench.launch.session import SessionError, SweepSession
 from fsdp_bench.plan import faults
 from fsdp_bench.plan.case import Case, CaseError, skip_reason
 from fsdp_bench.plan.options import OPTIONS, SWITCH_OPTIONS, Sweep, parse_sweep
@@ -47,7 +47,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if sweep.resume is not None:
         try:
             session.lock_run_dir(sweep.resume)  # before any case: a busy run is a usage error
-        except RunBusy as exc:
+        except SessionError as exc:
             raise pytest.UsageError(f"--bench-resume: {exc}") from None
     config.stash[_SWEEP_KEY] = sweep
     config.stash[_SESSION_KEY] = session

@@ -44,7 +44,12 @@ class SweepSession:
         return RunLayout(self.ensure_run_dir())
 
     def lock_run_dir(self, run_dir: Path) -> None:
-        fd = os.open(RunLayout(Path(run_dir)).lock_file, os.O_RDWR | os.O_CREAT, 0o644)
+        lock_file = RunLayout(Path(run_dir)).lock_file
+        try:  # O_NOFOLLOW: a symlinked .lock must not make us truncate and write another file
+            fd = os.open(lock_file, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        except OSError as exc:
+            raise SessionError(f"cannot lock {run_dir}: {lock_file} is a symlink or unusable "
+                               f"({exc.strerror})") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -73,6 +78,8 @@ class SweepSession:
                 self.run_dir = self.sweep.resume
             elif self.sweep.run_id is not None:
                 self.run_dir = _named_run_dir(self.sweep.results_dir / self.sweep.run_id, self.launch.owns_results)
+                if self.launch.owns_results:
+                    self.lock_run_dir(self.run_dir)  # a --bench-resume of it meanwhile is refused
                 write_environment(RunLayout(self.run_dir).node_root(self.launch.node_rank), PROJECT_ROOT,
                                   env=build_env())
             else:

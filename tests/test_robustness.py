@@ -1,0 +1,56 @@
+"""Issue 14, "nothing lost, nobody hurt": run-folder locks, cleanup that signals only the
+sweep's own processes, and unique case ids."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from fsdp_bench.launch.session import RunBusy, SessionError, SweepSession
+from fsdp_bench.plan.options import parse_sweep
+from fsdp_bench.results.layout import RunLayout
+
+
+def _session(tmp_path, **raw):
+    return SweepSession(parse_sweep({"device": "cpu", "results-dir": str(tmp_path), **raw}))
+
+
+def test_named_run_is_locked_so_a_concurrent_resume_is_refused(tmp_path):
+    named = _session(tmp_path, **{"run-id": "mine"})
+    run_dir = named.ensure_run_dir()
+    try:
+        with pytest.raises(RunBusy, match=f"in use by another running sweep \\(pid {os.getpid()}\\)"):
+            _session(tmp_path).lock_run_dir(run_dir)
+    finally:
+        named.close()
+    other = _session(tmp_path)
+    other.lock_run_dir(run_dir)  # free again once the named sweep ends
+    other.close()
+
+
+def test_resume_of_a_named_run_in_progress_is_a_usage_error(tmp_path):
+    named = _session(tmp_path, **{"run-id": "busy"})
+    run_dir = named.ensure_run_dir()
+    try:
+        out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--co",
+                              "--bench-device", "cpu", "--bench-resume", str(run_dir), "benchmarks"],
+                             capture_output=True, text=True, timeout=120)
+    finally:
+        named.close()
+    assert out.returncode == 4, out.stdout + out.stderr
+    assert "--bench-resume:" in out.stderr and "in use by another running sweep" in out.stderr
+    assert "Traceback" not in out.stdout + out.stderr
+
+
+def test_symlinked_lock_file_is_refused_and_left_alone(tmp_path):
+    run_dir = tmp_path / "run"
+    (run_dir / "cases").mkdir(parents=True)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    RunLayout(run_dir).lock_file.symlink_to(victim)
+    with pytest.raises(SessionError, match="symlink"):
+        _session(tmp_path).lock_run_dir(run_dir)
+    assert victim.read_text() == "keep me"
