@@ -54,3 +54,38 @@ def test_symlinked_lock_file_is_refused_and_left_alone(tmp_path):
     with pytest.raises(SessionError, match="symlink"):
         _session(tmp_path).lock_run_dir(run_dir)
     assert victim.read_text() == "keep me"
+
+
+def _spawn(*argv, **kw):
+    return subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, **kw)
+
+
+def test_case_cleanup_signals_only_the_sweeps_processes(tmp_path):
+    from fsdp_bench.launch.processes import find_case_processes, stop_case
+    from fsdp_bench.results.layout import CaseDir
+
+    work = CaseDir(tmp_path / "case-x")
+    work.path.mkdir()
+    work.case_file.write_text("{}")
+    marker = str(work.case_file)
+    sleeper = "import time; time.sleep(300)"
+    bystanders = [_spawn("tail", "-f", marker), _spawn(sys.executable, "-c", sleeper, marker)]
+    # a stand-in torchrun (worker entry point and case file on its command line) in its own
+    # session, with a child that names the case file only (ours by session and parentage)
+    torchrun = _spawn(sys.executable, "-c",
+                      f"import subprocess, sys; subprocess.Popen([sys.executable, '-c', {sleeper!r}, {marker!r}]);"
+                      f" {sleeper}", "-m", "fsdp_bench.worker", "--case", marker, start_new_session=True)
+    try:
+        import time
+        deadline = time.monotonic() + 20
+        while len(find_case_processes(marker, torchrun.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(find_case_processes(marker, torchrun.pid)) == 2
+        assert stop_case(torchrun, work.path, grace_s=0.5) == []
+        assert find_case_processes(marker, torchrun.pid) == []
+        assert [p.poll() for p in bystanders] == [None, None]  # the user's tail and sleeper live on
+    finally:
+        for p in bystanders:
+            p.kill()
+            p.wait()
