@@ -89,3 +89,35 @@ def test_case_cleanup_signals_only_the_sweeps_processes(tmp_path):
         for p in bystanders:
             p.kill()
             p.wait()
+
+
+def test_a_rank_dies_with_its_parent(tmp_path):
+    """The worker's parent-death signal: SIGKILL the 'torchrun', its 'rank' gets SIGTERM."""
+    import signal
+    import time
+
+    pid_file = tmp_path / "child.pid"
+    child = ("import os, time; from fsdp_bench.worker.lifetime import die_with_parent; "
+             f"assert die_with_parent(); open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(300)")
+    parent = _spawn(sys.executable, "-c",
+                    f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {child!r}]); time.sleep(300)",
+                    start_new_session=True)
+    deadline = time.monotonic() + 30
+    while not pid_file.exists() or not pid_file.read_text():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    rank_pid = int(pid_file.read_text())
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.wait()
+    while time.monotonic() < deadline:
+        try:
+            os.kill(rank_pid, 0)
+        except ProcessLookupError:
+            break
+        stat = open(f"/proc/{rank_pid}/stat").read()
+        if stat.rpartition(")")[2].split()[0] == "Z":
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(rank_pid, signal.SIGKILL)
+        pytest.fail("the rank outlived its SIGKILLed parent")
