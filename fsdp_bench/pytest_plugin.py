@@ -47,7 +47,9 @@ def pytest_configure(config: pytest.Config) -> None:
     if sweep.resume is not None:
         try:
             session.lock_run_dir(sweep.resume)  # before any case: a busy run is a usage error
+            session.check_no_live_ranks(sweep.resume)
         except SessionError as exc:
+            session.unlock_run_dir()
             raise pytest.UsageError(f"--bench-resume: {exc}") from None
     config.stash[_SWEEP_KEY] = sweep
     config.stash[_SESSION_KEY] = session

@@ -121,3 +121,33 @@ def test_a_rank_dies_with_its_parent(tmp_path):
     else:
         os.kill(rank_pid, signal.SIGKILL)
         pytest.fail("the rank outlived its SIGKILLed parent")
+
+
+def _resume_collect(run_dir):
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--co",
+                           "--bench-device", "cpu", "--bench-resume", str(run_dir), "benchmarks"],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_resume_is_refused_while_an_earlier_attempts_rank_lives(tmp_path):
+    from fsdp_bench.results.layout import create_run_dir
+
+    run = RunLayout(create_run_dir(tmp_path))
+    work = run.case_dir("ddp-gpt_tiny-ws2-bs1-ga1-opt_after-sl32")
+    work.path.mkdir()
+    work.case_file.write_text("{}")
+    rank = _spawn(sys.executable, "-c", "import time; time.sleep(300)", "-m", "fsdp_bench.worker",
+                  "--case", str(work.case_file))
+    work.pid_file(1).write_text(str(rank.pid))
+    work.pid_file(0).write_text(str(os.getpid()))  # a recycled pid: not a worker, ignored
+    try:
+        import time
+        time.sleep(0.3)  # let the stand-in rank's command line settle
+        out = _resume_collect(run.root)
+        assert out.returncode == 4, out.stdout + out.stderr
+        assert f"still has ranks running from an earlier attempt (pid {rank.pid})" in out.stderr
+        assert "Traceback" not in out.stdout + out.stderr
+    finally:
+        rank.kill()
+        rank.wait()
+    _session(tmp_path).check_no_live_ranks(run.root)  # gone: resuming is allowed again

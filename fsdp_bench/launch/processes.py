@@ -122,6 +122,13 @@ def _recorded_pids(work_dir: Path) -> list[int]:
     return pids
 
 
+def live_ranks(work_dir: Path) -> list[int]:
+    """Recorded rank pids of the case that still run a worker for it (a previous attempt's)."""
+    marker = case_marker(work_dir)
+    return [pid for pid in _recorded_pids(work_dir)
+            if is_case_process(pid, marker) and "fsdp_bench.worker" in cmdline(pid)]
+
+
 def case_marker(work_dir: Path) -> str:
     """The text every process of the case has on its command line."""
     return str(CaseDir(Path(work_dir)).case_file)

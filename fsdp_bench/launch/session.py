@@ -60,6 +60,17 @@ class SweepSession:
         os.pwrite(fd, str(os.getpid()).encode(), 0)
         self._lock_fd = fd
 
+    def check_no_live_ranks(self, run_dir: Path) -> None:
+        """Refuse to resume a run whose earlier attempt still has ranks alive (an orphaned
+        torchrun's workers): they would write into the folders a new attempt sets aside."""
+        from fsdp_bench.launch.processes import live_ranks
+
+        for work in RunLayout(Path(run_dir)).unfinished_case_dirs():
+            pids = live_ranks(work.path)
+            if pids:
+                raise SessionError(f"{work.path.name} still has ranks running from an earlier attempt "
+                                   f"(pid {', '.join(map(str, pids))}); stop them first")
+
     def unlock_run_dir(self) -> None:
         if self._lock_fd is not None:
             os.close(self._lock_fd)  # closing releases the flock

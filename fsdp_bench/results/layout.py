@@ -103,6 +103,13 @@ class RunLayout:
         """Every node's work folder for one case, node 0 first."""
         return [self.case_dir(case_id, r) for r in range(nnodes)]
 
+    def unfinished_case_dirs(self) -> list[CaseDir]:
+        """Node 0's work folders of cases that have no merged result yet (.attempts/ excluded)."""
+        if not self.cases_dir.is_dir():
+            return []
+        return [CaseDir(p) for p in sorted(self.cases_dir.iterdir())
+                if p.is_dir() and not p.name.startswith(".") and not self.result_file(p.name).exists()]
+
     def result_files(self) -> list[Path]:
         return sorted(self.cases_dir.glob("*.json"))
 
