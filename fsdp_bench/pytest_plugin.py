@@ -89,7 +89,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if customize is not None:
         sweep = customize(sweep)
     suite = getattr(metafunc.module, "BENCH_SUITE", None)
-    cases = sweep.suite_cases(suite) if suite else sweep.cases()
+    try:
+        cases = sweep.suite_cases(suite) if suite else sweep.cases()
+    except CaseError as exc:
+        raise pytest.UsageError(str(exc)) from None
     params = []
     for case in cases:
         reason = skip_reason(case)

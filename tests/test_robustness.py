@@ -151,3 +151,24 @@ def test_resume_is_refused_while_an_earlier_attempts_rank_lives(tmp_path):
         rank.kill()
         rank.wait()
     _session(tmp_path).check_no_live_ranks(run.root)  # gone: resuming is allowed again
+
+
+def _hf_folder(path):
+    path.mkdir(parents=True)
+    (path / "config.json").write_text('{"model_type": "gpt2", "n_layer": 1}')
+    return f"hf:{path}"
+
+
+def test_two_models_with_one_case_id_are_refused_at_collection(tmp_path):
+    from fsdp_bench.plan.case import CaseError
+
+    a, b = _hf_folder(tmp_path / "a" / "b_c"), _hf_folder(tmp_path / "a" / "b" / "c")
+    with pytest.raises(CaseError, match="two different cases share the id"):
+        parse_sweep({"device": "cpu", "model": f"{a},{b}"}).cases()
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--co", "--bench-device",
+                          "cpu", "--bench-model", f"{a},{b}", "benchmarks"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 4, out.stdout + out.stderr
+    line = next(x for x in out.stderr.splitlines() if "share the id" in x)
+    assert repr(a) in line and repr(b) in line
+    assert "Traceback" not in out.stdout + out.stderr
+    assert len(parse_sweep({"device": "cpu", "model": a}).cases()) > 0  # one of them alone is fine

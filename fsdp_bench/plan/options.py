@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from fsdp_bench.plan.case import (BACKWARD_PREFETCHES, CHECKPOINTS, DEVICES, GRAD_SYNCS, OPTIMIZER_IMPLS,
-                                  OPTIMIZER_TIMINGS, WRAP_POLICIES, Case, CaseError, Grid, expand_grid, parse_mesh)
+                                  OPTIMIZER_TIMINGS, WRAP_POLICIES, Case, CaseError, Grid, check_unique_ids, expand_grid,
+                                  parse_mesh)
 from fsdp_bench.plan.catalog import DEFAULT_STRATEGIES, PRECISIONS, STRATEGIES
 from fsdp_bench.plan.catalog import strategy as catalog_strategy
 from fsdp_bench.plan.flavors import MODEL_FLAVORS, hf_path_problem, is_hf_path
@@ -94,6 +95,7 @@ class Sweep:
                  for case in expand_grid(grid)]
         if self.mesh:
             cases = [c.replace(mesh=self.mesh) if catalog_strategy(c.strategy).hybrid else c for c in cases]
+        check_unique_ids(cases)
         return cases
 
     def suite_cases(self, name: str) -> list[Case]:
@@ -101,8 +103,10 @@ class Sweep:
         device = resolve_device(self.device)
         settings = SuiteSettings(device=device, nproc=resolve_nproc(self.nproc, device), steps=self.steps,
                                  warmup=self.warmup, pg_timeout_s=self.process_group_timeout_s(), data=self.data)
-        return [c.replace(profile=self.profile, memory_snapshot=self.memory_snapshot)
-                for c in suite_cases(name, settings)]
+        cases = [c.replace(profile=self.profile, memory_snapshot=self.memory_snapshot)
+                 for c in suite_cases(name, settings)]
+        check_unique_ids(cases)
+        return cases
 
 
 # --- device discovery without torch -------------------------------------------------------------
