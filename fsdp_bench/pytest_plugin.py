@@ -48,6 +48,7 @@ def pytest_configure(config: pytest.Config) -> None:
         try:
             session.lock_run_dir(sweep.resume)  # before any case: a busy run is a usage error
             session.check_no_live_ranks(sweep.resume)
+            session.check_same_settings(sweep.resume)
         except SessionError as exc:
             session.unlock_run_dir()
             raise pytest.UsageError(f"--bench-resume: {exc}") from None

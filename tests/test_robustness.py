@@ -3,6 +3,7 @@ sweep's own processes, and unique case ids."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -172,3 +173,19 @@ def test_two_models_with_one_case_id_are_refused_at_collection(tmp_path):
     assert repr(a) in line and repr(b) in line
     assert "Traceback" not in out.stdout + out.stderr
     assert len(parse_sweep({"device": "cpu", "model": a}).cases()) > 0  # one of them alone is fine
+
+
+def test_resume_with_other_settings_is_refused_listing_the_differences(tmp_path):
+    first = _session(tmp_path, steps="3", **{"batch-sizes": "1"})
+    run_dir = first.ensure_run_dir()
+    first.close()
+    assert json.loads(RunLayout(run_dir).sweep_file.read_text()) == {"steps": 3, "batch_sizes": [1], "device": "cpu"}
+    same = _session(tmp_path, steps="3", **{"batch-sizes": "1", "resume": str(run_dir), "timeout": "99"})
+    same.check_same_settings(run_dir)  # how long a case may take is not what it measures
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--co", "--bench-device",
+                          "cpu", "--bench-steps", "5", "--bench-resume", str(run_dir), "benchmarks"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 4, out.stdout + out.stderr
+    line = next(x for x in out.stderr.splitlines() if "other settings" in x)
+    assert "batch_sizes: was [1], now 'default'" in line and "steps: was 3, now 5" in line
+    assert "Traceback" not in out.stdout + out.stderr

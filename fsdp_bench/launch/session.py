@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from fsdp_bench.plan.case import Case
-from fsdp_bench.plan.options import Sweep
+from fsdp_bench.plan.options import Sweep, fingerprint_differences
+from fsdp_bench.results.io import read_json, write_json_atomic
 from fsdp_bench.results.layout import RunLayout, create_run_dir
 from fsdp_bench.results.schema import ResultError, load_case_result
 
@@ -71,6 +72,22 @@ class SweepSession:
                 raise SessionError(f"{work.path.name} still has ranks running from an earlier attempt "
                                    f"(pid {', '.join(map(str, pids))}); stop them first")
 
+    def check_same_settings(self, run_dir: Path) -> None:
+        """Refuse to resume a run with settings that change what its cases measure."""
+        stored_file = RunLayout(Path(run_dir)).sweep_file
+        if not stored_file.exists():
+            return  # a run from before sweep.json was kept: nothing to compare with
+        try:
+            stored = read_json(stored_file)
+        except (OSError, ValueError, ResultError):
+            raise SessionError(f"{stored_file} is unreadable; cannot tell the run's settings") from None
+        if not isinstance(stored, dict):
+            raise SessionError(f"{stored_file} is not a JSON object; cannot tell the run's settings")
+        diffs = fingerprint_differences(stored, self.sweep.fingerprint())
+        if diffs:
+            raise SessionError(f"{run_dir} was run with other settings ({'; '.join(diffs)}); "
+                               "resume with the same options or start a new run")
+
     def unlock_run_dir(self) -> None:
         if self._lock_fd is not None:
             os.close(self._lock_fd)  # closing releases the flock
@@ -97,6 +114,8 @@ class SweepSession:
                 self.run_dir = create_run_dir(self.sweep.results_dir)
                 self.lock_run_dir(self.run_dir)
                 write_environment(self.run_dir, PROJECT_ROOT, env=build_env())
+            if self.sweep.resume is None and self.launch.owns_results:
+                write_json_atomic(RunLayout(self.run_dir).sweep_file, self.sweep.fingerprint(), overwrite=True)
         return self.run_dir
 
     def close(self) -> None:

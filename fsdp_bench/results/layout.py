@@ -3,6 +3,7 @@
     results/<run-id>/
       env.json                      where the run came from (node 0)
       .lock                         flock held by the sweep using the folder
+      sweep.json                    the settings the cases were measured with (node 0), for resume
       cases/<case-id>.json          merged result of one case (node 0), written once
       cases/<case-id>/              node 0's work folder for the case (`CaseDir`)
       cases/.attempts/<case-id>.N/  an earlier attempt that did not finish ok, set aside on resume
@@ -72,6 +73,11 @@ class RunLayout:
     def torch_env_file(self) -> Path:
         """The torch half of env.json, written by a subprocess and merged (never left behind)."""
         return self.root / ".env-torch.json"
+
+    @property
+    def sweep_file(self) -> Path:
+        """The sweep's measuring settings (`Sweep.fingerprint`), written when the run is created."""
+        return self.root / "sweep.json"
 
     @property
     def lock_file(self) -> Path:
