@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from fsdp_bench.launch.session import SessionError, SweepSession
+from fsdp_bench.launch.session import DiskFull, SessionError, SweepSession
 from fsdp_bench.plan import faults
 from fsdp_bench.plan.case import Case, CaseError, skip_reason
 from fsdp_bench.plan.options import OPTIONS, SWITCH_OPTIONS, Sweep, parse_sweep
@@ -168,6 +168,9 @@ def bench_run(request: pytest.FixtureRequest, benchmark: Any):
         session = request.config.stash[_SESSION_KEY]
         try:
             result = session.run(case)
+        except DiskFull as exc:  # stop the sweep cleanly; the finished cases stay, resumable
+            _INTERRUPTED.append(True)
+            pytest.exit(f"fsdp-bench: {exc}", returncode=3)
         except SessionError as exc:
             raise pytest.UsageError(str(exc)) from None
         record_benchmark_stats(benchmark, case, result)

@@ -189,3 +189,17 @@ def test_resume_with_other_settings_is_refused_listing_the_differences(tmp_path)
     line = next(x for x in out.stderr.splitlines() if "other settings" in x)
     assert "batch_sizes: was [1], now 'default'" in line and "steps: was 3, now 5" in line
     assert "Traceback" not in out.stdout + out.stderr
+
+
+def test_a_full_disk_stops_the_sweep_before_launching_with_the_resume_hint(tmp_path):
+    results = tmp_path / "results"
+    env = {**os.environ, "FSDP_BENCH_MIN_FREE_MIB": str(2**40)}  # more than any disk has
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "benchmarks/test_strategy_sweep.py",
+                          "--bench-device", "cpu", "--bench-strategies", "ddp", "--bench-batch-sizes", "1",
+                          "--bench-grad-accum", "1", "--bench-no-report", "--bench-results-dir", str(results)],
+                         capture_output=True, text=True, timeout=120, env=env)
+    text = out.stdout + out.stderr
+    assert out.returncode == 3, text
+    assert "MiB free under" in text and "--bench-resume" in text and "Traceback" not in text
+    (run,) = list(results.iterdir())
+    assert list(RunLayout(run).cases_dir.iterdir()) == []  # no case was launched

@@ -27,6 +27,25 @@ class RunBusy(SessionError):
     """Another live sweep holds the run folder."""
 
 
+class DiskFull(SessionError):
+    """Too little free space left in the run folder to launch another case."""
+
+
+MIN_FREE_MIB_DEFAULT = 200  # below this much free space a case is not launched (FSDP_BENCH_MIN_FREE_MIB)
+
+
+def check_free_space(run_dir: Path) -> None:
+    """Stop before a case rather than let it die half-written on a full disk."""
+    try:
+        need_mib = float(os.environ.get("FSDP_BENCH_MIN_FREE_MIB", MIN_FREE_MIB_DEFAULT))
+    except ValueError:
+        need_mib = MIN_FREE_MIB_DEFAULT
+    free_mib = shutil.disk_usage(run_dir).free / 2**20
+    if free_mib < need_mib:
+        raise DiskFull(f"only {free_mib:.0f} MiB free under {run_dir} (need {need_mib:.0f} MiB); "
+                       f"free some space, then: pytest benchmarks --bench-resume {run_dir} [same --bench-* options]")
+
+
 class SweepSession:
     """The run folder of this pytest session, created when the first case runs, and locked
     (flock on RUN/.lock) while this session lives, so a second `--bench-resume` of a run still
@@ -134,6 +153,7 @@ class SweepSession:
         if previous is not None and previous["status"] == "ok":
             result = previous  # resumed: an ok case is never re-run
         else:
+            check_free_space(run.root)
             if previous is not None:
                 _set_aside(run, case.id)
             result = run_case(case, run.root, timeout_s=self.sweep.timeout_s, grace_s=self.sweep.kill_grace_s,
