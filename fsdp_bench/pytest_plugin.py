@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from fsdp_bench.launch.session import RunBusy, SessionError, SweepSession
+from fsdp_bench.launch.session import DiskFull, SessionError, SweepSession
 from fsdp_bench.plan import faults
 from fsdp_bench.plan.case import Case, CaseError, skip_reason
 from fsdp_bench.plan.options import OPTIONS, SWITCH_OPTIONS, Sweep, parse_sweep
@@ -49,7 +49,10 @@ def pytest_configure(config: pytest.Config) -> None:
     if sweep.resume is not None:
         try:
             session.lock_run_dir(sweep.resume)  # before any case: a busy run is a usage error
-        except RunBusy as exc:
+            session.check_no_live_ranks(sweep.resume)
+            session.check_same_settings(sweep.resume)
+        except SessionError as exc:
+            session.unlock_run_dir()
             raise pytest.UsageError(f"--bench-resume: {exc}") from None
     config.stash[_SWEEP_KEY] = sweep
     config.stash[_SESSION_KEY] = session
@@ -89,7 +92,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if customize is not None:
         sweep = customize(sweep)
     suite = getattr(metafunc.module, "BENCH_SUITE", None)
-    cases = sweep.suite_cases(suite) if suite else sweep.cases()
+    try:
+        cases = sweep.suite_cases(suite) if suite else sweep.cases()
+    except CaseError as exc:
+        raise pytest.UsageError(str(exc)) from None
     params = []
     for case in cases:
         reason = skip_reason(case)
@@ -242,6 +248,9 @@ def bench_run(request: pytest.FixtureRequest, benchmark: Any):
         _start_progress(request.config, session)
         try:
             result = session.run(case)
+        except DiskFull as exc:  # stop the sweep cleanly; the finished cases stay, resumable
+            _INTERRUPTED.append(True)
+            pytest.exit(f"fsdp-bench: {exc}", returncode=3)
         except SessionError as exc:
             raise pytest.UsageError(str(exc)) from None
         _report_progress(request.config, session, case, result)

@@ -94,10 +94,10 @@ def test_fault_spec_parsing():
 
 STUCK_TREE = textwrap.dedent("""
     import os, signal, subprocess, sys, time
-    # like torchrun: starts a 'rank' in its own session, which ignores SIGTERM (stuck in native code)
+    # like torchrun (worker entry point on the command line): starts a 'rank' in its own session, which ignores SIGTERM (stuck in native code)
     child = subprocess.Popen([sys.executable, "-c",
         "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); open(r'{ready}', 'w').close(); time.sleep(600)",
-        "--case", r"{marker}"], start_new_session=True)
+        "-m", "fsdp_bench.worker", "--case", r"{marker}"], start_new_session=True)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # and this 'torchrun' ignores SIGTERM too
     time.sleep(600)
 """)
@@ -108,7 +108,8 @@ def test_stop_case_leaves_no_process_even_when_sigterm_is_ignored(tmp_path):
     work.mkdir(parents=True)
     ready = tmp_path / "ready"
     code = STUCK_TREE.format(marker=case_marker(work), ready=ready)
-    proc = subprocess.Popen([sys.executable, "-c", code, "--case", case_marker(work)], start_new_session=True)
+    proc = subprocess.Popen([sys.executable, "-c", code, "-m", "fsdp_bench.worker", "--case", case_marker(work)],
+                            start_new_session=True)
     deadline = time.monotonic() + 60
     while not ready.exists():
         assert time.monotonic() < deadline, "the fake rank never started"

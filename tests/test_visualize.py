@@ -201,3 +201,41 @@ def test_golden_runs_are_real_sweeps():
             if result["status"] == "ok":
                 assert len(result["ranks"]) == result["case"]["nproc"]
                 assert all(len(r["step_times_s"]) == result["case"]["steps"] for r in result["ranks"])
+
+
+def test_files_with_wrong_types_are_one_note_each_and_the_rest_is_drawn(tmp_path):
+    run = copy_run("base", tmp_path)
+    files = sorted((run / "cases").glob("*.json"))
+    breakages = [("metrics", [1, 2], "field 'metrics' should be an object, got list"),
+                 ("ranks", {"0": {}}, "field 'ranks' should be a list, got dict"),
+                 ("case", "ddp", "field 'case' should be an object, got str"),
+                 ("status", ["ok"], "field 'status' should be text, got list")]
+    for path, (key, value, _) in zip(files, breakages):
+        data = json.loads(path.read_text())
+        data[key] = value
+        path.write_text(json.dumps(data))
+    bad_case = json.loads(files[4].read_text())
+    bad_case["case"]["batch_size"] = "two"
+    files[4].write_text(json.dumps(bad_case))
+    proc = visualize(run)
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    for path, (_, _, words) in zip(files, breakages):
+        assert f"{path.name}: {words}" in proc.stderr
+    assert f"{files[4].name}: case field 'batch_size' should be an integer, got str" in proc.stderr
+    rows = list(csv.DictReader((run / "comparison.csv").open()))
+    assert len(rows) == len(files) - 5
+    assert (run / "report.md").exists()
+
+
+def test_report_md_escapes_text_from_results(tmp_path):
+    run = copy_run("base", tmp_path)
+    path = sorted((run / "cases").glob("*.json"))[0]
+    data = json.loads(path.read_text())
+    data["status"] = "failed"
+    data["reason"] = "boom | <script>x</script> `code` [link](http://e) **bold**\nsecond"
+    path.write_text(json.dumps(data))
+    assert visualize(run).returncode == 0
+    page = (run / "report.md").read_text()
+    assert "<script>" not in page and "[link](http://e)" not in page and " `code`" not in page
+    assert "boom \\| &lt;script&gt;x&lt;/script&gt; \\`code\\` \\[link\\](http://e) \\*\\*bold\\*\\* second" in page

@@ -6,6 +6,11 @@ used: the pid files find ranks fast, a /proc scan finds anything that never wrot
 killed while importing torch, a torchrun whose parent died). A process is only ever signalled
 after its command line was read back and found to name the case folder, so a recycled pid is
 never hit. The marker is `DIR/case.json`, not `DIR`: one case id can be a prefix of another's.
+
+Naming the case file is not enough to be signalled: a `tail -f DIR/case.json` of the user's
+names it too. A process is the case's only if it runs a worker entry point of this project
+(`fsdp_bench.worker...` on its command line: torchrun's and every rank's) or, when the runner's
+torchrun pid is known, it is that torchrun, lives in its session, or descends from it.
 """
 
 from __future__ import annotations
@@ -63,17 +68,58 @@ def _is_zombie(pid: int) -> bool:
     return stat.rpartition(")")[2].split()[:1] == ["Z"]
 
 
-def find_case_processes(marker: str | Path) -> list[int]:
-    """Live (non-zombie) processes whose command line contains `marker`, this process excluded."""
-    marker = str(marker)
+def _argv(pid: int) -> list[str]:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return raw.decode(errors="replace").split("\0")
+
+
+def _parent(pid: int) -> int:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0
+    fields = stat.rpartition(")")[2].split()
+    return int(fields[1]) if len(fields) > 1 else 0
+
+
+def _descends_from(pid: int, root: int) -> bool:
+    seen = 0
+    while pid > 1 and seen < 64:
+        if pid == root:
+            return True
+        pid, seen = _parent(pid), seen + 1
+    return False
+
+
+def _started_by_us(pid: int, root: int | None) -> bool:
+    """Whether `pid` (already known to name the case file) is the sweep's: a worker entry point,
+    or the runner's torchrun `root`, a process in its session or below it."""
+    if any(arg == "fsdp_bench.worker" or arg.startswith("fsdp_bench.worker.") for arg in _argv(pid)):
+        return True
+    if root is None:
+        return False
+    try:
+        same_session = os.getsid(pid) == root
+    except OSError:
+        return False
+    return same_session or _descends_from(pid, root)
+
+
+def is_case_process(pid: int, marker: str | Path, root: int | None = None) -> bool:
+    """A live process of the case: names the case file, not a zombie, started by the sweep."""
+    return (pid != os.getpid() and str(marker) in cmdline(pid) and not _is_zombie(pid)
+            and _started_by_us(pid, root))
+
+
+def find_case_processes(marker: str | Path, root: int | None = None) -> list[int]:
+    """Live (non-zombie) processes of the case (see `is_case_process`), this process excluded."""
     found = []
-    me = os.getpid()
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        pid = int(entry.name)
-        if pid != me and marker in cmdline(pid) and not _is_zombie(pid):
-            found.append(pid)
+        if entry.name.isdigit() and is_case_process(int(entry.name), marker, root):
+            found.append(int(entry.name))
     return sorted(found)
 
 
@@ -87,19 +133,26 @@ def _recorded_pids(work_dir: Path) -> list[int]:
     return pids
 
 
+def live_ranks(work_dir: Path) -> list[int]:
+    """Recorded rank pids of the case that still run a worker for it (a previous attempt's)."""
+    marker = case_marker(work_dir)
+    return [pid for pid in _recorded_pids(work_dir)
+            if is_case_process(pid, marker) and "fsdp_bench.worker" in cmdline(pid)]
+
+
 def case_marker(work_dir: Path) -> str:
     """The text every process of the case has on its command line."""
     return str(CaseDir(Path(work_dir)).case_file)
 
 
-def kill_case_processes(work_dir: Path, sig: int = signal.SIGKILL) -> list[int]:
+def kill_case_processes(work_dir: Path, sig: int = signal.SIGKILL, *, root: int | None = None) -> list[int]:
     """Signal every process of the case still alive (recorded rank pids first, then a /proc
-    scan for the case file). Returns the pids signalled."""
+    scan for the case file); `root` is the runner's torchrun pid. Returns the pids signalled."""
     marker = case_marker(work_dir)
-    candidates = dict.fromkeys(_recorded_pids(work_dir) + find_case_processes(marker))
+    candidates = dict.fromkeys(_recorded_pids(work_dir) + find_case_processes(marker, root))
     signalled = []
     for pid in candidates:
-        if marker in cmdline(pid) and not _is_zombie(pid):
+        if is_case_process(pid, marker, root):
             try:
                 os.kill(pid, sig)
                 signalled.append(pid)
@@ -108,11 +161,11 @@ def kill_case_processes(work_dir: Path, sig: int = signal.SIGKILL) -> list[int]:
     return signalled
 
 
-def wait_until_gone(work_dir: Path, *, timeout_s: float = 15.0) -> list[int]:
+def wait_until_gone(work_dir: Path, *, timeout_s: float = 15.0, root: int | None = None) -> list[int]:
     """SIGKILL the case's processes until none is left (bounded); the survivors, normally []."""
     deadline = time.monotonic() + timeout_s
     while True:
-        left = kill_case_processes(work_dir)
+        left = kill_case_processes(work_dir, root=root)
         if not left or time.monotonic() > deadline:
             return left
         time.sleep(0.1)
@@ -140,5 +193,5 @@ def stop_case(proc: subprocess.Popen, work_dir: Path, *, grace_s: float = TORCHR
             except (ProcessLookupError, PermissionError):
                 pass
             proc.wait()
-        left = wait_until_gone(work_dir)
+        left = wait_until_gone(work_dir, root=proc.pid)
     return left

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from fsdp_bench.plan.case import Case
-from fsdp_bench.plan.options import Sweep
+from fsdp_bench.plan.options import Sweep, fingerprint_differences
+from fsdp_bench.results.io import read_json, write_json_atomic
 from fsdp_bench.results.layout import RunLayout, create_run_dir
 from fsdp_bench.results.schema import ResultError, load_case_result
 
@@ -24,6 +25,25 @@ class SessionError(RuntimeError):
 
 class RunBusy(SessionError):
     """Another live sweep holds the run folder."""
+
+
+class DiskFull(SessionError):
+    """Too little free space left in the run folder to launch another case."""
+
+
+MIN_FREE_MIB_DEFAULT = 200  # below this much free space a case is not launched (FSDP_BENCH_MIN_FREE_MIB)
+
+
+def check_free_space(run_dir: Path) -> None:
+    """Stop before a case rather than let it die half-written on a full disk."""
+    try:
+        need_mib = float(os.environ.get("FSDP_BENCH_MIN_FREE_MIB", MIN_FREE_MIB_DEFAULT))
+    except ValueError:
+        need_mib = MIN_FREE_MIB_DEFAULT
+    free_mib = shutil.disk_usage(run_dir).free / 2**20
+    if free_mib < need_mib:
+        raise DiskFull(f"only {free_mib:.0f} MiB free under {run_dir} (need {need_mib:.0f} MiB); "
+                       f"free some space, then: pytest benchmarks --bench-resume {run_dir} [same --bench-* options]")
 
 
 class SweepSession:
@@ -44,7 +64,12 @@ class SweepSession:
         return RunLayout(self.ensure_run_dir())
 
     def lock_run_dir(self, run_dir: Path) -> None:
-        fd = os.open(RunLayout(Path(run_dir)).lock_file, os.O_RDWR | os.O_CREAT, 0o644)
+        lock_file = RunLayout(Path(run_dir)).lock_file
+        try:  # O_NOFOLLOW: a symlinked .lock must not make us truncate and write another file
+            fd = os.open(lock_file, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        except OSError as exc:
+            raise SessionError(f"cannot lock {run_dir}: {lock_file} is a symlink or unusable "
+                               f"({exc.strerror})") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -54,6 +79,33 @@ class SweepSession:
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
         self._lock_fd = fd
+
+    def check_no_live_ranks(self, run_dir: Path) -> None:
+        """Refuse to resume a run whose earlier attempt still has ranks alive (an orphaned
+        torchrun's workers): they would write into the folders a new attempt sets aside."""
+        from fsdp_bench.launch.processes import live_ranks
+
+        for work in RunLayout(Path(run_dir)).unfinished_case_dirs():
+            pids = live_ranks(work.path)
+            if pids:
+                raise SessionError(f"{work.path.name} still has ranks running from an earlier attempt "
+                                   f"(pid {', '.join(map(str, pids))}); stop them first")
+
+    def check_same_settings(self, run_dir: Path) -> None:
+        """Refuse to resume a run with settings that change what its cases measure."""
+        stored_file = RunLayout(Path(run_dir)).sweep_file
+        if not stored_file.exists():
+            return  # a run from before sweep.json was kept: nothing to compare with
+        try:
+            stored = read_json(stored_file)
+        except (OSError, ValueError, ResultError):
+            raise SessionError(f"{stored_file} is unreadable; cannot tell the run's settings") from None
+        if not isinstance(stored, dict):
+            raise SessionError(f"{stored_file} is not a JSON object; cannot tell the run's settings")
+        diffs = fingerprint_differences(stored, self.sweep.fingerprint())
+        if diffs:
+            raise SessionError(f"{run_dir} was run with other settings ({'; '.join(diffs)}); "
+                               "resume with the same options or start a new run")
 
     def unlock_run_dir(self) -> None:
         if self._lock_fd is not None:
@@ -73,12 +125,16 @@ class SweepSession:
                 self.run_dir = self.sweep.resume
             elif self.sweep.run_id is not None:
                 self.run_dir = _named_run_dir(self.sweep.results_dir / self.sweep.run_id, self.launch.owns_results)
+                if self.launch.owns_results:
+                    self.lock_run_dir(self.run_dir)  # a --bench-resume of it meanwhile is refused
                 write_environment(RunLayout(self.run_dir).node_root(self.launch.node_rank), PROJECT_ROOT,
                                   env=build_env())
             else:
                 self.run_dir = create_run_dir(self.sweep.results_dir)
                 self.lock_run_dir(self.run_dir)
                 write_environment(self.run_dir, PROJECT_ROOT, env=build_env())
+            if self.sweep.resume is None and self.launch.owns_results:
+                write_json_atomic(RunLayout(self.run_dir).sweep_file, self.sweep.fingerprint(), overwrite=True)
         return self.run_dir
 
     def close(self) -> None:
@@ -97,6 +153,7 @@ class SweepSession:
         if previous is not None and previous["status"] == "ok":
             result = previous  # resumed: an ok case is never re-run
         else:
+            check_free_space(run.root)
             if previous is not None:
                 _set_aside(run, case.id)
             result = run_case(case, run.root, timeout_s=self.sweep.timeout_s, grace_s=self.sweep.kill_grace_s,

@@ -136,6 +136,19 @@ _ID_PREFIX = {"seq_len": "sl", "seed": "seed", "lr": "lr", "precision": "", "act
               "grad_sync": "sync_", "checkpoint": "ckpt_", "data": "data_", "mesh": "mesh", "simulate": "sim"}
 
 
+def check_unique_ids(cases: Iterable[Case]) -> None:
+    """Two different cases with one id would overwrite each other's results (e.g. hf:/a/b_c and
+    hf:/a/b/c both give `hf__a_b_c`): refuse them, naming both and where they differ."""
+    seen: dict[str, Case] = {}
+    for case in cases:
+        other = seen.setdefault(case.id, case)
+        if other != case:
+            a, b = other.to_dict(), case.to_dict()
+            diff = ", ".join(f"{k}={a[k]!r} vs {b[k]!r}" for k in a if a[k] != b[k])
+            raise CaseError(f"two different cases share the id {case.id!r} ({diff}); "
+                            f"rename or move one of them so their ids differ")
+
+
 def _format_id_value(value: Any) -> str:
     if isinstance(value, bool):
         return "" if value else "_off"

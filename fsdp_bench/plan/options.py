@@ -10,12 +10,13 @@ import dataclasses
 import os
 import subprocess
 import tempfile
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from fsdp_bench.plan.case import (BACKWARD_PREFETCHES, CHECKPOINTS, DEVICES, GRAD_SYNCS, OPTIMIZER_IMPLS,
-                                  OPTIMIZER_TIMINGS, WRAP_POLICIES, Case, CaseError, Grid, expand_grid, parse_mesh)
+                                  OPTIMIZER_TIMINGS, WRAP_POLICIES, Case, CaseError, Grid, check_unique_ids, expand_grid,
+                                  parse_mesh)
 from fsdp_bench.plan.catalog import DEFAULT_STRATEGIES, PRECISIONS, STRATEGIES
 from fsdp_bench.plan.catalog import strategy as catalog_strategy
 from fsdp_bench.plan.flavors import MODEL_FLAVORS, hf_path_problem, is_hf_path
@@ -25,6 +26,25 @@ from fsdp_bench.plan.text_data import data_folder_problem
 from fsdp_bench.results.layout import RunLayout
 
 _CASE_DEFAULTS = {f.name: f.default for f in fields(Case) if f.name != "strategy"}
+
+
+# how cases run or where results go, not what they measure: a resume may change these
+_NOT_MEASURED = frozenset({"timeout_s", "kill_grace_s", "results_dir", "resume", "report", "nnodes", "node_rank",
+                           "rdzv_endpoint", "run_id"})
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in sorted(value.items())}
+    if isinstance(value, (tuple, list)):
+        return [_jsonable(v) for v in value]
+    return value if isinstance(value, (str, int, float, bool, type(None))) else str(value)
+
+
+def fingerprint_differences(stored: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
+    """'name: was X, now Y' for each setting that differs (a missing one is the default)."""
+    return [f"{name}: was {stored.get(name, 'default')!r}, now {now.get(name, 'default')!r}"
+            for name in sorted(set(stored) | set(now)) if stored.get(name) != now.get(name)]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,6 +80,19 @@ class Sweep:
     data: str = _CASE_DEFAULTS["data"]
     suite: str | None = None
 
+    def fingerprint(self) -> dict[str, Any]:
+        """The settings that decide what the cases measure, where they differ from the defaults,
+        as JSON values: stored in the run folder so a resume with other settings is refused."""
+        out = {}
+        for f in fields(self):
+            if f.name in _NOT_MEASURED:
+                continue
+            value = getattr(self, f.name)
+            default = f.default_factory() if f.default_factory is not MISSING else f.default
+            if value != default:
+                out[f.name] = _jsonable(value)
+        return out
+
     def launch(self) -> Launch:
         return Launch(nnodes=self.nnodes, node_rank=self.node_rank, rdzv_endpoint=self.rdzv_endpoint,
                       run_id=self.run_id)
@@ -94,6 +127,7 @@ class Sweep:
                  for case in expand_grid(grid)]
         if self.mesh:
             cases = [c.replace(mesh=self.mesh) if catalog_strategy(c.strategy).hybrid else c for c in cases]
+        check_unique_ids(cases)
         return cases
 
     def suite_cases(self, name: str) -> list[Case]:
@@ -108,6 +142,7 @@ class Sweep:
             cases += [c.replace(profile=self.profile, memory_snapshot=self.memory_snapshot,
                                 **({"simulate": True} if simulate else {}))
                       for c in suite_cases(name, settings)]
+        check_unique_ids(cases)
         return cases
 
 

@@ -67,8 +67,14 @@ def _failed(df):
     return df[df["status"] != "ok"] if "status" in df else df.iloc[0:0]
 
 
+_MD_ESCAPES = {"\\": "\\\\", "|": "\\|", "`": "\\`", "*": "\\*", "[": "\\[", "]": "\\]", "<": "&lt;", ">": "&gt;",
+               "&": "&amp;", "\n": " ", "\r": " "}
+
+
 def _md_cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    """Text from a result file as one inert markdown table cell: no links, code, HTML or emphasis
+    (`_` inside words is plain text in CommonMark, so case ids stay readable)."""
+    return "".join(_MD_ESCAPES.get(ch, ch) for ch in str(text))
 
 
 def _pct(value: Any) -> str:
@@ -147,14 +153,15 @@ def render_markdown(page: Page) -> str:
             out += [f"### {outcome.chart.title}", "", f"![{outcome.chart.title}]({outcome.path.name})", ""]
     skipped = [o for o in page.charts if o.path is None]
     if skipped:
-        out += ["Not drawn (this run lacks their data):", ""] + [f"- {o.note}" for o in skipped] + [""]
+        out += ["Not drawn (this run lacks their data):", ""] + [f"- {_md_cell(o.note)}" for o in skipped] + [""]
     out += ["## Failed cases", ""]
     failed = _failed(df)
     if failed.empty:
         out += ["None.", ""]
     else:
         out += ["| case | status | reason |", "|---|---|---|"]
-        out += [f"| {r['case_id']} | {str(r['status']).upper()} | {_md_cell(str(r.get('reason') or ''))} |"
+        out += [f"| {_md_cell(r['case_id'])} | {_md_cell(str(r['status']).upper())} | "
+                f"{_md_cell(str(r.get('reason') or ''))} |"
                 for _, r in failed.iterrows()] + [""]
     if page.files:
         out += ["## Files", ""] + [f"- [{name}]({name})" for name in page.files] + [""]

@@ -3,6 +3,7 @@
     results/<run-id>/
       env.json                      where the run came from (node 0)
       .lock                         flock held by the sweep using the folder
+      sweep.json                    the settings the cases were measured with (node 0), for resume
       cases/<case-id>.json          merged result of one case (node 0), written once
       cases/<case-id>/              node 0's work folder for the case (`CaseDir`)
       cases/.attempts/<case-id>.N/  an earlier attempt that did not finish ok, set aside on resume
@@ -74,6 +75,11 @@ class RunLayout:
         return self.root / ".env-torch.json"
 
     @property
+    def sweep_file(self) -> Path:
+        """The sweep's measuring settings (`Sweep.fingerprint`), written when the run is created."""
+        return self.root / "sweep.json"
+
+    @property
     def lock_file(self) -> Path:
         return self.root / ".lock"
 
@@ -102,6 +108,13 @@ class RunLayout:
     def case_dirs(self, case_id: str, nnodes: int) -> list[CaseDir]:
         """Every node's work folder for one case, node 0 first."""
         return [self.case_dir(case_id, r) for r in range(nnodes)]
+
+    def unfinished_case_dirs(self) -> list[CaseDir]:
+        """Node 0's work folders of cases that have no merged result yet (.attempts/ excluded)."""
+        if not self.cases_dir.is_dir():
+            return []
+        return [CaseDir(p) for p in sorted(self.cases_dir.iterdir())
+                if p.is_dir() and not p.name.startswith(".") and not self.result_file(p.name).exists()]
 
     def result_files(self) -> list[Path]:
         return sorted(self.cases_dir.glob("*.json"))

@@ -52,9 +52,47 @@ def load_case_result(path: Path) -> dict[str, Any]:
     for key in ("case_id", "case", "status"):
         if key not in data:
             raise ResultError(f"{path}: missing required field {key!r}")
+    check_field_types(path, data)
     if data["status"] not in STATUSES:
         raise ResultError(f"{path}: unknown status {data['status']!r}; known: {', '.join(STATUSES)}")
     return data
+
+
+# field -> the JSON type it must have in a case file (None allowed only where listed below)
+_FIELD_TYPES = {"case_id": str, "case": dict, "status": str, "reason": str, "metrics": dict, "ranks": list,
+                "log_tail": str, "failed_rank": int, "failed_stage": str, "duration_s": (int, float)}
+_MAY_BE_NULL = ("failed_rank", "failed_stage")
+# case fields the report reads, and their types
+_CASE_FIELD_TYPES = {"strategy": str, "model": str, "nproc": int, "batch_size": int, "grad_accum": int,
+                     "seq_len": int, "steps": int, "warmup": int}
+
+
+def check_field_types(path: Path, data: dict[str, Any]) -> None:
+    """A case file's fields have the types the report reads them as (one line naming the first bad one)."""
+    for key, kind in _FIELD_TYPES.items():
+        value = data.get(key)
+        if key in data and not (value is None and key in _MAY_BE_NULL) and not _is(value, kind):
+            raise ResultError(f"{path}: field {key!r} should be {_kind_name(kind)}, got {type(value).__name__}")
+    for key, kind in _CASE_FIELD_TYPES.items():
+        if key in data["case"] and not _is(data["case"][key], kind):
+            raise ResultError(f"{path}: case field {key!r} should be {_kind_name(kind)}, "
+                              f"got {type(data['case'][key]).__name__}")
+    for name, value in data.get("metrics", {}).items():
+        if not (value is None or _is(value, (bool, int, float, str, list, dict))):
+            raise ResultError(f"{path}: metric {name!r} has type {type(value).__name__}")
+    if not all(isinstance(r, dict) for r in data.get("ranks", [])):
+        raise ResultError(f"{path}: field 'ranks' should be a list of objects")
+
+
+def _is(value: Any, kind: Any) -> bool:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    return isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds)
+
+
+def _kind_name(kind: Any) -> str:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    return " or ".join({dict: "an object", list: "a list", str: "text", int: "an integer",
+                        float: "a number"}[k] for k in kinds)
 
 
 def load_run(run_dir: Path) -> tuple[list[dict[str, Any]], list[str]]:

@@ -19,6 +19,7 @@ from fsdp_bench.results.io import read_json, utc_now, write_json_atomic
 from fsdp_bench.results.layout import CaseDir
 from fsdp_bench.worker.failure import (classify_exception, error_record, install_cuda_oom_observer,
                                        raise_on_sigterm, record_memory_at_failure)
+from fsdp_bench.worker.lifetime import die_with_parent
 from fsdp_bench.worker.loop import run
 from fsdp_bench.worker.record import StageTracker, new_record
 
@@ -34,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     work.path.mkdir(parents=True, exist_ok=True)
     work.pid_file(rank).write_text(str(os.getpid()))
     signal.signal(signal.SIGTERM, raise_on_sigterm)
+    die_with_parent(signal.SIGTERM)  # a SIGKILLed torchrun leaves no orphan rank
     case = Case.from_dict(read_json(args.case))
     record = new_record(case, rank=rank, world_size=world_size)
     stages = StageTracker(record, case, rank, progress_file=work.rank_file(rank))
