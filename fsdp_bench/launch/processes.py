@@ -54,10 +54,7 @@ def build_env(base: dict[str, str] | None = None, *, grace_s: float = TORCHRUN_G
 
 def cmdline(pid: int) -> str:
     """The command line of `pid` with spaces for NULs; "" when gone, a zombie, or unreadable."""
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
+    return " ".join(_argv(pid))
 
 
 def _is_zombie(pid: int) -> bool:
@@ -69,6 +66,7 @@ def _is_zombie(pid: int) -> bool:
 
 
 def _argv(pid: int) -> list[str]:
+    """The NUL-separated fields of /proc/PID/cmdline ([] when gone or unreadable)."""
     try:
         raw = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
@@ -136,8 +134,8 @@ def _recorded_pids(work_dir: Path) -> list[int]:
 def live_ranks(work_dir: Path) -> list[int]:
     """Recorded rank pids of the case that still run a worker for it (a previous attempt's)."""
     marker = case_marker(work_dir)
-    return [pid for pid in _recorded_pids(work_dir)
-            if is_case_process(pid, marker) and "fsdp_bench.worker" in cmdline(pid)]
+    # without a torchrun to descend from, is_case_process accepts only worker entry points
+    return [pid for pid in _recorded_pids(work_dir) if is_case_process(pid, marker)]
 
 
 def case_marker(work_dir: Path) -> str:

@@ -84,20 +84,21 @@ def build_rank(case: Case, *, device: torch.device, rank: int, world_size: int,
                                world_size=world_size, device=device)
     record["data"] = source.info
     stages.done("data")
-    model = _build_model(case, flavor, device, record, stages)
-    model, optimizer = _shard_and_build_optimizer(case, flavor, model, device, record, stages)
+    model, started = _build_model(case, flavor, device, record, stages)
+    model, optimizer = _shard_and_build_optimizer(case, flavor, model, device, record, stages, started)
     return Rank(case=case, device=device, rank=rank, world_size=world_size, source=source, model=model,
                 optimizer=optimizer, trainer=Trainer(case, model, optimizer, device=device))
 
 
 def _build_model(case: Case, flavor, device: torch.device, record: dict[str, Any],
-                 stages: StageTracker) -> torch.nn.Module:
+                 stages: StageTracker) -> tuple[torch.nn.Module, dict[str, float]]:
+    """The model (on meta for HF flavors) and when/at what RSS its construction started."""
     from fsdp_bench.worker.memory import rss_bytes
     from fsdp_bench.worker.models.build import build_model, count_parameters
     from fsdp_bench.worker.probes import attention_shape, count_matmul_params
 
     stages.enter("model")
-    record["construction"] = {"rss_before_bytes": rss_bytes(), "t0": time.perf_counter()}
+    started = {"rss_before_bytes": rss_bytes(), "t0": time.perf_counter()}
     # Hugging Face models are built on the meta device and materialized after sharding.
     model = build_model(flavor, seed=case.seed, device=device, meta=flavor.family == "hf")
     record["n_params"] = count_parameters(model)
@@ -111,7 +112,7 @@ def _build_model(case: Case, flavor, device: torch.device, record: dict[str, Any
     record["compute_dtype"] = low or ("tf32" if tf32 else record["dtype"])
     record["flops"] = {"formula_inputs": {"n_matmul_params": count_matmul_params(model), **attention_shape(model)}}
     stages.done("model")
-    return model
+    return model, started
 
 
 def effective_sharding(model: torch.nn.Module, row) -> str:
@@ -142,7 +143,7 @@ def _materialize_for_accelerate(model: torch.nn.Module, device: torch.device, se
 
 
 def _shard_and_build_optimizer(case: Case, flavor, model: torch.nn.Module, device: torch.device,
-                               record: dict[str, Any], stages: StageTracker):
+                               record: dict[str, Any], stages: StageTracker, started: dict[str, float]):
     """Apply the strategy, with the optimizer built before or after it as the case says."""
     from fsdp_bench.worker.memory import peak_rss_bytes, rss_bytes
     from fsdp_bench.worker.strategies import repoint_optimizer, shard_model
@@ -157,11 +158,10 @@ def _shard_and_build_optimizer(case: Case, flavor, model: torch.nn.Module, devic
         optimizer = build_optimizer(model.parameters(), case)
     stages.enter("shard")
     model, optimizer = shard_model(case, model, optimizer, device=device)
-    construction = record.pop("construction")
     record["construction"] = {
         "method": _construction_method(case, flavor),
-        "rss_before_bytes": construction["rss_before_bytes"], "rss_after_bytes": rss_bytes(),
-        "peak_rss_bytes": peak_rss_bytes(), "build_and_shard_s": time.perf_counter() - construction["t0"]}
+        "rss_before_bytes": started["rss_before_bytes"], "rss_after_bytes": rss_bytes(),
+        "peak_rss_bytes": peak_rss_bytes(), "build_and_shard_s": time.perf_counter() - started["t0"]}
     stages.done("shard")
     record["effective_sharding"] = effective_sharding(model, catalog_strategy(case.strategy))
     if case.optimizer_timing == "after_shard":
