@@ -292,6 +292,11 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
 
         try:
             written, notes = write_report(session.run_dir)
+        except KeyboardInterrupt:
+            # Ctrl-C while charts are drawn: every file is written atomically, so nothing is
+            # half-written; say how to finish instead of a traceback, and exit as interrupted.
+            pytest.exit(f"report interrupted; the results are safe. To write it: "
+                        f"python visualize.py {session.run_dir}", returncode=pytest.ExitCode.INTERRUPTED)
         except Exception as exc:  # the results are safe on disk; say why the charts are not
             terminalreporter.write_line(f"report not written: {type(exc).__name__}: {exc}")
             return

@@ -203,3 +203,57 @@ def test_a_full_disk_stops_the_sweep_before_launching_with_the_resume_hint(tmp_p
     assert "MiB free under" in text and "--bench-resume" in text and "Traceback" not in text
     (run,) = list(results.iterdir())
     assert list(RunLayout(run).cases_dir.iterdir()) == []  # no case was launched
+
+
+# Wraps the real report writer so that a real SIGINT lands while it draws the charts.
+_INTERRUPT_REPORT = '''
+import os, signal, threading, time
+import fsdp_bench.report.writer as writer
+_real = writer.write_report
+def _write_report_interrupted(run_dir):
+    threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT)).start()
+    written = _real(run_dir)
+    time.sleep(30)  # if drawing beat the timer, the signal lands here instead
+    return written
+writer.write_report = _write_report_interrupted
+pytest_plugins = ["fsdp_bench.pytest_plugin"]
+'''
+
+
+def test_ctrl_c_during_the_end_of_sweep_report_is_one_line_and_keeps_the_results(tmp_path):
+    from tests.sweep_helpers import SMALL, SWEEP_TEST, child_env, only_run
+
+    (tmp_path / "conftest.py").write_text(_INTERRUPT_REPORT)
+    (tmp_path / "test_sweep.py").write_text(SWEEP_TEST)
+    options = [o for o in SMALL if o != "--bench-no-report"]
+    options[options.index("--bench-nproc") + 1] = "1"
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *options,
+                          "--bench-batch-sizes", "1", "--bench-results-dir", str(tmp_path / "results")],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=300, env=child_env())
+    text = out.stdout + out.stderr
+    assert out.returncode == 2, text  # pytest's "interrupted", not 130 with a traceback
+    assert "Traceback" not in text and "KeyboardInterrupt" not in text
+    run = only_run(tmp_path / "results")
+    assert f"report interrupted; the results are safe. To write it: python visualize.py {run}" in text
+    assert json.loads(next((run / "cases").glob("*.json")).read_text())["status"] == "ok"
+    assert not list(run.glob("*.tmp*"))  # nothing half-written left behind
+    again = subprocess.run([sys.executable, "visualize.py", str(run)], capture_output=True, text=True,
+                           timeout=300, env=child_env())
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert (run / "report.md").is_file()
+
+
+def test_a_second_sweep_with_a_named_run_in_use_is_a_usage_error(tmp_path):
+    named = _session(tmp_path, **{"run-id": "busy"})
+    named.ensure_run_dir()
+    try:
+        out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                              "benchmarks/test_strategy_sweep.py", "--bench-device", "cpu",
+                              "--bench-strategies", "ddp", "--bench-batch-sizes", "1", "--bench-no-report",
+                              "--bench-results-dir", str(tmp_path), "--bench-run-id", "busy"],
+                             capture_output=True, text=True, timeout=120)
+    finally:
+        named.close()
+    assert out.returncode == 4, out.stdout + out.stderr
+    assert out.stderr.strip().splitlines() == [
+        f"ERROR: --bench-run-id: {tmp_path / 'busy'} already holds results; choose a new run id"]
