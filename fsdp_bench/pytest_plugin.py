@@ -316,6 +316,7 @@ def sweep_summary_lines(results: list[dict[str, Any]]) -> list[str]:
     like-for-like cases, and the recommendation."""
     from collections import Counter
 
+    from fsdp_bench.report.cost import time_line
     from fsdp_bench.report.recommend import recommendation_lines
     from fsdp_bench.report.table import build_table
 
@@ -329,4 +330,5 @@ def sweep_summary_lines(results: list[dict[str, Any]]) -> list[str]:
     untrained = df[(df["status"] == "ok") & (df["trained"] == False)] if "trained" in df else df.iloc[0:0]  # noqa: E712
     if len(untrained):
         lines.append(f"not trained (never ranked): {', '.join(untrained['case_id'])}")
-    return lines + recommendation_lines(df)
+    spent = time_line(df)
+    return lines + ([spent] if spent else []) + recommendation_lines(df)

@@ -83,3 +83,20 @@ def test_pytest_benchmark_sees_the_measured_step_times(sweep):
     assert bench[case_id]["stats"]["rounds"] == 3
     assert bench[case_id]["stats"]["median"] == pytest.approx(sorted(slowest)[1])
     assert bench[case_id]["extra_info"]["tokens_per_s"] == pytest.approx(result["metrics"]["tokens_per_s"])
+
+
+def test_each_cases_time_is_split_and_the_sharding_it_ran_is_in_the_table(sweep):
+    root, proc = sweep
+    run = only_run(root / "results")
+    rows = list(csv.DictReader((run / "comparison.csv").open()))
+    parts = ("launch", "setup", "train", "probes", "exit")
+    for row in rows:
+        split = [float(row[f"time_{p}_s"]) for p in parts]
+        assert all(s >= 0 for s in split) and float(row["time_train_s"]) > 0
+        # the parts tile the runner's wall time of the case (its clock read a moment later)
+        assert sum(split) == pytest.approx(float(row["duration_s"]), abs=0.05)
+    assert {r["strategy"]: r["effective_sharding"] for r in rows} == {
+        "ddp": "replicated", "fsdp1_full_shard": "full_shard", "fsdp2": "full_shard"}
+    report = (run / "report.md").read_text()
+    assert "## Where the sweep's time went" in report and "| total (9 cases) |" in report
+    assert "time in cases:" in proc.stdout and "launch" in proc.stdout.split("time in cases:")[1]

@@ -9,6 +9,13 @@ from typing import Any, Sequence
 from fsdp_bench.analysis.stats import mean_across_ranks, slowest_rank_step_times, summarize_step_times
 from fsdp_bench.results.schema import GIB
 
+def effective_sharding(ranks: Sequence[dict[str, Any]]) -> str | None:
+    """The sharding the ranks really ran (FSDP1 at one rank runs NO_SHARD whatever it was asked
+    for), when they all agree."""
+    sharding = {r.get("effective_sharding") for r in ranks if isinstance(r, dict)}
+    return sharding.pop() if len(sharding) == 1 and None not in sharding else None
+
+
 def aggregate_rank_metrics(*, tokens_per_step: int, samples_per_step: int, world_size: int,
                            ranks: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The case's headline metrics from its ranks' raw records.
@@ -36,6 +43,9 @@ def aggregate_rank_metrics(*, tokens_per_step: int, samples_per_step: int, world
         values = [r["memory"][key] for r in ranks if r.get("memory", {}).get(key) is not None]
         if values:
             metrics[key.replace("_bytes", "_gib")] = max(values) / GIB
+    sharding = effective_sharding(ranks)
+    if sharding:
+        metrics["effective_sharding"] = sharding
     changed = [r["params_changed"] for r in ranks if r.get("params_changed") is not None]
     if changed:
         metrics["params_changed"] = all(changed)

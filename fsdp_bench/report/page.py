@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from fsdp_bench.report.table import REPORT_COLUMNS, best_index
+from fsdp_bench.report.cost import time_html, time_markdown
 
 ENV_FIELDS = (("host", "host"), ("platform", "platform"), ("cpu_count", "CPU cores"), ("gpu_count", "GPUs"),
               ("gpu_names", "GPU model"), ("driver", "driver"), ("python", "Python"), ("torch", "torch"),
@@ -163,6 +164,7 @@ def render_markdown(page: Page) -> str:
         out += [f"| {_md_cell(r['case_id'])} | {_md_cell(str(r['status']).upper())} | "
                 f"{_md_cell(str(r.get('reason') or ''))} |"
                 for _, r in failed.iterrows()] + [""]
+    out += time_markdown(df)
     if page.files:
         out += ["## Files", ""] + [f"- [{name}]({name})" for name in page.files] + [""]
     return "\n".join(out)
@@ -222,6 +224,7 @@ def render_html(page: Page) -> str:
         out += [f"<tr class=bad><td class=t>{e(r['case_id'])}</td><td class=t>{e(str(r['status']).upper())}</td>"
                 f"<td class=t>{e(str(r.get('reason') or ''))}</td></tr>" for _, r in failed.iterrows()]
         out.append("</table>")
+    out += time_html(df)
     if page.files:
         out += ["<h2>Files</h2><ul>"] + [f"<li><a href='{e(n)}'>{e(n)}</a></li>" for n in page.files] + ["</ul>"]
     out.append("</body></html>")

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
+from fsdp_bench.analysis.aggregate import effective_sharding
+from fsdp_bench.analysis.case_time import case_time_split
 from fsdp_bench.plan.case import timing_order
 from fsdp_bench.plan.catalog import strategy_order
 from fsdp_bench.results.schema import GIB
@@ -38,7 +40,7 @@ REPORT_COLUMNS = (
     ("step_time_s_p90", "step time p90 (s)"), ("peak_allocated_gib", "peak alloc (GiB)"),
     ("peak_reserved_gib", "peak reserved (GiB)"), ("peak_rss_gib", "peak RSS (GiB)"),
     ("mfu_pct", "MFU (%)"), ("comm_exposed_s_per_step", "exposed comm (s/step)"),
-    ("loss_first", "loss first"), ("loss_last", "loss last"), ("params_changed", "params changed"),
+    ("effective_sharding", "sharding done"), ("loss_first", "loss first"), ("loss_last", "loss last"), ("params_changed", "params changed"),
     ("rank_in_group", "rank (same work)"),
 )
 
@@ -56,11 +58,14 @@ def flatten_case(result: Mapping[str, Any]) -> dict[str, Any]:
     row["returncode"] = result.get("returncode")
     row["duration_s"] = result.get("duration_s")
     row["started_utc"] = result.get("started_utc")
+    row.update(case_time_split(result))  # what the case cost the sweep, whatever its status
     if result.get("status") == "ok":
         for key, value in (result.get("metrics") or {}).items():
             if isinstance(value, (int, float, str, bool)) or value is None:
                 row[key] = value
         row.update(_median_ci_backfill(result, row))
+        if "effective_sharding" not in row:  # runs aggregated before the field existed
+            row["effective_sharding"] = effective_sharding(result.get("ranks") or [])
     return row
 
 

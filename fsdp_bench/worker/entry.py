@@ -59,4 +59,16 @@ def main(argv: list[str] | None = None) -> int:
 def entry() -> None:
     from torch.distributed.elastic.multiprocessing.errors import record as record_errors
 
-    sys.exit(record_errors(main)())
+    code = record_errors(main)()
+    exit_now(code)
+
+
+def exit_now(code: int) -> None:
+    """Leave without the interpreter's teardown. The record is on disk and the process group is
+    gone by now; what remains is freeing torch and dynamo module state, which costs about 1.5 s
+    per rank on a CPU (measured: torchrun ended 2.2 s after its ranks were done with a normal
+    exit, 0.4 s with this), paid by every case of a sweep for nothing. A failure never gets
+    here: its exception unwinds normally, with its traceback."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

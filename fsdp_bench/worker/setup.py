@@ -115,14 +115,21 @@ def _build_model(case: Case, flavor, device: torch.device, record: dict[str, Any
     return model, started
 
 
+# FSDP1's ShardingStrategy names in the catalog's words, so every family's rows read alike.
+_FSDP1_SHARDING = {"NO_SHARD": "replicated", "SHARD_GRAD_OP": "shard_grad_op", "FULL_SHARD": "full_shard",
+                   "HYBRID_SHARD": "hybrid_shard", "_HYBRID_SHARD_ZERO2": "hybrid_shard_grad_op"}
+
+
 def effective_sharding(model: torch.nn.Module, row) -> str:
-    """The sharding the wrapped model really has: FSDP1 says it on its root module (it turns
-    every sharded strategy into NO_SHARD at world size 1); other families shard as their row says."""
+    """The sharding the wrapped model really has, in the catalog's words: FSDP1 says it on its
+    root module (it turns every sharded strategy into NO_SHARD, "replicated", at world size 1);
+    other families shard as their row says."""
     from torch.distributed.fsdp import FullyShardedDataParallel
 
     if isinstance(model, FullyShardedDataParallel):
-        return model.sharding_strategy.name
-    return row.sharding
+        name = model.sharding_strategy.name
+        return _FSDP1_SHARDING.get(name, name.lower())
+    return f"hybrid_{row.sharding}" if row.hybrid else row.sharding
 
 
 def _construction_method(case: Case, flavor) -> str:

@@ -1,0 +1,54 @@
+"""Where one case's wall time went, from the stage start times rank 0 records (no torch).
+
+A sweep's cost is mostly what surrounds the measured steps; this splits each case into:
+
+- launch: runner start -> rank 0's first stage (torchrun, interpreters, `import torch`);
+- setup: process group, data, model, sharding, optimizer (torch's first optimizer or DDP/FSDP
+  construction imports torch._dynamo, about 1 s on a CPU);
+- train: first step, warmup and measured steps;
+- probes: checkpoint benchmark and the untimed probe steps (FLOPs, MemTracker, profiler);
+- exit: final barrier, records written, processes gone (as the runner saw it).
+
+The parts add up to the case's wall time as the runner measured it (`launched_unix` to
+`finished_unix`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+TIME_PARTS = ("launch", "setup", "train", "probes", "exit")
+PART_OF_STAGE = {
+    "init": "setup", "data": "setup", "model": "setup", "shard": "setup", "optimizer": "setup",
+    "first_step": "train", "warmup": "train", "measure": "train",
+    "checkpoint": "probes", "memory_probe": "probes", "end": "exit",
+}
+
+
+def time_split_columns() -> list[str]:
+    return [f"time_{part}_s" for part in TIME_PARTS]
+
+
+def case_time_split(result: Mapping[str, Any]) -> dict[str, float]:
+    """`time_<part>_s` for each part, or {} when the result lacks the timestamps (an old run, a
+    case whose rank 0 never started)."""
+    launched, finished = result.get("launched_unix"), result.get("finished_unix")
+    ranks = result.get("ranks") or []
+    starts = next((r.get("stage_started_unix") for r in ranks if r.get("rank") == 0), None)
+    if not isinstance(launched, (int, float)) or not isinstance(finished, (int, float)) or not starts:
+        return {}
+    ordered = sorted((t, stage) for stage, t in starts.items()
+                     if stage in PART_OF_STAGE and isinstance(t, (int, float)))
+    if not ordered:
+        return {}
+    split = dict.fromkeys(TIME_PARTS, 0.0)
+    split["launch"] = ordered[0][0] - launched
+    ends = [t for t, _ in ordered[1:]] + [finished]
+    for (start, stage), end in zip(ordered, ends):
+        split[PART_OF_STAGE[stage]] += end - start
+    return {f"time_{part}_s": max(seconds, 0.0) for part, seconds in split.items()}
+
+
+def sweep_time_split(rows: list[Mapping[str, Any]]) -> dict[str, float]:
+    """Seconds per part summed over cases (rows holding `time_<part>_s`)."""
+    return {part: sum(float(r.get(f"time_{part}_s") or 0.0) for r in rows) for part in TIME_PARTS}

@@ -1,0 +1,33 @@
+"""The split of a case's wall time into launch, setup, train, probes and exit (pure)."""
+
+import pytest
+
+from fsdp_bench.analysis.case_time import case_time_split, sweep_time_split
+
+
+def _result(**stages):
+    return {"launched_unix": 100.0, "finished_unix": 110.0,
+            "ranks": [{"rank": 1, "stage_started_unix": {"init": 0.0}}, {"rank": 0, "stage_started_unix": stages}]}
+
+
+def test_parts_tile_the_case_from_launch_to_finish():
+    split = case_time_split(_result(init=102.5, data=102.6, model=102.7, shard=103.0, optimizer=104.0,
+                                    first_step=104.1, warmup=104.3, measure=104.5, memory_probe=105.5, end=106.0))
+    assert split == pytest.approx({"time_launch_s": 2.5, "time_setup_s": 1.6, "time_train_s": 1.4,
+                                   "time_probes_s": 0.5, "time_exit_s": 4.0})
+    assert sum(split.values()) == pytest.approx(10.0)
+
+
+def test_a_case_that_failed_while_sharding_counts_the_rest_as_setup():
+    split = case_time_split(_result(init=101.0, data=101.0, model=101.5, shard=102.0))
+    assert split["time_setup_s"] == pytest.approx(9.0) and split["time_train_s"] == 0.0
+
+
+def test_results_without_timestamps_give_no_split():
+    assert case_time_split({"launched_unix": 1.0, "finished_unix": 2.0, "ranks": []}) == {}
+    assert case_time_split({"ranks": [{"rank": 0, "stage_started_unix": {"init": 1.0}}]}) == {}
+
+
+def test_sweep_split_sums_cases():
+    rows = [{"time_launch_s": 1.0, "time_train_s": 2.0}, {"time_launch_s": 3.0, "time_exit_s": None}]
+    assert sweep_time_split(rows) == {"launch": 4.0, "setup": 0.0, "train": 2.0, "probes": 0.0, "exit": 0.0}
