@@ -10,7 +10,7 @@ from fsdp_bench.launch.outcome import classify_outcome
 def test_command_is_standalone_torchrun_of_the_worker(tmp_path):
     case = Case(strategy="fsdp2", nproc=3)
     cmd = build_command(case, tmp_path / "case.json", tmp_path)
-    assert cmd[:3] == [sys.executable, "-m", "torch.distributed.run"]
+    assert cmd[:3] == [sys.executable, "-m", "fsdp_bench.worker.torchrun"]
     assert "--standalone" in cmd
     assert cmd[cmd.index("--nproc-per-node") + 1] == "3"
     assert cmd[cmd.index("--max-restarts") + 1] == "0"

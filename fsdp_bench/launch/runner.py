@@ -39,7 +39,7 @@ def build_command(case: Case, case_file: Path, out_dir: Path, *, python: str = s
     if case.simulate:
         return [python, "-m", "fsdp_bench.worker.simulate", "--case", str(case_file), "--out", str(out_dir)]
     return [
-        python, "-m", "torch.distributed.run",
+        python, "-m", "fsdp_bench.worker.torchrun",
         *torchrun_rendezvous_args(launch, case_id=case.id, world_size=case.nproc, join_timeout_s=join_timeout_s),
         "--max-restarts", "0",
         "--monitor-interval", "0.1",

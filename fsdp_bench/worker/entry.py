@@ -1,6 +1,6 @@
 """The torchrun entry point: one rank of one case, which leaves its record whatever happens.
 
-    python -m torch.distributed.run ... -m fsdp_bench.worker --case CASE.json --out DIR
+    python -m fsdp_bench.worker.torchrun ... -m fsdp_bench.worker --case CASE.json --out DIR
 
 Each rank writes `DIR/rank-N.json` atomically at every stage and at its end (see
 `fsdp_bench.results.layout.CaseDir`); the parent reads nothing else.
@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import sys
 from pathlib import Path
 
 from fsdp_bench.plan.case import Case
@@ -19,7 +18,7 @@ from fsdp_bench.results.io import read_json, utc_now, write_json_atomic
 from fsdp_bench.results.layout import CaseDir
 from fsdp_bench.worker.failure import (classify_exception, error_record, install_cuda_oom_observer,
                                        raise_on_sigterm, record_memory_at_failure)
-from fsdp_bench.worker.lifetime import die_with_parent
+from fsdp_bench.worker.lifetime import die_with_parent, exit_now
 from fsdp_bench.worker.loop import run
 from fsdp_bench.worker.record import StageTracker, new_record
 
@@ -62,13 +61,3 @@ def entry() -> None:
     code = record_errors(main)()
     exit_now(code)
 
-
-def exit_now(code: int) -> None:
-    """Leave without the interpreter's teardown. The record is on disk and the process group is
-    gone by now; what remains is freeing torch and dynamo module state, which costs about 1.5 s
-    per rank on a CPU (measured: torchrun ended 2.2 s after its ranks were done with a normal
-    exit, 0.4 s with this), paid by every case of a sweep for nothing. A failure never gets
-    here: its exception unwinds normally, with its traceback."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)

@@ -1,6 +1,7 @@
-"""A rank dies with its parent (no torch): if torchrun is SIGKILLed, the kernel sends each rank
-SIGTERM (Linux `prctl(PR_SET_PDEATHSIG)`), which the rank turns into its final record, instead
-of leaving it orphaned and holding its GPU."""
+"""How a case's processes end (no torch): a rank dies with its parent (if torchrun is SIGKILLed,
+the kernel sends each rank SIGTERM through Linux `prctl(PR_SET_PDEATHSIG)`, which the rank turns
+into its final record, instead of leaving it orphaned and holding its GPU), and a process whose
+work is on disk leaves without the interpreter's teardown."""
 
 from __future__ import annotations
 
@@ -27,3 +28,14 @@ def die_with_parent(sig: int = signal.SIGTERM) -> bool:
     if parent == 1 or os.getppid() != parent:  # the parent died before prctl took effect
         os.kill(os.getpid(), sig)
     return True
+
+
+def exit_now(code: int) -> None:
+    """Leave without the interpreter's teardown. The record is on disk and the process group is
+    gone by now; what remains is freeing torch and dynamo module state, which costs about 1.5 s
+    per rank on a CPU (measured: torchrun ended 2.2 s after its ranks were done with a normal
+    exit, 0.4 s with this), paid by every case of a sweep for nothing. A failure never gets
+    here: its exception unwinds normally, with its traceback."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

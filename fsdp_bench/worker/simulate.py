@@ -42,4 +42,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from fsdp_bench.worker.lifetime import exit_now
+
+    exit_now(main())  # a failure raises out of main() with its traceback; success skips teardown
