@@ -77,6 +77,9 @@ class Case:
     simulate: bool = False
     profile: bool = False  # torch.profiler over extra untimed steps: communication breakdown + trace
     memory_snapshot: bool = False  # CUDA allocator history snapshot per rank (memory_viz pickle)
+    # The untimed probe steps after the measured ones (FLOP counter, measured model state,
+    # MemTracker breakdown, and on CPU the peak); off saves their steps on big models.
+    probes: bool = True
 
     def __post_init__(self) -> None:
         validate_case(self)
@@ -129,7 +132,7 @@ class Case:
 # what is being compared, and resuming a run must find the same ids.
 _ID_AXES = frozenset({"strategy", "model", "nproc", "batch_size", "grad_accum", "optimizer_timing"})
 _NOT_IN_ID = frozenset({"steps", "warmup", "device", "pg_timeout_s", "suite", "scaled_down", "profile",
-                        "memory_snapshot"})
+                        "memory_snapshot", "probes"})
 _ID_PREFIX = {"seq_len": "sl", "seed": "seed", "lr": "lr", "precision": "", "act_ckpt": "ac",
               "compile": "compiled", "optimizer_impl": "adamw_", "grad_clip": "clip", "wrap_policy": "wrap_",
               "min_num_params": "mnp", "forward_prefetch": "fwdpf", "backward_prefetch": "bwdpf_",
@@ -194,7 +197,7 @@ def validate_case(case: Case) -> None:
         replicate, shard = parse_mesh(case.mesh)
         if replicate * shard != case.nproc:
             raise CaseError(f"mesh {case.mesh} has {replicate * shard} ranks but the case has {case.nproc}")
-    for name in ("profile", "memory_snapshot"):
+    for name in ("profile", "memory_snapshot", "probes"):
         if not isinstance(getattr(case, name), bool):
             raise CaseError(f"{name} must be true or false, got {getattr(case, name)!r}")
     flavor = MODEL_FLAVORS.get(case.model)

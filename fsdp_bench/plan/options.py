@@ -75,6 +75,7 @@ class Sweep:
     simulate_world_sizes: tuple[int, ...] = ()  # non-empty: simulate rank 0 at these world sizes
     profile: bool = _CASE_DEFAULTS["profile"]
     memory_snapshot: bool = _CASE_DEFAULTS["memory_snapshot"]
+    skip_probes: bool = not _CASE_DEFAULTS["probes"]
     extra: Mapping[str, Any] = field(default_factory=dict)
     knobs: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)  # training knobs crossed as axes
     data: str = _CASE_DEFAULTS["data"]
@@ -109,7 +110,7 @@ class Sweep:
                 base={"model": model, "seq_len": self.seq_len, "steps": self.steps, "warmup": self.warmup,
                       "device": device, "nproc": nproc, "pg_timeout_s": self.process_group_timeout_s(),
                       "data": self.data, "profile": self.profile, "memory_snapshot": self.memory_snapshot,
-                      **({"simulate": True} if simulate else {}), **self.extra},
+                      "probes": not self.skip_probes, **({"simulate": True} if simulate else {}), **self.extra},
                 knobs=self.knobs,
             )
             for model in self.models
@@ -139,7 +140,7 @@ class Sweep:
         for world, simulate in worlds:
             settings = SuiteSettings(device=device, nproc=world, steps=self.steps, warmup=self.warmup,
                                      pg_timeout_s=self.process_group_timeout_s(), data=self.data)
-            cases += [c.replace(profile=self.profile, memory_snapshot=self.memory_snapshot,
+            cases += [c.replace(profile=self.profile, memory_snapshot=self.memory_snapshot, probes=not self.skip_probes,
                                 **({"simulate": True} if simulate else {}))
                       for c in suite_cases(name, settings)]
         check_unique_ids(cases)
@@ -402,11 +403,14 @@ OPTIONS: dict[str, tuple[str, Callable[[str, str], Any], str]] = {
                 "(total, exposed), compute, optimizer and host time per step; TensorBoard trace in the case folder"),
     "memory-snapshot": ("memory_snapshot", _switch, "CUDA only: record allocator history and write a "
                         "memory_viz snapshot pickle per rank in the case folder"),
+    "no-probes": ("skip_probes", _switch, "skip the 2 untimed probe steps after the measured ones: no FLOP "
+                  "counter (MFU still from the formula), no measured model state, no memory breakdown, and on "
+                  "CPU no peak memory; saves their time on big models"),
 }
 
 # Options that are switches: the pytest flag alone means "on" (`--bench-profile`); parse_sweep
 # also takes on/off text for them (what the flag stores, and what other callers may pass).
-SWITCH_OPTIONS = frozenset({"profile", "memory-snapshot"})
+SWITCH_OPTIONS = frozenset({"profile", "memory-snapshot", "no-probes"})
 
 
 def parse_sweep(raw: Mapping[str, str | None], *, no_report: bool = False) -> Sweep:

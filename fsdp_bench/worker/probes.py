@@ -152,6 +152,9 @@ def fold_breakdown(by_category: dict[str, int]) -> dict[str, int]:
     return out
 
 
+PROBES_OFF = "probe steps not run (--bench-no-probes)"
+
+
 def memtracker_refusal(model: torch.nn.Module) -> str | None:
     """Why torch's MemTracker cannot follow this model (None: it can).
 
@@ -211,14 +214,18 @@ def _probe_flops_and_state(case: Case, model, optimizer, step: Callable[[], Any]
 
     flops = record["flops"]
     measured: dict[str, int] = {}
-    try:
-        counted = count_step_flops(lambda: measured.update(measure_model_state_after_step(step, optimizer, model)))
-    except torch.OutOfMemoryError as exc:  # a probe's OOM is the probe's, never the case's
-        release_after_oom(device)
-        reason = f"OOM in the FLOP/model-state probe step: {str(exc)[:300]}"
-        flops["counter_null_reason"] = reason
-        record["measured_model_state_null_reason"] = reason
-        counted, measured = 0, {}
+    if not case.probes:
+        counted = 0
+        flops["counter_null_reason"] = record["measured_model_state_null_reason"] = PROBES_OFF
+    else:
+        try:
+            counted = count_step_flops(lambda: measured.update(measure_model_state_after_step(step, optimizer, model)))
+        except torch.OutOfMemoryError as exc:  # a probe's OOM is the probe's, never the case's
+            release_after_oom(device)
+            reason = f"OOM in the FLOP/model-state probe step: {str(exc)[:300]}"
+            flops["counter_null_reason"] = reason
+            record["measured_model_state_null_reason"] = reason
+            counted, measured = 0, {}
     tokens_per_rank_step = case.batch_size * case.grad_accum * case.seq_len
     flops["counter_per_step"] = counted or None
     flops["per_token_counter"] = counted / tokens_per_rank_step if counted else None
@@ -243,7 +250,7 @@ def run_probes(case: Case, model, optimizer, train_step: Callable[..., Any], *, 
     _probe_flops_and_state(case, model, optimizer, step, record=record, device=device, rank=rank)
     record["prediction"] = predicted_memory(case, record["world_size"], rank)
 
-    refusal = memtracker_refusal(model)
+    refusal = memtracker_refusal(model) if case.probes else PROBES_OFF
     if refusal is None:
         try:
             tracked = track_step_memory(train_step, [model], optimizer)
