@@ -143,9 +143,9 @@ def record_benchmark_stats(benchmark: Any, case: Case, result: dict[str, Any]) -
     """Feed the case's measured per-step times to pytest-benchmark, so --benchmark-json,
     --benchmark-autosave and `pytest-benchmark compare` see real step times, not a re-timing
     of the parent waiting on torchrun."""
-    from fsdp_bench.analysis.stats import slowest_rank_step_times
+    from fsdp_bench.analysis.repeats import pooled_step_times
 
-    times = slowest_rank_step_times(r["step_times_s"] for r in result["ranks"] if r.get("step_times_s"))
+    times = pooled_step_times(result)  # every repeat's, with --bench-repeats
     benchmark.extra_info.update(
         {"case_id": case.id, **case.to_dict(),
          **{k: v for k, v in (result.get("metrics") or {}).items() if isinstance(v, (int, float, str, bool))}}
@@ -185,7 +185,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     sweep = config.stash.get(_SWEEP_KEY, None)
     if not cases or sweep is None or config.option.collectonly:
         return
-    estimate = estimate_sweep(cases)
+    estimate = estimate_sweep(cases, repeats=sweep.repeats)
     refusal = None if sweep.allow_slow_cpu else slow_cpu_line(estimate)
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     if refusal is not None:
@@ -220,6 +220,9 @@ def progress_line(i: int, total: int, case_id: str, result: dict[str, Any], elap
         cv = metrics.get("step_time_cv_pct")
         if isinstance(cv, (int, float)) and cv > NOISY_CV_PCT:
             parts.append(f"NOISY (CV {cv:.0f}%)")
+        spread = metrics.get("repeat_spread_pct")
+        if isinstance(spread, (int, float)):
+            parts.append(f"{metrics.get('repeats')} repeats, medians spread {spread:.0f}%")
     parts.append(f"elapsed {_duration(elapsed_s)}")
     if i < total:
         parts.append(f"ETA {_duration(elapsed_s / i * (total - i))}")

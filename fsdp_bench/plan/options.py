@@ -80,6 +80,7 @@ class Sweep:
     data: str = _CASE_DEFAULTS["data"]
     suite: str | None = None
     allow_slow_cpu: bool = False  # run CPU cases whose first step is estimated over a minute
+    repeats: int = 1  # each case run this many times, each in a fresh process tree
 
     def fingerprint(self) -> dict[str, Any]:
         """The settings that decide what the cases measure, where they differ from the defaults,
@@ -403,6 +404,9 @@ OPTIONS: dict[str, tuple[str, Callable[[str, str], Any], str]] = {
                 "(total, exposed), compute, optimizer and host time per step; TensorBoard trace in the case folder"),
     "memory-snapshot": ("memory_snapshot", _switch, "CUDA only: record allocator history and write a "
                         "memory_viz snapshot pickle per rank in the case folder"),
+    "repeats": ("repeats", _positive_int, "run each case this many times, each in a fresh torchrun; the step "
+                "times of all repeats make the case's statistics, the report shows the spread between "
+                "repeats (default: 1)"),
     "allow-slow-cpu": ("allow_slow_cpu", _switch, "start a CPU sweep even when a case's first step is estimated "
                        "over a minute (fsdp_bench/analysis/duration.py); without it such a sweep stops before any case"),
 }
