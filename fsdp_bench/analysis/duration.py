@@ -38,7 +38,7 @@ DEVICE_FLOPS = {"cpu": 10e9, "cuda": 20e12}  # per rank, see the module docstrin
 CASE_FIXED_S = {"cpu": 8.0, "cuda": 20.0}  # start-up and teardown of one case's process tree
 MICRO_STEP_OVERHEAD_S = {"cpu": 0.05, "cuda": 0.01}  # Python, collectives and optimizer per micro-step
 PROBE_STEP_EQUIVALENTS = 3  # FLOP-counter step + MemTracker step (about twice a plain one)
-PROFILE_STEPS = 2  # worker.probes.PROFILE_STEPS: profiled steps when --bench-profile is on
+PROFILE_STEPS = 3  # --bench-profile: worker.probes.PROFILE_STEPS recorded + 1 profiler warmup step
 FIRST_STEP_LIMIT_S = 60.0  # CPU: a first step estimated longer than this stops the sweep
 
 
