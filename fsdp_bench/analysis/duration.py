@@ -10,13 +10,15 @@ with the one FLOPs formula of `analysis.flops` (6 N + 12 L H Q T; here N is ever
 embeddings included: an upper bound, so the estimate errs long).
 
 The device rates are documented figures, not measurements of this machine:
-- CPU: 10 GFLOP/s per rank. CPU ranks run one thread each (OMP_NUM_THREADS=1). Measured on a
-  2-core x86 VM: GPT-2 124M at 2 x 1024 tokens per rank took 129 s for its first step, 13.6
-  GFLOP/s; 10 rounds that down, so CPU estimates err long.
+- CPU: 10 GFLOP/s per rank. CPU ranks run one thread each (OMP_NUM_THREADS=1). On the project's
+  2-core x86 VM GPT-2 124M at 2 x 1024 tokens per rank took 129 s for its first step (reported in
+  issue 16), 13.6 GFLOP/s; 10 rounds that down, so CPU estimates err long.
 - CUDA: 20 TFLOP/s per GPU, a conservative fp32/bf16 mix for the GPUs in the peak table; the
   estimate is a hint of the order of magnitude on GPUs.
-The fixed costs (8 s per case on CPU) and per-micro-step overheads (50 ms on CPU) were read off
-tiny sweeps (gpt_tiny, 2 gloo ranks) on the same VM.
+The fixed cost (7 s per case on CPU; 5.8-8.5 s measured) and the overhead per micro-step (50 ms
+on CPU; tiny models' steps take 10-70 ms) were read off tiny sweeps (gpt_tiny, 2 gloo ranks) on
+the same VM. A model between tiny and GPT-2 runs faster than 10 GFLOP/s on CPU (gpt_small: 0.41 s
+measured for a 1.5 s estimate), so estimates for such models err long too.
 
 The guard: on CPU, a case whose FIRST optimizer step is estimated over FIRST_STEP_LIMIT_S is a
 mistake far more often than a plan (a GPU-sized model left on the CPU default), so the sweep
@@ -35,7 +37,7 @@ from fsdp_bench.plan.case import Case
 from fsdp_bench.plan.flavors import flavor_for, load_config_dict
 
 DEVICE_FLOPS = {"cpu": 10e9, "cuda": 20e12}  # per rank, see the module docstring
-CASE_FIXED_S = {"cpu": 8.0, "cuda": 20.0}  # start-up and teardown of one case's process tree
+CASE_FIXED_S = {"cpu": 7.0, "cuda": 20.0}  # start-up and teardown of one case's process tree
 MICRO_STEP_OVERHEAD_S = {"cpu": 0.05, "cuda": 0.01}  # Python, collectives and optimizer per micro-step
 PROBE_STEP_EQUIVALENTS = 3  # FLOP-counter step + MemTracker step (about twice a plain one)
 PROFILE_STEPS = 3  # --bench-profile: worker.probes.PROFILE_STEPS recorded + 1 profiler warmup step
