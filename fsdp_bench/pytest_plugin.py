@@ -143,9 +143,9 @@ def record_benchmark_stats(benchmark: Any, case: Case, result: dict[str, Any]) -
     """Feed the case's measured per-step times to pytest-benchmark, so --benchmark-json,
     --benchmark-autosave and `pytest-benchmark compare` see real step times, not a re-timing
     of the parent waiting on torchrun."""
-    from fsdp_bench.analysis.stats import slowest_rank_step_times
+    from fsdp_bench.analysis.repeats import pooled_step_times
 
-    times = slowest_rank_step_times(r["step_times_s"] for r in result["ranks"] if r.get("step_times_s"))
+    times = pooled_step_times(result)  # every repeat's, with --bench-repeats
     benchmark.extra_info.update(
         {"case_id": case.id, **case.to_dict(),
          **{k: v for k, v in (result.get("metrics") or {}).items() if isinstance(v, (int, float, str, bool))}}
@@ -167,11 +167,31 @@ def record_benchmark_stats(benchmark: Any, case: Case, result: dict[str, Any]) -
 _NOT_TRAINED = {"before_shard": "optimizer built before sharding: parameters never changed"}
 
 
+def _cases_to_run(items: list[pytest.Item]) -> list[Case]:
+    """The collected cases that will launch (collection-time skips excluded)."""
+    return [item.callspec.params["bench_case"] for item in items
+            if "bench_case" in getattr(item, "fixturenames", ()) and item.get_closest_marker("skip") is None
+            and hasattr(item, "callspec") and "bench_case" in item.callspec.params]
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """How many cases will run, for the [i/N] progress lines (collection-time skips excluded)."""
-    total = sum("bench_case" in getattr(i, "fixturenames", ()) and i.get_closest_marker("skip") is None
-                for i in session.items)
-    session.config.stash[_PROGRESS_KEY] = {"total": total, "done": 0, "start": None}
+    """How many cases will run, for the [i/N] progress lines; the duration estimate, and the
+    slow-CPU guard that stops the sweep before its first case."""
+    from fsdp_bench.analysis.duration import estimate_line, estimate_sweep, slow_cpu_line
+
+    config = session.config
+    cases = _cases_to_run(session.items)
+    config.stash[_PROGRESS_KEY] = {"total": len(cases), "done": 0, "start": None}
+    sweep = config.stash.get(_SWEEP_KEY, None)
+    if not cases or sweep is None or config.option.collectonly:
+        return
+    estimate = estimate_sweep(cases, repeats=sweep.repeats)
+    refusal = None if sweep.allow_slow_cpu else slow_cpu_line(estimate)
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if refusal is not None:
+        raise pytest.UsageError(refusal)
+    if reporter is not None:
+        reporter.write_line(estimate_line(estimate))
 
 
 def _duration(seconds: float) -> str:
@@ -200,10 +220,26 @@ def progress_line(i: int, total: int, case_id: str, result: dict[str, Any], elap
         cv = metrics.get("step_time_cv_pct")
         if isinstance(cv, (int, float)) and cv > NOISY_CV_PCT:
             parts.append(f"NOISY (CV {cv:.0f}%)")
+        spread = metrics.get("repeat_spread_pct")
+        if isinstance(spread, (int, float)):
+            parts.append(f"{metrics.get('repeats')} repeats, medians spread {spread:.0f}%")
     parts.append(f"elapsed {_duration(elapsed_s)}")
     if i < total:
         parts.append(f"ETA {_duration(elapsed_s / i * (total - i))}")
     return "  ".join(parts)
+
+
+_LIVE_KEY = pytest.StashKey[set]()  # node ids whose outcome the live [i/N] line already showed
+
+
+def _write_line_keeping_file(reporter: Any, line: str) -> None:
+    """`line` on a line of its own, without making pytest reprint the module's name before the
+    next test (`write_line` forgets the current file, so the name came back after every line)."""
+    current = reporter.currentfspath
+    if reporter._tw.width_of_current_line:
+        reporter._tw.line()
+    reporter._tw.line(line)
+    reporter.currentfspath = current
 
 
 def _write_live(config: pytest.Config, line: str) -> None:
@@ -213,20 +249,30 @@ def _write_live(config: pytest.Config, line: str) -> None:
     if reporter is None:
         return
     if capture is None:
-        reporter.ensure_newline()
-        reporter.write_line(line)
+        _write_line_keeping_file(reporter, line)
         return
     with capture.global_and_fixture_disabled():
-        reporter.ensure_newline()
-        reporter.write_line(line)
+        _write_line_keeping_file(reporter, line)
 
 
-def _report_progress(config: pytest.Config, session: SweepSession, case: Case, result: dict[str, Any]) -> None:
+@pytest.hookimpl(wrapper=True)
+def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config):
+    """Without -v, a case whose [i/N] line is already on screen prints no progress letter after
+    it (a lone `.` under each line); the outcome still counts, and -v still shows PASSED."""
+    category, letter, word = yield
+    shown = config.stash.get(_LIVE_KEY, set())
+    if report.when == "call" and report.nodeid in shown and config.get_verbosity() <= 0:
+        return category, "", word
+    return category, letter, word
+
+
+def _report_progress(config: pytest.Config, node_id: str, case: Case, result: dict[str, Any]) -> None:
     progress = config.stash.get(_PROGRESS_KEY, None)
     if progress is None or progress["start"] is None:
         return
     progress["done"] += 1
     total = max(progress["total"], progress["done"])
+    config.stash.setdefault(_LIVE_KEY, set()).add(node_id)
     _write_live(config, progress_line(progress["done"], total, case.id, result, time.monotonic() - progress["start"]))
 
 
@@ -253,7 +299,7 @@ def bench_run(request: pytest.FixtureRequest, benchmark: Any):
             pytest.exit(f"fsdp-bench: {exc}", returncode=3)
         except SessionError as exc:
             raise pytest.UsageError(str(exc)) from None
-        _report_progress(request.config, session, case, result)
+        _report_progress(request.config, request.node.nodeid, case, result)
         record_benchmark_stats(benchmark, case, result)
         status, reason = result["status"], result.get("reason", "")
         if status == "skipped":

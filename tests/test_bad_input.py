@@ -25,6 +25,8 @@ BAD_OPTIONS = [
     ({"nproc": "0"}, "--bench-nproc: '0' is not a positive integer"),
     ({"timeout": "0"}, "--bench-timeout: '0' is not a positive number of seconds"),
     ({"timeout": "soon"}, "--bench-timeout: 'soon' is not a positive number of seconds"),
+    ({"repeats": "0"}, "--bench-repeats: '0' is not a positive integer"),
+    ({"allow-slow-cpu": "maybe"}, "--bench-allow-slow-cpu: 'maybe' is not on/off"),
     ({"kill-grace": "-3"}, "--bench-kill-grace: '-3' is not a number of seconds between 0 and 3600"),
     ({"strategies": "ddp,zero9"}, "--bench-strategies: unknown value 'zero9'; choose from ddp, fsdp1_full_shard"),
     ({"optimizer-timing": "never"}, "--bench-optimizer-timing: unknown value 'never'; choose from after_shard"),

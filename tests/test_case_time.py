@@ -31,3 +31,15 @@ def test_results_without_timestamps_give_no_split():
 def test_sweep_split_sums_cases():
     rows = [{"time_launch_s": 1.0, "time_train_s": 2.0}, {"time_launch_s": 3.0, "time_exit_s": None}]
     assert sweep_time_split(rows) == {"launch": 4.0, "setup": 0.0, "train": 2.0, "probes": 0.0, "exit": 0.0}
+
+
+def test_a_case_run_as_repeats_sums_their_splits():
+    from fsdp_bench.analysis.case_time import summed_time_split
+
+    first = _result(init=102.0, measure=104.0, end=108.0)  # 10 s: launch 2, setup 2, train 4, exit 2
+    second = {**_result(init=101.0, measure=105.0, end=109.0), "launched_unix": 100.0, "finished_unix": 110.0}
+    summed = summed_time_split([first, second])
+    assert summed == pytest.approx({"time_launch_s": 3.0, "time_setup_s": 6.0, "time_train_s": 8.0,
+                                    "time_probes_s": 0.0, "time_exit_s": 3.0})
+    assert case_time_split({"time_split_s": summed, **first}) == summed
+    assert summed_time_split([first, {"ranks": []}]) == {}

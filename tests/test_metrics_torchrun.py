@@ -103,6 +103,34 @@ def test_exposed_comm_between_zero_and_total(results, tmp_path):
     assert results["fsdp2"]["metrics"]["comm_all_gather_s_per_step"] > 0
 
 
+def _trace_dir(results, strategy: str):
+    return results["_run"] / "cases" / results[strategy]["case_id"] / "tb_profile"
+
+
+def test_trace_has_a_profiler_step_per_profiled_step(results):
+    """torch.profiler's schedule marks each profiled step `ProfilerStep#N` (TensorBoard and HTA
+    split a trace into steps by them); the profiler's warmup step is not in the trace."""
+    import json
+
+    for strategy in ("ddp", "fsdp2"):
+        for rank in results[strategy]["ranks"]:
+            (trace,) = _trace_dir(results, strategy).glob(f"rank{rank['rank']}.*.pt.trace.json")
+            events = json.loads(trace.read_text())["traceEvents"]
+            steps = sorted(e["name"] for e in events if e.get("name", "").startswith("ProfilerStep#"))
+            assert steps == ["ProfilerStep#1", "ProfilerStep#2"], (strategy, steps)
+            assert rank["profile"]["steps_profiled"] == 2
+
+
+def test_holistic_trace_analysis_finds_the_steps(results):
+    trace_analysis = pytest.importorskip(
+        "hta.trace_analysis", reason="HolisticTraceAnalysis is not installed: pip install -e '.[trace]'")
+    # HTA drops the last ProfilerStep by default (on GPUs its kernels may be cut off); ours ends synchronized
+    analysis = trace_analysis.TraceAnalysis(trace_dir=str(_trace_dir(results, "fsdp2")), include_last_profiler_step=True)
+    assert sorted(analysis.t.get_all_traces()) == [0, 1]
+    for rank in (0, 1):
+        assert [int(i) for i in analysis.t.get_iterations(rank)] == [1, 2]
+
+
 def test_update_norms_and_params_changed(results):
     for strategy, res in _cases(results).items():
         for rank in res["ranks"]:

@@ -1,5 +1,5 @@
 """Issue #16, a sweep you can watch, checked on a real tiny sweep (2 cases, 2 gloo ranks each):
-the run folder up front, one [i/N] line per finished case without -v, a case that did not train
+the duration estimate and the run folder up front, one [i/N] line per finished case without -v, a case that did not train
 reported as xfail, like-for-like pytest-benchmark groups, and a short summary at the end."""
 
 from __future__ import annotations
@@ -39,6 +39,10 @@ def test_progress_lines_and_summary(sweep):
     out = proc.stdout
     assert proc.returncode == 0, out[-3000:] + proc.stderr[-3000:]
     assert re.search(r"fsdp-bench: 2 case\(s\); run folder \S*results/", out), out
+    assert re.search(r"fsdp-bench: estimated duration \d+m\d\ds for 2 case\(s\)", out), out
+    # clean live lines: the module's name once, no lone progress letters under the [i/N] lines
+    assert sum(line.startswith("test_sweep.py ") for line in out.splitlines()) == 1, out
+    assert not [line for line in out.splitlines() if line.strip() in (".", "x", "F")], out
     lines = [line for line in out.splitlines() if re.match(r"\[\d/2\] ", line)]
     assert len(lines) == 2, out
     after = next(line for line in lines if "opt_after" in line)

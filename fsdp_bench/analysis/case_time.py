@@ -31,7 +31,9 @@ def time_split_columns() -> list[str]:
 
 def case_time_split(result: Mapping[str, Any]) -> dict[str, float]:
     """`time_<part>_s` for each part, or {} when the result lacks the timestamps (an old run, a
-    case whose rank 0 never started)."""
+    case whose rank 0 never started). A case run as several repeats carries the sum of theirs."""
+    if "time_split_s" in result:
+        return dict(result["time_split_s"] or {})
     launched, finished = result.get("launched_unix"), result.get("finished_unix")
     ranks = result.get("ranks") or []
     starts = next((r.get("stage_started_unix") for r in ranks if r.get("rank") == 0), None)
@@ -47,6 +49,14 @@ def case_time_split(result: Mapping[str, Any]) -> dict[str, float]:
     for (start, stage), end in zip(ordered, ends):
         split[PART_OF_STAGE[stage]] += end - start
     return {f"time_{part}_s": max(seconds, 0.0) for part, seconds in split.items()}
+
+
+def summed_time_split(results) -> dict[str, float]:
+    """The split of several runs of one case (its repeats), part by part; {} if one lacks it."""
+    splits = [case_time_split(r) for r in results]
+    if not splits or not all(splits):
+        return {}
+    return {key: sum(split[key] for split in splits) for key in splits[0]}
 
 
 def sweep_time_split(rows: list[Mapping[str, Any]]) -> dict[str, float]:

@@ -73,13 +73,14 @@ def _node_local_ranks(ranks: list[dict[str, Any]], local: int) -> list[int]:
     return sorted(r["rank"] for r in ranks) if ranks else list(range(local))
 
 
-def _collect_ranks(case: Case, run: RunLayout, launch: Launch) -> tuple[list[dict[str, Any]], list[int], str]:
+def _collect_ranks(case: Case, run: RunLayout, launch: Launch,
+                   repeat: int | None = None) -> tuple[list[dict[str, Any]], list[int], str]:
     """All rank records of a case this node can see, the ranks it expects, and a note.
 
     Node 0 of a multi-node case also reads the other nodes' folders; when those are not
     visible (no shared filesystem) it expects only its own ranks and says so.
     """
-    own = run.case_dir(case.id, launch.node_rank)
+    own = run.case_dir(case.id, launch.node_rank, repeat)
     if case.simulate:
         return _read_ranks([own], 1), [0], ""
     if not launch.multi_node:
@@ -88,7 +89,7 @@ def _collect_ranks(case: Case, run: RunLayout, launch: Launch) -> tuple[list[dic
     if not launch.owns_results:
         ranks = _read_ranks([own], case.nproc)
         return ranks, _node_local_ranks(ranks, local), ""
-    dirs = run.case_dirs(case.id, launch.nnodes)
+    dirs = run.case_dirs(case.id, launch.nnodes, repeat)
     deadline = time.monotonic() + REMOTE_RANK_WAIT_S
     while True:
         ranks = _read_ranks(dirs, case.nproc)
@@ -115,8 +116,9 @@ def _tail(path: Path, chars: int = LOG_TAIL_CHARS) -> str:
 
 
 def run_case(case: Case, run_dir: Path, *, timeout_s: float, env: dict[str, str] | None = None,
-             grace_s: float = TORCHRUN_GRACE_S, launch: Launch = Launch()) -> dict[str, Any]:
+             grace_s: float = TORCHRUN_GRACE_S, launch: Launch = Launch(), repeat: int | None = None) -> dict[str, Any]:
     """Run one case in a fresh torchrun and save its merged result; returns that result.
+    With `repeat`, it is that repeat of the case, in the repeat's own folder and result file.
 
     On a node other than node 0 of a multi-node sweep, the node's own summary goes to its
     node folder instead (the merged result is node 0's to write, once).
@@ -126,13 +128,13 @@ def run_case(case: Case, run_dir: Path, *, timeout_s: float, env: dict[str, str]
     result: `--bench-resume` sets its folder aside and runs it again.
     """
     run = RunLayout(Path(run_dir).resolve())
-    work = run.case_dir(case.id, launch.node_rank)
+    work = run.case_dir(case.id, launch.node_rank, repeat)
     work.path.mkdir(parents=True, exist_ok=False)
     write_json_atomic(work.case_file, case.to_dict())
     started = {"monotonic": time.monotonic(), "utc": utc_now(), "unix": time.time()}
     returncode, timed_out, leftover = _launch_and_wait(case, work, timeout_s=timeout_s, env=env,
                                                        grace_s=grace_s, launch=launch)
-    ranks, expected, note = _collect_ranks(case, run, launch)
+    ranks, expected, note = _collect_ranks(case, run, launch, repeat)
     log_tail = _tail(work.log_file, CLASSIFY_TAIL_CHARS)
     outcome = classify_outcome(returncode=returncode, timed_out=timed_out, ranks=ranks,
                                world_size=len(expected), log_tail=log_tail, timeout_s=timeout_s,
@@ -144,7 +146,9 @@ def run_case(case: Case, run_dir: Path, *, timeout_s: float, env: dict[str, str]
     if launch.multi_node:
         result["launch"] = {"nnodes": launch.nnodes, "node_rank": launch.node_rank,
                             "rdzv_endpoint": launch.rdzv_endpoint, "run_id": launch.run_id, "note": note}
-    write_json_atomic(run.result_file(case.id, launch.node_rank), result)
+    if repeat is not None:
+        result["repeat"] = repeat
+    write_json_atomic(run.result_file(case.id, launch.node_rank, repeat), result)
     return result
 
 

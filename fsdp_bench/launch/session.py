@@ -149,9 +149,14 @@ class SweepSession:
         from fsdp_bench.launch.runner import run_case
 
         run = self.layout
-        previous = self._previous_result(run, case) if self.launch.owns_results else None
+        repeats = self.sweep.repeats
+        previous = self._previous_result(run, case, repeats) if self.launch.owns_results else None
         if previous is not None and previous["status"] == "ok":
             result = previous  # resumed: an ok case is never re-run
+        elif repeats > 1:
+            if previous is not None:  # the merged result only: its ok repeats are kept
+                _set_aside(run, case.id, with_dir=False)
+            result = self._run_repeats(run, case)
         else:
             check_free_space(run.root)
             if previous is not None:
@@ -161,12 +166,35 @@ class SweepSession:
         self.results.append(result)
         return result
 
+    def _run_repeats(self, run: RunLayout, case: Case) -> dict[str, Any]:
+        """Each repeat in its own fresh torchrun and folder; an ok repeat from an earlier attempt
+        is kept, others are set aside and run again; the first repeat that is not ok ends the case."""
+        from fsdp_bench.analysis.repeats import merge_repeats
+        from fsdp_bench.launch.runner import run_case
+
+        results = []
+        for repeat in range(1, self.sweep.repeats + 1):
+            done = _load_or_none(run.result_file(case.id, repeat=repeat)) if self.launch.owns_results else None
+            if done is None or done["status"] != "ok":
+                check_free_space(run.root)
+                if run.case_dir(case.id, repeat=repeat).path.exists() or done is not None:
+                    _set_aside(run, case.id, repeat=repeat)
+                done = run_case(case, run.root, timeout_s=self.sweep.timeout_s, grace_s=self.sweep.kill_grace_s,
+                                launch=self.launch, repeat=repeat)
+            results.append(done)
+            if done["status"] != "ok":
+                break
+        merged = merge_repeats(results)
+        write_json_atomic(run.result_file(case.id, self.launch.node_rank), merged)
+        return merged
+
     @staticmethod
-    def _previous_result(run: RunLayout, case: Case) -> dict[str, Any] | None:
-        """Node R > 0 keeps no merged results and never resumes, so only node 0 asks this."""
+    def _previous_result(run: RunLayout, case: Case, repeats: int = 1) -> dict[str, Any] | None:
+        """Node R > 0 keeps no merged results and never resumes, so only node 0 asks this.
+        With repeats, a case folder without a merged result holds the repeats done so far: kept."""
         path = run.result_file(case.id)
         if not path.exists():
-            if run.case_dir(case.id).path.exists():
+            if run.case_dir(case.id).path.exists() and repeats == 1:
                 _set_aside(run, case.id)  # an interrupted attempt without a result
             return None
         try:
@@ -188,14 +216,26 @@ def _named_run_dir(path: Path, owner: bool) -> Path:
     return path
 
 
-def _set_aside(run: RunLayout, case_id: str) -> None:
-    """Keep an earlier non-ok attempt under cases/.attempts/ instead of overwriting it."""
+def _load_or_none(path: Path) -> dict[str, Any] | None:
+    if not path.exists():
+        return None
+    try:
+        return load_case_result(path)
+    except ResultError:
+        return {"status": "failed"}
+
+
+def _set_aside(run: RunLayout, case_id: str, *, repeat: int | None = None, with_dir: bool = True) -> None:
+    """Keep an earlier non-ok attempt (of the case, or of one repeat) under cases/.attempts/
+    instead of overwriting it. `with_dir=False`: the merged result only, the repeats stay."""
     run.attempts_dir.mkdir(exist_ok=True)
+    name = case_id if repeat is None else run.repeat_attempt_name(case_id, repeat)
     n = 1
-    while run.attempt_dir(case_id, n).exists():
+    while run.attempt_dir(name, n).exists():
         n += 1
-    dest = run.attempt_dir(case_id, n)
+    dest = run.attempt_dir(name, n)
     dest.mkdir()
-    for src in (run.case_dir(case_id).path, run.result_file(case_id)):
+    sources = [run.case_dir(case_id, repeat=repeat).path] if with_dir else []
+    for src in (*sources, run.result_file(case_id, repeat=repeat)):
         if src.exists():
             shutil.move(str(src), str(dest / src.name))

@@ -30,7 +30,7 @@ _CASE_DEFAULTS = {f.name: f.default for f in fields(Case) if f.name != "strategy
 
 # how cases run or where results go, not what they measure: a resume may change these
 _NOT_MEASURED = frozenset({"timeout_s", "kill_grace_s", "results_dir", "resume", "report", "nnodes", "node_rank",
-                           "rdzv_endpoint", "run_id"})
+                           "rdzv_endpoint", "run_id", "allow_slow_cpu"})
 
 
 def _jsonable(value: Any) -> Any:
@@ -80,6 +80,8 @@ class Sweep:
     knobs: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)  # training knobs crossed as axes
     data: str = _CASE_DEFAULTS["data"]
     suite: str | None = None
+    allow_slow_cpu: bool = False  # run CPU cases whose first step is estimated over a minute
+    repeats: int = 1  # each case run this many times, each in a fresh process tree
 
     def fingerprint(self) -> dict[str, Any]:
         """The settings that decide what the cases measure, where they differ from the defaults,
@@ -406,11 +408,16 @@ OPTIONS: dict[str, tuple[str, Callable[[str, str], Any], str]] = {
     "no-probes": ("skip_probes", _switch, "skip the 2 untimed probe steps after the measured ones: no FLOP "
                   "counter (MFU still from the formula), no measured model state, no memory breakdown, and on "
                   "CPU no peak memory; saves their time on big models"),
+    "repeats": ("repeats", _positive_int, "run each case this many times, each in a fresh torchrun; the step "
+                "times of all repeats make the case's statistics, the report shows the spread between "
+                "repeats (default: 1)"),
+    "allow-slow-cpu": ("allow_slow_cpu", _switch, "start a CPU sweep even when a case's first step is estimated "
+                       "over a minute (fsdp_bench/analysis/duration.py); without it such a sweep stops before any case"),
 }
 
 # Options that are switches: the pytest flag alone means "on" (`--bench-profile`); parse_sweep
 # also takes on/off text for them (what the flag stores, and what other callers may pass).
-SWITCH_OPTIONS = frozenset({"profile", "memory-snapshot", "no-probes"})
+SWITCH_OPTIONS = frozenset({"profile", "memory-snapshot", "no-probes", "allow-slow-cpu"})
 
 
 def parse_sweep(raw: Mapping[str, str | None], *, no_report: bool = False) -> Sweep:

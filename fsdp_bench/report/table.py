@@ -41,6 +41,7 @@ REPORT_COLUMNS = (
     ("peak_reserved_gib", "peak reserved (GiB)"), ("peak_rss_gib", "peak RSS (GiB)"),
     ("mfu_pct", "MFU (%)"), ("comm_exposed_s_per_step", "exposed comm (s/step)"),
     ("effective_sharding", "sharding done"), ("loss_first", "loss first"), ("loss_last", "loss last"), ("params_changed", "params changed"),
+    ("repeats", "repeats"), ("repeat_spread_pct", "spread between repeats (%)"),
     ("rank_in_group", "rank (same work)"),
 )
 

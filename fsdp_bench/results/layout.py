@@ -6,7 +6,10 @@
       sweep.json                    the settings the cases were measured with (node 0), for resume
       cases/<case-id>.json          merged result of one case (node 0), written once
       cases/<case-id>/              node 0's work folder for the case (`CaseDir`)
+      cases/<case-id>/repeat-<r>/   with --bench-repeats N > 1: repeat r's own work folder (`CaseDir`)
+      cases/<case-id>/repeat-<r>.json  repeat r's result; cases/<case-id>.json merges the repeats
       cases/.attempts/<case-id>.N/  an earlier attempt that did not finish ok, set aside on resume
+      cases/.attempts/<case-id>-repeat<r>.N/  the same for one repeat
       nodes/node-<R>/cases/...      node R > 0: the same work folders for its own ranks
 """
 
@@ -98,23 +101,36 @@ class RunLayout:
         """Where node `node_rank` keeps its logs and rank files (node 0: the run folder itself)."""
         return self.root if node_rank == 0 else self.root / "nodes" / f"node-{node_rank}"
 
-    def result_file(self, case_id: str, node_rank: int = 0) -> Path:
-        """The merged result of a case (node 0), or node R's own summary of its part."""
+    def result_file(self, case_id: str, node_rank: int = 0, repeat: int | None = None) -> Path:
+        """The merged result of a case (node 0), or node R's own summary of its part; with
+        `repeat`, that repeat's result inside the case's folder."""
+        if repeat is not None:
+            return self.node_root(node_rank) / "cases" / case_id / f"repeat-{repeat}.json"
         return self.node_root(node_rank) / "cases" / f"{case_id}.json"
 
-    def case_dir(self, case_id: str, node_rank: int = 0) -> CaseDir:
-        return CaseDir(self.node_root(node_rank) / "cases" / case_id)
+    def case_dir(self, case_id: str, node_rank: int = 0, repeat: int | None = None) -> CaseDir:
+        path = self.node_root(node_rank) / "cases" / case_id
+        return CaseDir(path / f"repeat-{repeat}" if repeat is not None else path)
 
-    def case_dirs(self, case_id: str, nnodes: int) -> list[CaseDir]:
-        """Every node's work folder for one case, node 0 first."""
-        return [self.case_dir(case_id, r) for r in range(nnodes)]
+    def case_dirs(self, case_id: str, nnodes: int, repeat: int | None = None) -> list[CaseDir]:
+        """Every node's work folder for one case (or one repeat of it), node 0 first."""
+        return [self.case_dir(case_id, r, repeat) for r in range(nnodes)]
+
+    def repeat_attempt_name(self, case_id: str, repeat: int) -> str:
+        """The name an earlier attempt of one repeat is set aside under (see `attempt_dir`)."""
+        return f"{case_id}-repeat{repeat}"
 
     def unfinished_case_dirs(self) -> list[CaseDir]:
-        """Node 0's work folders of cases that have no merged result yet (.attempts/ excluded)."""
+        """Node 0's work folders of cases that have no merged result yet, and their repeats'
+        folders (.attempts/ excluded)."""
         if not self.cases_dir.is_dir():
             return []
-        return [CaseDir(p) for p in sorted(self.cases_dir.iterdir())
-                if p.is_dir() and not p.name.startswith(".") and not self.result_file(p.name).exists()]
+        found = []
+        for p in sorted(self.cases_dir.iterdir()):
+            if p.is_dir() and not p.name.startswith(".") and not self.result_file(p.name).exists():
+                found.append(CaseDir(p))
+                found += [CaseDir(r) for r in sorted(p.glob("repeat-*")) if r.is_dir()]
+        return found
 
     def result_files(self) -> list[Path]:
         return sorted(self.cases_dir.glob("*.json"))

@@ -1,7 +1,7 @@
 """Communication / compute / optimizer / host time per step from a torch.profiler trace.
 
 The trace covers a few extra, untimed steps run after the measured ones (opt-in with
-`--bench-profile`), is saved in TensorBoard's format in the case folder, and is reduced here to
+`--bench-profile`), each a `ProfilerStep#N` of a profiler schedule, is saved in TensorBoard's format in the case folder, and is reduced here to
 per-step times. The reduction (`summarize_events`) is pure, so it is unit-tested on hand-made
 events; `profile_steps` is the only part that runs torch.
 
@@ -28,6 +28,7 @@ from typing import Any, Callable, Iterable
 from fsdp_bench.analysis.intervals import clip, exposed_length, total_length, union
 
 STEP_MARKER = "fsdp_bench.step"
+PROFILER_WARMUP_STEPS = 1  # run but not recorded: the profiler's own start-up stays out of the trace
 COLLECTIVE_KINDS = ("all_gather", "reduce_scatter", "all_reduce", "broadcast", "all_to_all", "send_recv", "other")
 
 
@@ -118,28 +119,33 @@ def load_trace_events(path: Path) -> list[TraceEvent]:
 
 def profile_steps(step: Callable[[], Any], *, n_steps: int, device_type: str, rank: int,
                   trace_dir: Path | None) -> dict[str, Any]:
-    """Run `step` n_steps times under torch.profiler, save the TensorBoard trace, summarize it.
+    """Run `step` under torch.profiler: one profiler warmup step (not recorded), then `n_steps`
+    recorded ones; save the TensorBoard trace and summarize it.
 
-    The summary is read back from the saved trace file, so it describes exactly what TensorBoard
-    shows (without a case folder the trace goes to a temporary folder and is deleted).
+    A schedule and `prof.step()` after every step put `ProfilerStep#N` spans in the trace, so
+    TensorBoard and HolisticTraceAnalysis see separate steps. The summary is read back from the
+    saved trace file, so it describes exactly what TensorBoard shows (without a case folder the
+    trace goes to a temporary folder and is deleted).
     """
     import torch
-    from torch.profiler import ProfilerActivity, profile, record_function, tensorboard_trace_handler
+    from torch.profiler import ProfilerActivity, profile, record_function, schedule, tensorboard_trace_handler
 
     activities = [ProfilerActivity.CPU]
     if device_type == "cuda":
         activities.append(ProfilerActivity.CUDA)
-    with profile(activities=activities) as prof:
-        for _ in range(n_steps):
-            with record_function(STEP_MARKER):
-                step()
-                if device_type == "cuda":  # the step's window must end after its last kernel
-                    torch.cuda.synchronize()
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(trace_dir) if trace_dir is not None else Path(tmp)
         folder.mkdir(parents=True, exist_ok=True)
         before = set(folder.glob(f"rank{rank}.*.pt.trace.json"))
-        tensorboard_trace_handler(str(folder), worker_name=f"rank{rank}")(prof)
+        with profile(activities=activities, schedule=schedule(wait=0, warmup=PROFILER_WARMUP_STEPS, active=n_steps,
+                                                              repeat=1),
+                     on_trace_ready=tensorboard_trace_handler(str(folder), worker_name=f"rank{rank}")) as prof:
+            for _ in range(PROFILER_WARMUP_STEPS + n_steps):
+                with record_function(STEP_MARKER):
+                    step()
+                    if device_type == "cuda":  # the step's window must end after its last kernel
+                        torch.cuda.synchronize()
+                prof.step()
         written = sorted(set(folder.glob(f"rank{rank}.*.pt.trace.json")) - before)
         if not written:
             return {"steps_profiled": 0, "reason": f"torch.profiler wrote no trace file in {folder}"}

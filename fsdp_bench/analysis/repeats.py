@@ -1,0 +1,84 @@
+"""One case run N times (`--bench-repeats`), each repeat in a fresh process tree, merged into the
+case's one result (pure, no torch).
+
+The merged result is the first repeat's (its case, rank records, memory and model facts) with:
+- status ok only when every repeat is ok; otherwise the first repeat that is not, its reason
+  prefixed with the repeat, and no pooled statistics;
+- the step-time statistics (median and its confidence interval, p10/p90, CV) and everything
+  derived from the median (throughput, MFU) over the pooled per-step times of all repeats,
+  slowest rank per step as for one run;
+- `repeats`: per repeat its status, duration and step-time median, and `step_times_s_by_repeat`
+  (the slowest rank's per-step times of each repeat);
+- metrics `repeats`, `repeat_step_time_s_medians` and `repeat_spread_pct` = (max - min) / median
+  of the repeats' medians in percent: what a fresh process tree changes, which the CV within one
+  run cannot show.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any, Sequence
+
+from fsdp_bench.analysis.aggregate import aggregate_rank_metrics
+from fsdp_bench.analysis.case_time import summed_time_split
+from fsdp_bench.analysis.stats import slowest_rank_step_times
+from fsdp_bench.plan.case import Case
+
+
+def repeat_step_times(result: dict[str, Any]) -> list[float]:
+    """The slowest rank's per-step times of one repeat ([] when some rank has none)."""
+    ranks = result.get("ranks") or []
+    times = [r["step_times_s"] for r in ranks if r.get("step_times_s")]
+    return slowest_rank_step_times(times) if times and len(times) == len(ranks) else []
+
+
+def _pooled_ranks(results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The first repeat's rank records, each rank's step times those of every repeat in turn."""
+    pooled = []
+    for i, rank in enumerate(results[0].get("ranks") or []):
+        times = [t for r in results for t in (r["ranks"][i].get("step_times_s") or [])]
+        pooled.append({**rank, "step_times_s": times})
+    return pooled
+
+
+def _summary(result: dict[str, Any], n: int) -> dict[str, Any]:
+    return {"repeat": result.get("repeat", n), "status": result.get("status"), "reason": result.get("reason", ""),
+            "duration_s": result.get("duration_s"),
+            "step_time_s_median": (result.get("metrics") or {}).get("step_time_s_median")}
+
+
+def merge_repeats(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The case's result from its repeats' results, in repeat order (see the module docstring)."""
+    if not results:
+        raise ValueError("merge_repeats: no repeats")
+    bad = next((r for r in results if r.get("status") != "ok"), None)
+    merged = {k: v for k, v in (bad or results[0]).items() if k != "repeat"}
+    merged["repeats"] = [_summary(r, i + 1) for i, r in enumerate(results)]
+    merged["duration_s"] = sum(r.get("duration_s") or 0.0 for r in results)
+    merged["time_split_s"] = summed_time_split(results) or None
+    if bad is not None:
+        merged["reason"] = f"repeat {bad.get('repeat', '?')} of {len(results)}: {bad.get('reason', '')}"
+        return merged
+    merged["step_times_s_by_repeat"] = [repeat_step_times(r) for r in results]
+    same_ranks = len({len(r.get("ranks") or []) for r in results}) == 1
+    if same_ranks and all(merged["step_times_s_by_repeat"]):
+        case = Case.from_dict(results[0]["case"])
+        metrics = aggregate_rank_metrics(tokens_per_step=case.tokens_per_step, samples_per_step=case.global_batch_size,
+                                         world_size=case.nproc, ranks=_pooled_ranks(results))
+        if results[0].get("simulation"):
+            metrics.update(results[0]["simulation"].get("metrics", {}))
+        medians = [statistics.median(t) for t in merged["step_times_s_by_repeat"]]
+        metrics["repeats"] = len(results)
+        metrics["repeat_step_time_s_medians"] = medians
+        center = statistics.median(medians)
+        metrics["repeat_spread_pct"] = 100 * (max(medians) - min(medians)) / center if center > 0 else None
+        merged["metrics"] = metrics
+    return merged
+
+
+def pooled_step_times(result: dict[str, Any]) -> list[float]:
+    """Every measured step time of a case: all repeats' when it has several, else its one run's."""
+    by_repeat = result.get("step_times_s_by_repeat")
+    if by_repeat:
+        return [t for times in by_repeat for t in times]
+    return slowest_rank_step_times(r["step_times_s"] for r in result.get("ranks") or [] if r.get("step_times_s"))

@@ -1,0 +1,78 @@
+"""Issue #16: the sweep's duration is estimated before the first case, and a CPU sweep whose first
+step would take minutes (a GPU-sized model left on the CPU) stops in one line before launching
+anything, unless --bench-allow-slow-cpu is given."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+
+import pytest
+
+from fsdp_bench.analysis.duration import (FIRST_STEP_LIMIT_S, case_flops_per_token, case_seconds, estimate_line,
+                                          estimate_sweep, slow_cpu_line)
+from fsdp_bench.plan.options import parse_sweep
+from tests.sweep_helpers import PROJECT_ROOT, child_env, pytest_cmd, run_dirs
+
+GPT2_ON_CPU = ["--bench-device", "cpu", "--bench-model", "gpt_124m", "--bench-seq-len", "1024"]
+
+
+def _cases(**raw: str):
+    return parse_sweep({"device": "cpu", **raw}).cases()
+
+
+def test_flops_per_token_follows_the_formula():
+    # gpt_124m: 124,475,904 parameters (embeddings included) + 12 L d T attention
+    case = _cases(model="gpt_124m", **{"seq-len": "1024"})[0]
+    assert case_flops_per_token(case) == 6 * 124_475_904 + 12 * 12 * 768 * 1024
+
+
+def test_tiny_model_passes_the_guard_and_gpt2_at_1024_does_not():
+    tiny = estimate_sweep(_cases(model="gpt_tiny", **{"seq-len": "32"}))
+    assert slow_cpu_line(tiny) is None
+    assert tiny.slowest_first_step_s < 1
+    big = estimate_sweep(_cases(model="gpt_124m", **{"seq-len": "1024"}))
+    assert big.slowest_first_step_s > FIRST_STEP_LIMIT_S
+    line = slow_cpu_line(big)
+    assert "gpt_124m at seq len 1024" in line and "--bench-allow-slow-cpu" in line
+    assert "\n" not in line
+
+
+def test_estimate_grows_with_steps_and_repeats():
+    short = _cases(model="gpt_small", steps="2")[0]
+    long = _cases(model="gpt_small", steps="20")[0]
+    assert case_seconds(long) > case_seconds(short)
+    cases = _cases(model="gpt_tiny")
+    once, thrice = estimate_sweep(cases), estimate_sweep(cases, repeats=3)
+    assert thrice.total_s == pytest.approx(3 * once.total_s)
+    assert "x 3 repeats" in estimate_line(thrice)
+
+
+def test_gpt2_at_1024_on_cpu_stops_before_any_case(tmp_path):
+    start = time.monotonic()
+    proc = subprocess.run(pytest_cmd("benchmarks", *GPT2_ON_CPU, f"--bench-results-dir={tmp_path}"),
+                          cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120, env=child_env())
+    elapsed = time.monotonic() - start
+    assert proc.returncode != 0
+    out = proc.stdout + proc.stderr
+    lines = [line for line in out.splitlines() if "refusing to start on CPU" in line]
+    assert len(lines) == 1, out
+    assert "gpt_124m at seq len 1024" in lines[0] and "--bench-allow-slow-cpu" in lines[0]
+    assert "Traceback" not in out
+    assert run_dirs(tmp_path) == []  # nothing launched, no run folder
+    assert elapsed < 30, elapsed
+
+
+@pytest.mark.slow
+def test_allow_slow_cpu_launches_the_case(tmp_path):
+    """With the flag the case starts (and here hits its 3 s timeout: nobody waits minutes in a test)."""
+    args = [*GPT2_ON_CPU, "--bench-allow-slow-cpu", "--bench-strategies=ddp", "--bench-batch-sizes=2",
+            "--bench-grad-accum=1", "--bench-timeout=3", "--bench-kill-grace=1", "--bench-no-report",
+            f"--bench-results-dir={tmp_path}"]
+    proc = subprocess.run(pytest_cmd("benchmarks", *args), cwd=PROJECT_ROOT, capture_output=True, text=True,
+                          timeout=180, env=child_env())
+    out = proc.stdout + proc.stderr
+    assert "refusing to start" not in out
+    assert "fsdp-bench: estimated duration" in out
+    assert len(run_dirs(tmp_path)) == 1, out
+    assert "[1/1] ddp-gpt_124m-ws2-bs2-ga1-opt_after-sl1024  timeout" in out, out
