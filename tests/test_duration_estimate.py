@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from fsdp_bench.analysis.duration import (FIRST_STEP_LIMIT_S, case_flops_per_token, case_seconds, estimate_line,
-                                          estimate_sweep, slow_cpu_line)
+from fsdp_bench.analysis.duration import (FIRST_STEP_LIMIT_S, PROBE_STEP_EQUIVALENTS, case_flops_per_token, case_seconds, estimate_line,
+                                          estimate_sweep, slow_cpu_line, step_seconds)
 from fsdp_bench.plan.options import parse_sweep
 from tests.sweep_helpers import PROJECT_ROOT, child_env, pytest_cmd, run_dirs
 
@@ -76,3 +76,9 @@ def test_allow_slow_cpu_launches_the_case(tmp_path):
     assert "fsdp-bench: estimated duration" in out
     assert len(run_dirs(tmp_path)) == 1, out
     assert "[1/1] ddp-gpt_124m-ws2-bs2-ga1-opt_after-sl1024  timeout" in out, out
+
+
+def test_no_probes_leaves_the_probe_steps_out_of_the_estimate():
+    case = _cases(model="gpt_small")[0]
+    assert case_seconds(case) - case_seconds(case.replace(probes=False)) == pytest.approx(
+        PROBE_STEP_EQUIVALENTS * step_seconds(case))

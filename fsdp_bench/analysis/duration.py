@@ -71,7 +71,8 @@ def step_seconds(case: Case) -> float:
 def case_seconds(case: Case) -> float:
     """The whole case: start-up plus warmup, measured, probe and profiled steps."""
     device = case.device if case.device in CASE_FIXED_S else "cpu"
-    steps = case.warmup + case.steps + PROBE_STEP_EQUIVALENTS + (PROFILE_STEPS if case.profile else 0)
+    probes = PROBE_STEP_EQUIVALENTS if case.probes else 0
+    steps = case.warmup + case.steps + probes + (PROFILE_STEPS if case.profile else 0)
     return CASE_FIXED_S[device] + steps * step_seconds(case)
 
 
