@@ -22,25 +22,26 @@ common=(benchmarks/test_strategy_sweep.py -q -p no:cacheprovider --benchmark-dis
 node() { echo "benchmarks/test_strategy_sweep.py::test_case[$1]"; }
 HANG_CASE=fsdp1_full_shard-gpt_tiny-ws2-bs2-ga2-opt_after-sl32
 
+# --bench-resume refuses other settings (sweep.json), so each part is its own run folder and
+# base/ is their cases together, with part 1's env.json.
 # base, part 1: the grid (OOM injected on rank 1 of ddp at batch 2), without the case that will hang
 FSDP_BENCH_FAULTS="oom@measure:1/ddp-gpt_tiny-ws2-bs2" \
   pytest "${common[@]}" --bench-results-dir "$TMP/base" --bench-strategies ddp,fsdp1_full_shard,fsdp2 \
   --bench-batch-sizes 1,2 --bench-grad-accum 1,2 --bench-timeout 300 --deselect "$(node $HANG_CASE)" || true
 RUN=$(ls -d "$TMP"/base/*/ | head -1)
 # base, part 2: fsdp2 with the optimizer built before sharding, with and without the fix
-pytest "${common[@]}" --bench-resume "$RUN" --bench-strategies fsdp2 --bench-batch-sizes 1,2 \
-  --bench-grad-accum 1 --bench-optimizer-timing after_shard,before_shard,before_shard_fixed \
-  --bench-timeout 300 || true
+pytest "${common[@]}" --bench-results-dir "$TMP/base_timing" --bench-strategies fsdp2 --bench-batch-sizes 1,2 \
+  --bench-grad-accum 1 --bench-optimizer-timing before_shard,before_shard_fixed --bench-timeout 300 || true
 # base, part 3: both ranks hang (outside any collective), so the case reaches its own timeout
 FSDP_BENCH_FAULTS="hang@measure:0/$HANG_CASE,hang@measure:1/$HANG_CASE" \
-  pytest "${common[@]}" --bench-resume "$RUN" --bench-strategies fsdp1_full_shard \
+  pytest "${common[@]}" --bench-results-dir "$TMP/base_hang" --bench-strategies fsdp1_full_shard \
   --bench-batch-sizes 2 --bench-grad-accum 2 --bench-timeout 20 "$(node $HANG_CASE)" || true
 
-# new: a second, smaller run
+# new: a second, smaller run, plus fsdp2_no_reshard in a run of its own
 pytest "${common[@]}" --bench-results-dir "$TMP/new" --bench-strategies ddp,fsdp2 --bench-batch-sizes 1,2 \
   --bench-grad-accum 1 --bench-timeout 300 || true
 NEW=$(ls -d "$TMP"/new/*/ | head -1)
-pytest "${common[@]}" --bench-resume "$NEW" --bench-strategies fsdp2_no_reshard --bench-batch-sizes 1 \
+pytest "${common[@]}" --bench-results-dir "$TMP/new_reshard" --bench-strategies fsdp2_no_reshard --bench-batch-sizes 1 \
   --bench-grad-accum 1 --bench-timeout 300 || true
 
 rm -rf "$DEST"
@@ -50,5 +51,7 @@ for name in base new; do
   cp "$src/env.json" "$DEST/$name/"
   cp "$src"/cases/*.json "$DEST/$name/cases/"
 done
+cp "$TMP"/base_timing/*/cases/*.json "$TMP"/base_hang/*/cases/*.json "$DEST/base/cases/"
+cp "$TMP"/new_reshard/*/cases/*.json "$DEST/new/cases/"
 du -sh "$DEST"
 ls "$DEST"/*/cases

@@ -3,6 +3,8 @@ against the real transformers modules, and the predictions they unlock (fit, sim
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from fsdp_bench.analysis.comm_model import model_units
@@ -11,9 +13,13 @@ from fsdp_bench.analysis.hf_units import hf_shapes
 from fsdp_bench.plan.flavors import MODEL_FLAVORS, flavor_for
 
 HF_TINY = ["qwen2_tiny", "codellama_tiny", "llama3_tiny", "gpt2_tiny"]
+# Configs the project does not ship: a llama with a prime vocab and no tie_word_embeddings key
+# (transformers unties it), a mistral GQA 4:1 with tied embeddings, a GPT-2 with n_inner.
+HF_TEST_CONFIGS = sorted(p.parent for p in (Path(__file__).parent / "data" / "hf_configs").glob("*/config.json"))
+HF_TEST_MODELS = [f"hf:{p}" for p in HF_TEST_CONFIGS]
 
 
-@pytest.mark.parametrize("model", HF_TINY)
+@pytest.mark.parametrize("model", HF_TINY + HF_TEST_MODELS, ids=HF_TINY + [p.name for p in HF_TEST_CONFIGS])
 def test_hf_units_match_the_real_modules(model):
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
@@ -34,6 +40,15 @@ def test_hf_units_match_the_real_modules(model):
 def test_hf_parameter_counts_of_the_full_sizes(model, billions):
     total = sum(u.numel for u in model_units(MODEL_FLAVORS[model]))
     assert total / 1e9 == pytest.approx(billions, rel=0.01)
+
+
+def test_an_absent_tie_key_takes_transformers_default():
+    llama = {"model_type": "llama", "hidden_size": 8, "intermediate_size": 16, "num_hidden_layers": 1,
+             "num_attention_heads": 2, "vocab_size": 11}
+    assert hf_shapes(llama)[0] == ((11, 8), (8,), (11, 8))  # LlamaConfig: tie_word_embeddings=False
+    assert hf_shapes({**llama, "tie_word_embeddings": True})[0] == ((11, 8), (8,))
+    gpt2 = {"model_type": "gpt2", "n_embd": 8, "n_layer": 1, "vocab_size": 11, "n_positions": 4}
+    assert hf_shapes(gpt2)[0] == ((11, 8), (4, 8), (8,), (8,))  # GPT2Config: tied
 
 
 def test_unknown_model_type_is_a_clear_value_error(tmp_path):

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from fsdp_bench.analysis.comm_model import Unit, model_units
-from fsdp_bench.analysis.model_state import (allocated_model_state_bytes, expected_model_state_bytes,
-                                             fsdp1_real_numel_in_shard, padded_model_state_bytes)
+from fsdp_bench.analysis.model_state import (ADAM_STEP_BYTES, allocated_model_state_bytes, expected_model_state_bytes,
+                                             fsdp1_real_numel_in_shard, fsdp2_local_numel, padded_model_state_bytes)
 from fsdp_bench.plan.case import Case
 from fsdp_bench.plan.flavors import MODEL_FLAVORS
 
@@ -44,6 +44,23 @@ def test_fsdp1_real_elements_per_rank_add_up():
         assert sum(fsdp1_real_numel_in_shard(unit, shard, r) for r in range(shard)) == unit.numel
     hybrid = allocated_model_state_bytes("fsdp1_hybrid_shard", [unit], 4, mesh=(2, 2), rank=3)
     assert hybrid["params"] == 4 * 16  # 15 + 1 alignment + 5 + 3 alignment + 7 = 31, padded to 32, over 2 ranks
+
+
+def test_fsdp2_ranks_cut_like_torch_chunk_and_optimizer_state_follows_them():
+    unit = Unit("u", ((10, 3), (9,), (1,)))
+    for shard in (1, 2, 3, 4, 7, 16):
+        assert sum(fsdp2_local_numel(unit, shard, r) for r in range(shard)) == unit.numel
+    assert [fsdp2_local_numel(unit, 4, r) for r in range(4)] == [9 + 3 + 1, 9 + 3, 9 + 3, 3]  # chunks of 3 rows
+    first, last = (allocated_model_state_bytes("fsdp2", [unit], 4, rank=r) for r in (0, 3))
+    assert first["params"] == last["params"] == 4 * (9 + 3 + 1)  # storage: every rank holds a padded chunk
+    assert first["optimizer"] == 2 * 4 * 13 + 3 * ADAM_STEP_BYTES  # AdamW's step counter for every parameter
+    assert last["optimizer"] == 2 * 4 * 3 + 3 * ADAM_STEP_BYTES
+
+
+def test_fsdp1_parameters_outside_the_chunk_get_no_step_counter():
+    unit = Unit("u", ((8,), (8,)))
+    assert allocated_model_state_bytes("fsdp1_full_shard", [unit], 2, rank=0)["optimizer"] == 2 * 4 * 8 + ADAM_STEP_BYTES
+    assert allocated_model_state_bytes("ddp", [unit], 2)["optimizer"] == 2 * 4 * 16 + 2 * ADAM_STEP_BYTES
 
 
 @pytest.fixture(scope="module")

@@ -26,6 +26,32 @@ def test_prediction_section_flags_and_names_the_worst():
     assert prediction_section(df.drop(columns=["predicted_peak_gib"])) == []
 
 
+def test_prediction_table_in_html_flags_escapes_and_names_the_worst(tmp_path):
+    pd = pytest.importorskip("pandas")
+    from fsdp_bench.report.page import Page, render_html, render_markdown
+
+    hostile = "<script>alert(1)</script>|x"
+    df = pd.DataFrame([
+        {"case_id": "a", "status": "ok", "predicted_peak_gib": 1.0, "peak_allocated_gib": 1.0, "peak_prediction_error_pct": 2.0,
+         "predicted_model_state_gib": 0.5, "measured_model_state_gib": 0.5, "model_state_prediction_error_pct": 0.0},
+        {"case_id": hostile, "status": "ok", "predicted_peak_gib": 1.0, "peak_allocated_gib": 1.0,
+         "peak_prediction_error_pct": 0.0, "predicted_model_state_gib": 0.52, "measured_model_state_gib": 0.5,
+         "model_state_prediction_error_pct": 4.0},
+        {"case_id": "c", "status": "failed", "predicted_peak_gib": None},
+    ])
+    page = Page(run_name="r", env=None, df=df, summary=[], charts=[])
+    text = render_html(page)
+    section = text[text.index("<h2>Predicted vs measured</h2>"):text.index("<h2>Charts</h2>")]
+    assert "<script>" not in text and "&lt;script&gt;alert(1)&lt;/script&gt;|x" in section
+    assert "<td class=flag>+4.0% !</td>" in section and "<td>+2.0%</td>" in section  # 1% model-state bar
+    assert "<p>Worst prediction error: +4.0% (model state) on &lt;script&gt;" in section
+    assert section.count("<tr>") == 3  # header + the two ok cases; the failed one has no prediction
+    md = render_markdown(page)
+    assert "+4.0% **!**" in md and "&lt;script&gt;alert(1)&lt;/script&gt;\\|x" in md
+    empty = Page(run_name="r", env=None, df=df.drop(columns=["predicted_peak_gib"]), summary=[], charts=[])
+    assert "Predicted vs measured" not in render_html(empty)
+
+
 @pytest.mark.slow
 def test_simulated_cases_record_prediction_and_report_shows_it(tmp_path):
     pytest.importorskip("pandas")

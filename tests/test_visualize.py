@@ -98,6 +98,24 @@ def test_report_page_sections(report):
     assert (run / "report.html").read_text().lstrip().lower().startswith("<!doctype html")
 
 
+def test_golden_report_shows_predicted_vs_measured_in_both_pages(report):
+    run, _, _ = report
+    ok = sorted(p.stem for p in (run / "cases").glob("*.json") if json.loads(p.read_text())["status"] == "ok")
+    md = (run / "report.md").read_text()
+    section = md[md.index("## Predicted vs measured"):md.index("## Charts")]
+    rows = [line for line in section.splitlines() if line.startswith("| ") and not line.startswith("| case |")]
+    assert sorted(line.split(" | ")[0][2:] for line in rows) == ok  # every ok case, no failed one
+    assert "Worst prediction error: " in section
+    page = (run / "report.html").read_text()
+    html_section = page[page.index("<h2>Predicted vs measured</h2>"):page.index("<h2>Charts</h2>")]
+    assert html_section.count("<tr>") == len(ok) + 1 and "Worst prediction error: " in html_section
+    worst = section[section.index("Worst prediction error: "):].splitlines()[0]
+    assert worst in html_section  # one worst error, both pages
+    # the stale optimizer (built before sharding, no fix) holds no state: the model state misses
+    assert worst.startswith("Worst prediction error: +100.0% (model state) on fsdp2-gpt_tiny-ws2-bs") and "opt_before-" in worst
+    assert "<td class=flag>+100.0% !</td>" in html_section
+
+
 def test_only_owned_outputs_change(report):
     run, _, before = report
     for path, data in before.items():
@@ -134,6 +152,9 @@ def test_compare_fails_on_a_regression_and_warns_on_other_machines(tmp_path):
         max(t for r in data["ranks"] for t in r["step_times_s"])
     for rank in data["ranks"]:
         rank["step_times_s"] = [t + 2 * high for t in rank["step_times_s"]]
+    for key in ("step_time_s_median", "step_time_s_median_ci_low", "step_time_s_median_ci_high"):
+        if key in data["metrics"]:  # recorded runs carry the median's CI: it moves with the step times
+            data["metrics"][key] += 2 * high
     victim.write_text(json.dumps(data))
     env = json.loads((new / "env.json").read_text())
     env["torch"] = "9.9.9"
@@ -201,6 +222,25 @@ def test_golden_runs_are_real_sweeps():
             if result["status"] == "ok":
                 assert len(result["ranks"]) == result["case"]["nproc"]
                 assert all(len(r["step_times_s"]) == result["case"]["steps"] for r in result["ranks"])
+                _assert_prediction_recorded(result)
+
+
+def _assert_prediction_recorded(result: dict) -> None:
+    """Golden runs carry the prediction made before the measurement. Its model state is the
+    measured one to the byte, except where the optimizer was built before sharding without the
+    fix: it steps stale tensors, holds no state for the model, and the report flags the miss."""
+    m, rank0 = result["metrics"], result["ranks"][0]
+    assert all("prediction" in r and r["prediction"]["peak_bytes"] > 0 for r in result["ranks"]), result["case_id"]
+    assert m["predicted_peak_gib"] > 0 and m["predicted_model_state_gib"] > 0, result["case_id"]
+    if rank0["optimizer_params_match_model"]:
+        assert abs(m["model_state_prediction_error_pct"]) < 0.1, (result["case_id"], m["model_state_prediction_error_pct"])
+    else:
+        assert rank0["measured_model_state_bytes"]["optimizer"] == 0
+        assert m["model_state_prediction_error_pct"] > 1.0, result["case_id"]  # flagged in the report
+    if rank0["memory"].get("peak_allocated_bytes") is None:  # FSDP1 on CPU: no peak to compare
+        assert m["peak_prediction_error_pct"] is None, result["case_id"]
+    else:
+        assert isinstance(m["peak_prediction_error_pct"], float), result["case_id"]
 
 
 def test_files_with_wrong_types_are_one_note_each_and_the_rest_is_drawn(tmp_path):

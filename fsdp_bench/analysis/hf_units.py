@@ -5,7 +5,7 @@ Two architecture shapes are known, parameters listed in the order transformers r
 - llama-style (`llama`, `qwen2`, `mistral`): per decoder layer q/k/v/o projections (q: heads x
   head_dim, k/v: num_key_value_heads x head_dim; qwen2 adds q/k/v biases, `attention_bias` adds
   biases to all four), gate/up/down MLP (`mlp_bias` adds biases), two RMSNorm weights; root:
-  embed_tokens, final norm, lm_head unless `tie_word_embeddings`.
+  embed_tokens, final norm, lm_head unless `tie_word_embeddings` (absent: untied, as in transformers).
 - gpt2: per block ln_1 (w, b), attn.c_attn (Conv1D: weight is (in, out)) and bias, attn.c_proj,
   ln_2, mlp.c_fc, mlp.c_proj, each with a bias; root: wte, wpe, ln_f; the head is tied to wte.
 """
@@ -17,6 +17,14 @@ from typing import Any, Mapping
 Shape = tuple[int, ...]
 LLAMA_STYLE = ("llama", "qwen2", "mistral")
 KNOWN_MODEL_TYPES = LLAMA_STYLE + ("gpt2",)
+# transformers' own default when a config.json leaves `tie_word_embeddings` out: LlamaConfig,
+# Qwen2Config and MistralConfig untie the head, GPT2Config ties it.
+TIED_BY_DEFAULT = {"llama": False, "qwen2": False, "mistral": False, "gpt2": True}
+
+
+def tied_embeddings(config: Mapping[str, Any]) -> bool:
+    """Whether the output head shares the token embedding, with transformers' per-type default."""
+    return bool(config.get("tie_word_embeddings", TIED_BY_DEFAULT[config["model_type"]]))
 
 
 def unsupported_reason(config: Mapping[str, Any]) -> str | None:
@@ -47,7 +55,7 @@ def _llama_layer(c: Mapping[str, Any]) -> tuple[Shape, ...]:
 
 def _llama_root(c: Mapping[str, Any]) -> tuple[Shape, ...]:
     d, v = c["hidden_size"], c["vocab_size"]
-    head = () if c.get("tie_word_embeddings", True) else ((v, d),)
+    head = () if tied_embeddings(c) else ((v, d),)
     return ((v, d), (d,)) + head
 
 
@@ -59,7 +67,7 @@ def _gpt2_layer(c: Mapping[str, Any]) -> tuple[Shape, ...]:
 
 def _gpt2_root(c: Mapping[str, Any]) -> tuple[Shape, ...]:
     d = c["n_embd"]
-    head = () if c.get("tie_word_embeddings", True) else ((c["vocab_size"], d),)
+    head = () if tied_embeddings(c) else ((c["vocab_size"], d),)
     return ((c["vocab_size"], d), (c["n_positions"], d), (d,), (d,)) + head
 
 

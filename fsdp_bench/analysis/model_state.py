@@ -67,6 +67,11 @@ def _textbook_model_state_bytes(strategy: str, *, n_params: int, world_size: int
 
 
 ADAM_STATES = 2  # exp_avg and exp_avg_sq, in the parameters' dtype
+# AdamW also keeps a per-parameter `step` counter, a float32 scalar tensor (torch.optim's
+# _get_scalar_dtype), for every parameter it has state for: 4 bytes each, in the optimizer part.
+# Negligible for a big model, but at 512 ranks a tiny model's shard is a few KiB and ~40 counters
+# are several percent of it.
+ADAM_STEP_BYTES = 4
 
 
 def shard_size(strategy: str, world_size: int, mesh: tuple[int, int] | None = None) -> int:
@@ -82,41 +87,66 @@ def shard_size(strategy: str, world_size: int, mesh: tuple[int, int] | None = No
 def padded_model_state_bytes(strategy: str, units: Sequence[Unit], world_size: int, *,
                              mesh: tuple[int, int] | None = None, dtype_bytes: int = 4) -> dict[str, int]:
     """Parameters, gradients and AdamW state rank 0 holds between steps, with the padding and
-    alignment the strategy's parameter layout really allocates."""
+    alignment the strategy's parameter layout really allocates (and a step counter for every
+    parameter: rank 0's dim-0 shard of each one is never empty)."""
     row = STRATEGIES[strategy]
     shard = shard_size(strategy, world_size, mesh)
     numel = sum(padded_numel(row.layout, u, shard, dtype_bytes) // shard for u in units)
     params = numel * dtype_bytes
-    return {"params": params, "grads": params, "optimizer": ADAM_STATES * params,
-            "total": (2 + ADAM_STATES) * params}
+    optimizer = ADAM_STATES * params + ADAM_STEP_BYTES * sum(len(u.shapes) for u in units)
+    return {"params": params, "grads": params, "optimizer": optimizer, "total": 2 * params + optimizer}
 
 
-def fsdp1_real_numel_in_shard(unit: Unit, shard: int, rank: int, dtype_bytes: int = 4) -> int:
-    """Original-parameter elements (alignment and padding left out) inside `rank`'s chunk of
-    FSDP1's flat parameter: what the optimizer's per-parameter state is sized by."""
+def fsdp1_piece_numels(unit: Unit, shard: int, rank: int, dtype_bytes: int = 4) -> list[int]:
+    """Elements of each original parameter (alignment and padding left out) inside `rank`'s
+    chunk of FSDP1's flat parameter, in registration order (0: none of it is there)."""
     chunk = fsdp1_flat_numel(unit, shard, dtype_bytes) // shard
     lo, hi = rank * chunk, (rank + 1) * chunk
-    align, offset, real = 16 // dtype_bytes, 0, 0
+    align, offset, pieces = 16 // dtype_bytes, 0, []
     for s in unit.shapes:
         offset += (-offset) % align
         n = math.prod(s)
-        real += max(0, min(hi, offset + n) - max(lo, offset))
+        pieces.append(max(0, min(hi, offset + n) - max(lo, offset)))
         offset += n
-    return real
+    return pieces
+
+
+def fsdp1_real_numel_in_shard(unit: Unit, shard: int, rank: int, dtype_bytes: int = 4) -> int:
+    """Original-parameter elements inside `rank`'s chunk of FSDP1's flat parameter: what the
+    optimizer's per-parameter state is sized by."""
+    return sum(fsdp1_piece_numels(unit, shard, rank, dtype_bytes))
+
+
+def fsdp2_local_numel(unit: Unit, shard: int, rank: int) -> int:
+    """Elements of `rank`'s dim-0 pieces of the unit's parameters, padding left out: FSDP2 cuts
+    like torch.chunk (ceil(dim0 / shard) rows each, so the last ranks get fewer rows or none)."""
+    total = 0
+    for s in unit.shapes:
+        dim0 = s[0] if s else 1
+        rows = math.ceil(dim0 / shard)
+        total += max(0, min(rows, dim0 - rank * rows)) * math.prod(s[1:])
+    return total
 
 
 def allocated_model_state_bytes(strategy: str, units: Sequence[Unit], world_size: int, *,
                                 mesh: tuple[int, int] | None = None, rank: int = 0,
                                 dtype_bytes: int = 4) -> dict[str, int]:
-    """Params, grads and AdamW state `rank` holds after the step, as allocated. FSDP2 (and DDP)
-    size all three like the padded shard (rank 0 always holds a full chunk). FSDP1's params and
-    grads are chunks of the flat parameter, but AdamW's state follows the original parameters'
-    pieces in the chunk, so alignment and padding are not in it."""
+    """Params, grads and AdamW state `rank` holds after the step, as allocated. Params and grads
+    are storage: FSDP2's padded dim-0 shard, FSDP1's chunk of the flat parameter (DDP: whole).
+    AdamW's state follows the rank's real elements, padding and alignment left out (on rank 0 of
+    FSDP2 that is the full padded chunk); FSDP1 gives a parameter with no piece in the chunk no
+    gradient, so no state and no step counter."""
     row = STRATEGIES[strategy]
-    if row.layout != "fsdp1_flat":
-        return padded_model_state_bytes(strategy, units, world_size, mesh=mesh, dtype_bytes=dtype_bytes)
     shard = shard_size(strategy, world_size, mesh)
     local_rank = rank % shard
+    if row.layout != "fsdp1_flat":
+        out = padded_model_state_bytes(strategy, units, world_size, mesh=mesh, dtype_bytes=dtype_bytes)
+        if row.layout == "fsdp2_dim0" and shard > 1:
+            real = sum(fsdp2_local_numel(u, shard, local_rank) for u in units) * dtype_bytes
+            out["optimizer"] = ADAM_STATES * real + ADAM_STEP_BYTES * sum(len(u.shapes) for u in units)
+            out["total"] = out["params"] + out["grads"] + out["optimizer"]
+        return out
     params = sum(fsdp1_flat_numel(u, shard, dtype_bytes) // shard for u in units) * dtype_bytes
-    real = sum(fsdp1_real_numel_in_shard(u, shard, local_rank, dtype_bytes) for u in units) * dtype_bytes
-    return {"params": params, "grads": params, "optimizer": ADAM_STATES * real, "total": 2 * params + ADAM_STATES * real}
+    pieces = [n for u in units for n in fsdp1_piece_numels(u, shard, local_rank, dtype_bytes)]
+    optimizer = ADAM_STATES * sum(pieces) * dtype_bytes + ADAM_STEP_BYTES * sum(1 for n in pieces if n)
+    return {"params": params, "grads": params, "optimizer": optimizer, "total": 2 * params + optimizer}

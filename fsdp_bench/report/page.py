@@ -82,41 +82,89 @@ def _pct(value: Any) -> str:
     return "" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:+.1f}%"
 
 
-def prediction_section(df) -> list[str]:
-    """"Predicted vs measured": analysis.fit's peak and model state beside the measurement for
-    every ok case that recorded a prediction, the error in %, and the worst error; errors over
-    the tolerances in analysis.aggregate are flagged."""
+PREDICTION_HEADERS = ("case", "predicted peak GiB", "measured peak GiB", "peak error", "predicted model state GiB",
+                      "measured model state GiB", "model state error")
+
+
+@dataclass
+class PredictionTable:
+    """The "Predicted vs measured" rows, already formatted: each cell is (text, flagged)."""
+
+    rows: list[list[tuple[str, bool]]]
+    worst: tuple[float, str, str] | None  # (error %, "peak" or "model state", case id)
+    peak_tolerance_pct: float
+    state_tolerance_pct: float
+
+
+def prediction_table(df) -> PredictionTable | None:
+    """analysis.fit's peak and model state beside the measurement for every ok case that
+    recorded a prediction, the error in %, flagged over the tolerances in analysis.aggregate,
+    and the worst error. None when no case has a prediction."""
     from fsdp_bench.analysis.aggregate import MODEL_STATE_PREDICTION_TOLERANCE_PCT as STATE_TOL
     from fsdp_bench.analysis.aggregate import PEAK_PREDICTION_TOLERANCE_PCT as PEAK_TOL
 
-    if df.empty or "predicted_peak_gib" not in df:
-        return []
-    rows = df[(df["status"] == "ok") & df["predicted_peak_gib"].notna()] if "status" in df else df.iloc[0:0]
-    if rows.empty:
+    if df.empty or "predicted_peak_gib" not in df or "status" not in df:
+        return None
+    found = df[(df["status"] == "ok") & df["predicted_peak_gib"].notna()]
+    if found.empty:
+        return None
+    table = PredictionTable([], None, PEAK_TOL, STATE_TOL)
+    for _, r in found.iterrows():
+        errors = []
+        for key, tol in (("peak_prediction_error_pct", PEAK_TOL), ("model_state_prediction_error_pct", STATE_TOL)):
+            err = r.get(key)
+            missing = err is None or (isinstance(err, float) and math.isnan(err))
+            errors.append((_pct(err), not missing and abs(err) > tol))
+            if not missing and (table.worst is None or abs(err) > abs(table.worst[0])):
+                table.worst = (err, key.split("_prediction")[0].replace("_", " "), str(r["case_id"]))
+        plain = [format_value(r.get(c)) for c in ("predicted_peak_gib", "peak_allocated_gib",
+                                                   "predicted_model_state_gib", "measured_model_state_gib")]
+        table.rows.append([(str(r["case_id"]), False), (plain[0], False), (plain[1], False), errors[0],
+                           (plain[2], False), (plain[3], False), errors[1]])
+    return table
+
+
+def _worst_line(table: PredictionTable) -> str | None:
+    w = table.worst
+    return None if w is None else f"Worst prediction error: {_pct(w[0])} ({w[1]}) on {w[2]}."
+
+
+def prediction_section(df) -> list[str]:
+    """"Predicted vs measured" in markdown ([] when no case has a prediction); flagged errors
+    carry **!**."""
+    table = prediction_table(df)
+    if table is None:
         return []
     out = ["## Predicted vs measured", "",
            f"Prediction: `python -m fsdp_bench.fit`'s model (fp32 AdamW, estimated activations). Error = "
-           f"(predicted - measured) / measured; flagged (**!**) above {PEAK_TOL:g}% for the peak and "
-           f"{STATE_TOL:g}% for the model state.", "",
-           "| case | predicted peak GiB | measured peak GiB | peak error | predicted model state GiB "
-           "| measured model state GiB | model state error |", "|---|---|---|---|---|---|---|"]
-    worst: tuple[float, str, str] | None = None
-    for _, r in rows.iterrows():
-        cells = []
-        for key, tol in (("peak_prediction_error_pct", PEAK_TOL), ("model_state_prediction_error_pct", STATE_TOL)):
-            err = r.get(key)
-            ok = err is None or (isinstance(err, float) and math.isnan(err))
-            cells.append(_pct(err) + ("" if ok or abs(err) <= tol else " **!**"))
-            if not ok and (worst is None or abs(err) > abs(worst[0])):
-                worst = (err, key.split("_prediction")[0].replace("_", " "), r["case_id"])
-        out.append(f"| {r['case_id']} | {format_value(r.get('predicted_peak_gib'))} | "
-                   f"{format_value(r.get('peak_allocated_gib'))} | {cells[0]} | "
-                   f"{format_value(r.get('predicted_model_state_gib'))} | "
-                   f"{format_value(r.get('measured_model_state_gib'))} | {cells[1]} |")
-    out += [""]
-    if worst is not None:
-        out += [f"Worst prediction error: {_pct(worst[0])} ({worst[1]}) on {worst[2]}.", ""]
-    return out
+           f"(predicted - measured) / measured; flagged (**!**) above {table.peak_tolerance_pct:g}% for the peak and "
+           f"{table.state_tolerance_pct:g}% for the model state.", "",
+           "| " + " | ".join(PREDICTION_HEADERS) + " |", "|" + "---|" * len(PREDICTION_HEADERS)]
+    out += ["| " + " | ".join(_md_cell(text) + (" **!**" if flagged else "") for text, flagged in row) + " |"
+            for row in table.rows]
+    worst = _worst_line(table)
+    return out + [""] + ([_md_cell(worst), ""] if worst else [])
+
+
+def prediction_html(df) -> list[str]:
+    """The same section for report.html ([] when no case has a prediction); flagged cells are
+    red and carry "!", every text escaped."""
+    table = prediction_table(df)
+    if table is None:
+        return []
+    e = html.escape
+    out = ["<h2>Predicted vs measured</h2>",
+           f"<p class=note>Prediction: <code>python -m fsdp_bench.fit</code>'s model (fp32 AdamW, estimated "
+           f"activations). Error = (predicted - measured) / measured; flagged (red, !) above "
+           f"{table.peak_tolerance_pct:g}% for the peak and {table.state_tolerance_pct:g}% for the model state.</p>",
+           "<table><tr>" + "".join(f"<th>{e(h)}</th>" for h in PREDICTION_HEADERS) + "</tr>"]
+    for row in table.rows:
+        cells = [f"<td class=t>{e(row[0][0])}</td>"]
+        cells += [f"<td class=flag>{e(text)} !</td>" if flagged else f"<td>{e(text)}</td>" for text, flagged in row[1:]]
+        out.append("<tr>" + "".join(cells) + "</tr>")
+    out.append("</table>")
+    worst = _worst_line(table)
+    return out + ([f"<p>{e(worst)}</p>"] if worst else [])
 
 
 def render_markdown(page: Page) -> str:
@@ -173,7 +221,7 @@ def render_markdown(page: Page) -> str:
 _CSS = """body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1300px;padding:0 1em;color:#222}
 table{border-collapse:collapse;font-size:13px;margin:0.5em 0}th,td{border:1px solid #ddd;padding:3px 7px;text-align:right}
 th{background:#f3f3f3;position:sticky;top:0}td.t{text-align:left}td.best{background:#c8f0c8;font-weight:bold}
-tr.bad td{background:#fde8e8}img{max-width:100%;border:1px solid #eee;margin:0.5em 0}
+tr.bad td{background:#fde8e8}td.flag{background:#fde8e8;font-weight:bold}img{max-width:100%;border:1px solid #eee;margin:0.5em 0}
 .note{color:#666}li{margin:0.2em 0}"""
 
 
@@ -207,6 +255,7 @@ def render_html(page: Page) -> str:
                 cells.append(f"<td class='{cls.strip()}'>{e(format_value(row.get(c)))}</td>")
             out.append(f"<tr{' class=bad' if row['status'] != 'ok' else ''}>" + "".join(cells) + "</tr>")
         out.append("</table>")
+    out += prediction_html(df)
     out.append("<h2>Charts</h2>")
     for outcome in page.charts:
         if outcome.path is not None:
