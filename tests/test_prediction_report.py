@@ -89,3 +89,21 @@ def test_frozen_cases_are_explained_from_observation_not_names():
     assert "12-12 tensors that are not the model's parameters" in line
     unseen = pd.DataFrame([{**base, "case_id": "b", "strategy": "fsdp1_full_shard", "optimizer_tensors_not_model_params": 0}])
     assert "do not show why" in optimizer_timing_effect(unseen)[0]
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
+def test_grad_accumulation_keeps_the_gradients_in_the_predicted_peak(strategy):
+    pytest.importorskip("torch")
+    from fsdp_bench.analysis.fit import predict_peak_bytes
+    from fsdp_bench.plan.case import Case
+    from fsdp_bench.plan.flavors import flavor_for
+    from fsdp_bench.worker.loop import run
+
+    case = Case(strategy=strategy, nproc=1, batch_size=2, grad_accum=2, steps=1, warmup=1, seq_len=32)
+    record = run(case)
+    measured = record["memory"]["peak_allocated_bytes"]
+    predicted = record["prediction"]["peak_bytes"]
+    without = predict_peak_bytes(strategy, flavor_for(case.model), 1, 2, seq_len=32)["peak_bytes"]
+    assert predicted > without
+    assert abs(predicted - measured) < abs(without - measured)
+    assert abs(predicted - measured) / measured < 0.10

@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from fsdp_bench.report.table import REPORT_COLUMNS, best_index
+from fsdp_bench.report.table import REPORT_COLUMNS, best_index, did_train
 from fsdp_bench.report.cost import time_html, time_markdown
 
 ENV_FIELDS = (("host", "host"), ("platform", "platform"), ("cpu_count", "CPU cores"), ("gpu_count", "GPUs"),
@@ -111,15 +111,19 @@ def prediction_table(df) -> PredictionTable | None:
     table = PredictionTable([], None, PEAK_TOL, STATE_TOL)
     for _, r in found.iterrows():
         errors = []
+        # A case that did not train runs a broken program (e.g. an optimizer with no state): its
+        # error is shown, but the prediction's worst error is judged on programs that train.
+        trained = did_train(r)
         for key, tol in (("peak_prediction_error_pct", PEAK_TOL), ("model_state_prediction_error_pct", STATE_TOL)):
             err = r.get(key)
             missing = err is None or (isinstance(err, float) and math.isnan(err))
             errors.append((_pct(err), not missing and abs(err) > tol))
-            if not missing and (table.worst is None or abs(err) > abs(table.worst[0])):
+            if trained and not missing and (table.worst is None or abs(err) > abs(table.worst[0])):
                 table.worst = (err, key.split("_prediction")[0].replace("_", " "), str(r["case_id"]))
         plain = [format_value(r.get(c)) for c in ("predicted_peak_gib", "peak_allocated_gib",
                                                    "predicted_model_state_gib", "measured_model_state_gib")]
-        table.rows.append([(str(r["case_id"]), False), (plain[0], False), (plain[1], False), errors[0],
+        label = str(r["case_id"]) + ("" if trained else " (did not train: not in the worst error)")
+        table.rows.append([(label, False), (plain[0], False), (plain[1], False), errors[0],
                            (plain[2], False), (plain[3], False), errors[1]])
     return table
 

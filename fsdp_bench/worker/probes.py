@@ -200,7 +200,7 @@ def predicted_memory(case: Case, world_size: int, rank: int) -> dict[str, Any]:
     if not found:
         return {"null_reason": f"no parameter-shape model for {case.model}"}
     p = predict_peak_bytes(case.strategy, flavor_for(case.model), world_size, case.batch_size,
-                           seq_len=case.seq_len, mesh=found["mesh"])
+                           seq_len=case.seq_len, mesh=found["mesh"], grad_accum=case.grad_accum)
     return {"peak_bytes": p["peak_bytes"], "model_state_bytes": p["model_state_bytes"],
             "activation_bytes": p["activation_bytes"], "gathered_bytes": p["gathered_bytes"],
             "method": "analysis.fit.predict_peak_bytes (activation estimate, not calibrated)"}
