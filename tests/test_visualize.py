@@ -104,16 +104,21 @@ def test_golden_report_shows_predicted_vs_measured_in_both_pages(report):
     md = (run / "report.md").read_text()
     section = md[md.index("## Predicted vs measured"):md.index("## Charts")]
     rows = [line for line in section.splitlines() if line.startswith("| ") and not line.startswith("| case |")]
-    assert sorted(line.split(" | ")[0][2:] for line in rows) == ok  # every ok case, no failed one
+    untrained = " (did not train: not in the worst error)"
+    assert sorted(line.split(" | ")[0][2:].removesuffix(untrained) for line in rows) == ok  # every ok case, no failed one
     assert "Worst prediction error: " in section
     page = (run / "report.html").read_text()
     html_section = page[page.index("<h2>Predicted vs measured</h2>"):page.index("<h2>Charts</h2>")]
     assert html_section.count("<tr>") == len(ok) + 1 and "Worst prediction error: " in html_section
     worst = section[section.index("Worst prediction error: "):].splitlines()[0]
     assert worst in html_section  # one worst error, both pages
-    # the stale optimizer (built before sharding, no fix) holds no state: the model state misses
-    assert worst.startswith("Worst prediction error: +100.0% (model state) on fsdp2-gpt_tiny-ws2-bs") and "opt_before-" in worst
+    # the stale optimizer (built before sharding, no fix) holds no state: its model state is off
+    # by +100 %, flagged and shown, but a program that does not train is not the prediction's
+    # worst case; the worst is judged on cases that trained
+    stale = [line for line in rows if line.startswith("| fsdp2-gpt_tiny-ws2-bs1-ga1-opt_before-sl32" + untrained)]
+    assert len(stale) == 1 and "+100.0% **!**" in stale[0]
     assert "<td class=flag>+100.0% !</td>" in html_section
+    assert "opt_before-" not in worst
 
 
 def test_only_owned_outputs_change(report):

@@ -137,6 +137,8 @@ def prediction_metrics(rank0: dict[str, Any], headline: dict[str, Any], measured
     out: dict[str, Any] = {"predicted_peak_gib": pred["peak_bytes"] / GIB,
                            "predicted_model_state_gib": pred["model_state_bytes"] / GIB}
     peak = (rank0.get("memory") or {}).get("peak_allocated_bytes")
+    # The prediction is rank 0's, so it is judged against rank 0's peak (not the largest rank's).
+    out["rank0_peak_allocated_gib"] = peak / GIB if peak is not None else None
     out["peak_prediction_error_pct"] = _error_pct(pred["peak_bytes"], peak)
     out["model_state_prediction_error_pct"] = _error_pct(pred["model_state_bytes"], measured_state)
     return out

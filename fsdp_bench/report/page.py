@@ -82,7 +82,7 @@ def _pct(value: Any) -> str:
     return "" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:+.1f}%"
 
 
-PREDICTION_HEADERS = ("case", "predicted peak GiB", "measured peak GiB", "peak error", "predicted model state GiB",
+PREDICTION_HEADERS = ("case", "predicted peak GiB (rank 0)", "measured peak GiB (rank 0)", "peak error", "predicted model state GiB",
                       "measured model state GiB", "model state error")
 
 
@@ -120,7 +120,7 @@ def prediction_table(df) -> PredictionTable | None:
             errors.append((_pct(err), not missing and abs(err) > tol))
             if trained and not missing and (table.worst is None or abs(err) > abs(table.worst[0])):
                 table.worst = (err, key.split("_prediction")[0].replace("_", " "), str(r["case_id"]))
-        plain = [format_value(r.get(c)) for c in ("predicted_peak_gib", "peak_allocated_gib",
+        plain = [format_value(r.get(c)) for c in ("predicted_peak_gib", "rank0_peak_allocated_gib",
                                                    "predicted_model_state_gib", "measured_model_state_gib")]
         label = str(r["case_id"]) + ("" if trained else " (did not train: not in the worst error)")
         table.rows.append([(label, False), (plain[0], False), (plain[1], False), errors[0],
