@@ -65,3 +65,22 @@ def test_bad_budget_is_a_one_line_error(tmp_path):
     proc = visualize(copy_run("base", tmp_path), "--budget-gib", "-1")
     assert proc.returncode == 2 and "--budget-gib: -1 is not a positive number of GiB" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_runner_up_within_the_noise_is_said_to_be():
+    import pandas as pd
+
+    def row(case, tps, median, low, high):
+        return {"case_id": case, "model": "m", "strategy": case, "batch_size": 2, "grad_accum": 1,
+                "optimizer_timing": "after_shard", "status": "ok", "trained": True, "params_changed": True,
+                "tokens_per_s_per_device": tps, "step_time_s_median": median, "peak_allocated_gib": 0.5,
+                "step_time_s_median_ci_low": low, "step_time_s_median_ci_high": high}
+
+    # 100 vs 92 tokens/s: the intervals [91, 111] and [88, 96] overlap
+    noisy = pd.DataFrame([row("a", 100.0, 1.0, 0.9, 1.1), row("b", 92.0, 1.0, 0.96, 1.05)])
+    (line,) = recommendation_lines(noisy)
+    assert "8% slower, within noise" in line
+    # tight intervals: the same 8 % is a real difference
+    tight = pd.DataFrame([row("a", 100.0, 1.0, 0.99, 1.01), row("b", 92.0, 1.0, 0.99, 1.01)])
+    (line,) = recommendation_lines(tight)
+    assert line.endswith("8% slower.") and "noise" not in line

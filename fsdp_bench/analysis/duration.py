@@ -15,10 +15,12 @@ The device rates are documented figures, not measurements of this machine:
   issue 16), 13.6 GFLOP/s; 10 rounds that down, so CPU estimates err long.
 - CUDA: 20 TFLOP/s per GPU, a conservative fp32/bf16 mix for the GPUs in the peak table; the
   estimate is a hint of the order of magnitude on GPUs.
-The fixed cost (7 s per case on CPU; 5.8-8.5 s measured) and the overhead per micro-step (50 ms
-on CPU; tiny models' steps take 10-70 ms) were read off tiny sweeps (gpt_tiny, 2 gloo ranks) on
-the same VM. A model between tiny and GPT-2 runs faster than 10 GFLOP/s on CPU (gpt_small: 0.41 s
-measured for a 1.5 s estimate), so estimates for such models err long too.
+The fixed cost per case on CPU is 5 s: 3.5 s measured on the quiet 2-core VM (launch 2.0 s,
+setup 1.0 s of which torch._dynamo's import is most, exit 0.1 s, pytest's share 0.4 s; see
+scripts/measure_sweep_cost.py), about twice that when the machine is loaded. The overhead per
+micro-step (50 ms on CPU; tiny models' steps take 10-70 ms) was read off tiny sweeps (gpt_tiny,
+2 gloo ranks) on the same VM. A model between tiny and GPT-2 runs faster than 10 GFLOP/s on CPU
+(gpt_small: 0.41 s measured for a 1.5 s estimate), so estimates for such models err long too.
 
 The guard: on CPU, a case whose FIRST optimizer step is estimated over FIRST_STEP_LIMIT_S is a
 mistake far more often than a plan (a GPU-sized model left on the CPU default), so the sweep
@@ -37,7 +39,7 @@ from fsdp_bench.plan.case import Case
 from fsdp_bench.plan.flavors import flavor_for, load_config_dict
 
 DEVICE_FLOPS = {"cpu": 10e9, "cuda": 20e12}  # per rank, see the module docstring
-CASE_FIXED_S = {"cpu": 7.0, "cuda": 20.0}  # start-up and teardown of one case's process tree
+CASE_FIXED_S = {"cpu": 5.0, "cuda": 20.0}  # start-up and teardown of one case's process tree
 MICRO_STEP_OVERHEAD_S = {"cpu": 0.05, "cuda": 0.01}  # Python, collectives and optimizer per micro-step
 PROBE_STEP_EQUIVALENTS = 3  # FLOP-counter step + MemTracker step (about twice a plain one)
 PROFILE_STEPS = 3  # --bench-profile: worker.probes.PROFILE_STEPS recorded + 1 profiler warmup step

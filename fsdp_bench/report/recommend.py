@@ -57,6 +57,22 @@ def format_gib(value: float) -> str:
     return f"{value:.2f} GiB" if value >= 0.1 else f"{value * 1024:.1f} MiB"
 
 
+def speed_interval(row: dict[str, Any]) -> tuple[float, float] | None:
+    """tokens/s/device at the bounds of the step-time median's confidence interval (None when
+    the case has no interval)."""
+    low, high, median = (row.get(k) for k in ("step_time_s_median_ci_low", "step_time_s_median_ci_high",
+                                              "step_time_s_median"))
+    if not all(isinstance(v, (int, float)) and v == v and v > 0 for v in (low, high, median)):
+        return None
+    return row[SPEED] * median / high, row[SPEED] * median / low
+
+
+def speeds_overlap(best: dict[str, Any], second: dict[str, Any]) -> bool:
+    """Whether the runner-up's speed is within the measured noise of the best one's."""
+    a, b = speed_interval(best), speed_interval(second)
+    return a is not None and b is not None and a[0] <= b[1]
+
+
 def recommendation_lines(df, budget_gib: float | None = None) -> list[str]:
     lines = []
     for rec in recommend(df, budget_gib):
@@ -70,7 +86,9 @@ def recommendation_lines(df, budget_gib: float | None = None) -> list[str]:
         if len(rec.picks) > 1:
             second = rec.picks[1]
             slower = 100 * (1 - second[SPEED] / best[SPEED])
-            text += f"; runner-up {describe(second, rec.memory)}, {slower:.0f}% slower"
+            verdict = (f"{slower:.0f}% slower, within noise (their step-time medians' confidence intervals overlap)"
+                       if speeds_overlap(best, second) else f"{slower:.0f}% slower")
+            text += f"; runner-up {describe(second, rec.memory)}, {verdict}"
         if rec.over_budget:
             text += f"; {rec.over_budget} trained configuration(s) over the budget left out"
         if rec.unmeasured:
