@@ -56,6 +56,8 @@ def pytest_configure(config: pytest.Config) -> None:
             raise pytest.UsageError(f"--bench-resume: {exc}") from None
     config.stash[_SWEEP_KEY] = sweep
     config.stash[_SESSION_KEY] = session
+    if sweep.resume is None and not config.option.collectonly:
+        session.start_environment()  # its torch import overlaps collection; closed at unconfigure
     _sigterm_as_interrupt(config)
 
 

@@ -11,6 +11,7 @@ import platform
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -43,17 +44,43 @@ def collect_host() -> dict[str, Any]:
     }
 
 
-def write_environment(run_dir: Path, project_root: Path, env: dict[str, str] | None = None) -> dict[str, Any]:
+class TorchEnvironment:
+    """The torch half of env.json, read by `python -m fsdp_bench.worker.environment` started as
+    soon as the session is configured: its `import torch` (1-2 s on a CPU) then runs while
+    pytest collects, instead of before the first case. `result()` waits for it; `cancel()`
+    stops it (a session that never runs a case)."""
+
+    def __init__(self, env: dict[str, str] | None = None) -> None:
+        fd, name = tempfile.mkstemp(prefix="fsdp-bench-env-", suffix=".json")
+        os.close(fd)
+        self.path = Path(name)
+        self.proc = subprocess.Popen([sys.executable, "-m", "fsdp_bench.worker.environment", str(self.path)],
+                                     env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                     stdin=subprocess.DEVNULL)
+
+    def result(self, timeout_s: float = 120.0) -> dict[str, Any]:
+        """The torch facts, or {"torch_info_error": why}."""
+        try:
+            _, err = self.proc.communicate(timeout=timeout_s)
+            if self.proc.returncode != 0:
+                raise subprocess.CalledProcessError(self.proc.returncode, self.proc.args, stderr=err)
+            data = read_json(self.path)
+            return data if isinstance(data, dict) else {"torch_info_error": "not a JSON object"}
+        except (subprocess.SubprocessError, OSError, ValueError) as exc:
+            return {"torch_info_error": f"{type(exc).__name__}: {exc}"}
+        finally:
+            self.cancel()
+
+    def cancel(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.path.unlink(missing_ok=True)
+
+
+def write_environment(run_dir: Path, project_root: Path, torch_env: TorchEnvironment) -> dict[str, Any]:
     """Write `run_dir/env.json`; the torch half comes from a subprocess so this process stays torch-free."""
     data: dict[str, Any] = {"schema_version": SCHEMA_VERSION, **collect_host(), **git_info(project_root)}
-    layout = RunLayout(Path(run_dir))
-    part = layout.torch_env_file
-    try:
-        subprocess.run([sys.executable, "-m", "fsdp_bench.worker.environment", str(part)], env=env,
-                       capture_output=True, timeout=120, check=True)
-        data.update(read_json(part))
-        part.unlink()
-    except (subprocess.SubprocessError, OSError, ValueError) as exc:
-        data["torch_info_error"] = f"{type(exc).__name__}: {exc}"
-    write_json_atomic(layout.env_file, data)
+    data.update(torch_env.result())
+    write_json_atomic(RunLayout(Path(run_dir)).env_file, data)
     return data

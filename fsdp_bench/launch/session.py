@@ -58,6 +58,22 @@ class SweepSession:
         self.launch = sweep.launch()
         self.store = None  # node 0's rendezvous store process in a multi-node sweep
         self._lock_fd: int | None = None
+        self._torch_env = None  # the env.json torch half, read while pytest collects
+
+    def start_environment(self) -> None:
+        """Start reading the torch half of env.json now, so it is ready by the first case."""
+        from fsdp_bench.launch.environment import TorchEnvironment
+        from fsdp_bench.launch.processes import build_env
+
+        if self._torch_env is None:
+            self._torch_env = TorchEnvironment(env=build_env())
+
+    def _write_environment(self, folder: Path) -> None:
+        from fsdp_bench.launch.environment import write_environment
+        from fsdp_bench.launch.processes import PROJECT_ROOT
+
+        self.start_environment()
+        write_environment(folder, PROJECT_ROOT, self._torch_env)
 
     @property
     def layout(self) -> RunLayout:
@@ -114,8 +130,6 @@ class SweepSession:
 
     def ensure_run_dir(self) -> Path:
         if self.run_dir is None:
-            from fsdp_bench.launch.environment import write_environment
-            from fsdp_bench.launch.processes import PROJECT_ROOT, build_env
             from fsdp_bench.launch.rendezvous import start_rendezvous_store
 
             if self.launch.multi_node and self.launch.owns_results:
@@ -127,17 +141,18 @@ class SweepSession:
                 self.run_dir = _named_run_dir(self.sweep.results_dir / self.sweep.run_id, self.launch.owns_results)
                 if self.launch.owns_results:
                     self.lock_run_dir(self.run_dir)  # a --bench-resume of it meanwhile is refused
-                write_environment(RunLayout(self.run_dir).node_root(self.launch.node_rank), PROJECT_ROOT,
-                                  env=build_env())
+                self._write_environment(RunLayout(self.run_dir).node_root(self.launch.node_rank))
             else:
                 self.run_dir = create_run_dir(self.sweep.results_dir)
                 self.lock_run_dir(self.run_dir)
-                write_environment(self.run_dir, PROJECT_ROOT, env=build_env())
+                self._write_environment(self.run_dir)
             if self.sweep.resume is None and self.launch.owns_results:
                 write_json_atomic(RunLayout(self.run_dir).sweep_file, self.sweep.fingerprint(), overwrite=True)
         return self.run_dir
 
     def close(self) -> None:
+        if self._torch_env is not None:
+            self._torch_env.cancel()  # no-op once its result was read
         if self.store is not None:
             from fsdp_bench.launch.rendezvous import stop_rendezvous_store
 

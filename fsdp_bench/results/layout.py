@@ -73,11 +73,6 @@ class RunLayout:
         return self.root / "env.json"
 
     @property
-    def torch_env_file(self) -> Path:
-        """The torch half of env.json, written by a subprocess and merged (never left behind)."""
-        return self.root / ".env-torch.json"
-
-    @property
     def sweep_file(self) -> Path:
         """The sweep's measuring settings (`Sweep.fingerprint`), written when the run is created."""
         return self.root / "sweep.json"
