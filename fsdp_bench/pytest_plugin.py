@@ -196,13 +196,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         reporter.write_line(estimate_line(estimate))
 
 
-def _duration(seconds: float) -> str:
-    seconds = int(round(seconds))
-    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
-
-
 def progress_line(i: int, total: int, case_id: str, result: dict[str, Any], elapsed_s: float) -> str:
     """`[i/N] case-id  status  step 0.123 s  1,234 tok/s/dev  peak 0.05 GiB  elapsed 1m02s  ETA 3m10s`."""
+    from fsdp_bench.analysis.duration import format_duration
     from fsdp_bench.analysis.stats import NOISY_CV_PCT
 
     metrics = result.get("metrics") or {}
@@ -225,9 +221,9 @@ def progress_line(i: int, total: int, case_id: str, result: dict[str, Any], elap
         spread = metrics.get("repeat_spread_pct")
         if isinstance(spread, (int, float)):
             parts.append(f"{metrics.get('repeats')} repeats, medians spread {spread:.0f}%")
-    parts.append(f"elapsed {_duration(elapsed_s)}")
+    parts.append(f"elapsed {format_duration(elapsed_s)}")
     if i < total:
-        parts.append(f"ETA {_duration(elapsed_s / i * (total - i))}")
+        parts.append(f"ETA {format_duration(elapsed_s / i * (total - i))}")
     return "  ".join(parts)
 
 

@@ -3,14 +3,17 @@
     python scripts/measure_sweep_cost.py [--strategies ddp,fsdp1_full_shard,fsdp2] [--batch-sizes 2,4]
                                          [--project DIR] [--rounds 2]
 
-The floor is what no sweep of these cases can avoid: per case, one bare torchrun whose ranks
-import torch and join a gloo group (a barrier, then exit), plus the case's timed steps as the
-sweep measured them (slowest rank per step). A second, "training floor" adds what any training
-program pays once per process on top of that: building its first optimizer, which imports
-torch._dynamo (about 1 s on this CPU). The sweep is the real `pytest benchmarks/...` run on
-gpt_tiny with 2 gloo ranks (`--bench-no-report`; the report's one-off cost is timed apart).
-`--project DIR` runs the sweep from another checkout (e.g. an older commit, for before/after).
-Rounds alternate floor and sweep so machine noise falls on both.
+The floor is what no sweep of these cases can avoid, per case plus the case's timed steps as the
+sweep measured them (slowest rank per step). Three floors, strictest last:
+- issue floor: a bare `torchrun` whose ranks import torch, join a gloo group (a barrier) and exit;
+- strict floor: the same, but torchrun and its ranks skip the interpreter's teardown as the
+  sweep's do (`python -m fsdp_bench.worker.torchrun`, `os._exit`): what teardown costs is not a floor;
+- training floor: the strict floor whose ranks also build one AdamW, as every training process
+  does once; that imports torch._dynamo (about 1 s on this CPU).
+The sweep is the real `pytest benchmarks/...` run on gpt_tiny with 2 gloo ranks
+(`--bench-no-report`; the report's one-off cost is timed apart). `--project DIR` runs the sweep
+from another checkout (e.g. an older commit, for before/after). Rounds alternate floors and sweep
+so machine noise falls on all.
 """
 
 from __future__ import annotations
@@ -28,14 +31,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from fsdp_bench.analysis.case_time import case_time_split  # noqa: E402
+from fsdp_bench.analysis.case_time import case_time_split, sweep_time_split  # noqa: E402
 
-_BARE = """import torch, torch.distributed as dist
+_BARE = """import os, sys, torch, torch.distributed as dist
 dist.init_process_group("gloo")
 dist.barrier()
 {extra}dist.destroy_process_group()
-"""
+{leave}"""
 _TRAINING = "torch.optim.AdamW(torch.nn.Linear(8, 8).parameters())  # first optimizer: imports torch._dynamo\n"
+_LEAVE = "sys.stdout.flush(); os._exit(0)\n"
+# name -> (torchrun module, rank script's extra lines, how the rank leaves)
+FLOORS = {"issue": ("torch.distributed.run", "", ""),
+          "strict": ("fsdp_bench.worker.torchrun", "", _LEAVE),
+          "training": ("fsdp_bench.worker.torchrun", _TRAINING, _LEAVE)}
 
 
 def _wall(cmd: list[str], **kwargs) -> float:
@@ -46,9 +54,10 @@ def _wall(cmd: list[str], **kwargs) -> float:
     return time.monotonic() - start
 
 
-def bare_torchrun_s(script: Path, nproc: int) -> float:
-    return _wall([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-                  "--monitor-interval=0.1", str(script)], env={**os.environ, "OMP_NUM_THREADS": "1"})
+def bare_torchrun_s(launcher: str, script: Path, nproc: int) -> float:
+    return _wall([sys.executable, "-m", launcher, "--standalone", f"--nproc-per-node={nproc}",
+                  "--monitor-interval=0.1", str(script)],
+                 env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)})
 
 
 def run_sweep(project: Path, results: Path, args) -> float:
@@ -82,15 +91,19 @@ def main() -> None:
     parser.add_argument("--project", type=Path, default=ROOT, help="checkout whose sweep is timed")
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
+    if args.rounds < 1 or args.nproc < 1:
+        parser.error("--rounds and --nproc must be at least 1")
     n_cases = len(args.strategies.split(",")) * len(args.batch_sizes.split(","))
     tmp = Path(tempfile.mkdtemp(prefix="sweep-cost-"))
-    bare, training = tmp / "bare.py", tmp / "training.py"
-    bare.write_text(_BARE.format(extra=""))
-    training.write_text(_BARE.format(extra=_TRAINING))
-    bare_s, training_s, sweeps = [], [], []
+    scripts = {}
+    for name, (launcher, extra, leave) in FLOORS.items():
+        scripts[name] = (launcher, tmp / f"{name}.py")
+        scripts[name][1].write_text(_BARE.format(extra=extra, leave=leave))
+    floor_s: dict[str, list[float]] = {name: [] for name in FLOORS}
+    sweeps = []
     for i in range(args.rounds):
-        bare_s += [bare_torchrun_s(bare, args.nproc) for _ in range(n_cases)]
-        training_s += [bare_torchrun_s(training, args.nproc) for _ in range(n_cases)]
+        for name, (launcher, script) in scripts.items():
+            floor_s[name] += [bare_torchrun_s(launcher, script, args.nproc) for _ in range(n_cases)]
         results = tmp / f"sweep{i}"
         wall = run_sweep(args.project.resolve(), results, args)
         cases = case_results(results)
@@ -99,27 +112,22 @@ def main() -> None:
             sys.exit(f"measure_sweep_cost: the sweep did not finish {n_cases} ok cases (not ok: {bad})")
         sweeps.append((wall, cases, results))
         print(f"round {i + 1}: sweep {wall:.1f} s", flush=True)
-    _print_summary(args, n_cases, bare_s, training_s, sweeps)
+    _print_summary(args, n_cases, {k: statistics.median(v) for k, v in floor_s.items()}, sweeps)
 
 
-def _print_summary(args, n_cases: int, bare_s: list[float], training_s: list[float], sweeps) -> None:
-    bare, training = statistics.median(bare_s), statistics.median(training_s)
+def _print_summary(args, n_cases: int, floor_per_case: dict[str, float], sweeps) -> None:
     print(f"\n{n_cases} cases ({args.strategies} x batch {args.batch_sizes}, gpt_tiny, {args.nproc} gloo ranks), "
           f"project {args.project}")
-    print(f"bare torchrun + import torch + gloo barrier: median {bare:.2f} s of {len(bare_s)}; "
-          f"the same + first optimizer: median {training:.2f} s")
-    for wall, cases, results in sweeps:
+    print("per case, median bare torchrun: " + ", ".join(f"{k} {v:.2f} s" for k, v in floor_per_case.items()))
+    for wall, cases, _ in sweeps:
         steps = sum(timed_steps_s(c) for c in cases)
-        floor, training_floor = n_cases * bare + steps, n_cases * training + steps
         in_cases = sum(c["duration_s"] for c in cases)
-        split = {}
-        for c in cases:
-            for key, value in case_time_split(c).items():
-                split[key] = split.get(key, 0.0) + value
-        parts = ", ".join(f"{k[5:-2]} {v:.1f}" for k, v in split.items()) or "no stage times (older checkout)"
+        split = sweep_time_split([case_time_split(c) for c in cases])
+        parts = ", ".join(f"{k} {v:.1f}" for k, v in split.items())
+        floors = ", ".join(f"{k} floor {n_cases * v + steps:.1f} s -> {wall / (n_cases * v + steps):.2f}x"
+                           for k, v in floor_per_case.items())
         print(f"sweep {wall:.1f} s (in cases {in_cases:.1f} s: {parts}; pytest outside cases {wall - in_cases:.1f} s); "
-              f"timed steps {steps:.1f} s; floor {floor:.1f} s -> {wall / floor:.2f}x; "
-              f"training floor {training_floor:.1f} s -> {wall / training_floor:.2f}x")
+              f"timed steps {steps:.1f} s; {floors}")
     run = next(p for p in sweeps[-1][2].iterdir() if p.is_dir())
     print(f"report for the last sweep (visualize.py, once per sweep): {report_s(args.project.resolve(), run):.1f} s")
 

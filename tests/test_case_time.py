@@ -43,3 +43,13 @@ def test_a_case_run_as_repeats_sums_their_splits():
                                     "time_probes_s": 0.0, "time_exit_s": 3.0})
     assert case_time_split({"time_split_s": summed, **first}) == summed
     assert summed_time_split([first, {"ranks": []}]) == {}
+
+
+def test_effective_sharding_reads_alike_for_every_family_and_old_records():
+    from fsdp_bench.analysis.aggregate import effective_sharding
+
+    assert effective_sharding([{"effective_sharding": "FULL_SHARD"}] * 2) == "full_shard"  # an old record
+    assert effective_sharding([{"effective_sharding": "HYBRID_SHARD"}]) == "hybrid_full_shard"
+    assert effective_sharding([{"effective_sharding": "NO_SHARD"}]) == "replicated"
+    assert effective_sharding([{"effective_sharding": "full_shard"}, {"effective_sharding": "replicated"}]) is None
+    assert effective_sharding([{"effective_sharding": "full_shard"}, {}]) is None

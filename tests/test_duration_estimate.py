@@ -82,3 +82,13 @@ def test_no_probes_leaves_the_probe_steps_out_of_the_estimate():
     case = _cases(model="gpt_small")[0]
     assert case_seconds(case) - case_seconds(case.replace(probes=False)) == pytest.approx(
         PROBE_STEP_EQUIVALENTS * step_seconds(case))
+
+
+def test_cpu_ranks_share_the_cores_and_long_steps_print_whole_seconds():
+    from fsdp_bench.analysis.duration import DEVICE_FLOPS, rank_flops
+
+    case = _cases(model="gpt_tiny")[0]  # 2 ranks
+    assert rank_flops(case, cpu_count=8) == DEVICE_FLOPS["cpu"]
+    assert rank_flops(case.replace(nproc=4), cpu_count=2) == DEVICE_FLOPS["cpu"] / 2
+    slow = estimate_sweep(_cases(model="gpt_124m", **{"seq-len": "1024"}))
+    assert "e+" not in estimate_line(slow) and f"~{slow.slowest_first_step_s:.0f} s" in estimate_line(slow)

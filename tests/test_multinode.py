@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -138,3 +139,32 @@ def test_two_launchers_on_localhost_run_each_case_across_both_nodes(tmp_path):
         assert follower["status"] == "ok" and len(follower["ranks"]) == 1
         assert all(r["params_changed"] for r in result["ranks"])
     assert (run / "env.json").is_file() and (run / "nodes" / "node-1" / "env.json").is_file()
+
+
+def test_repeats_across_two_nodes_each_meet_in_their_own_rendezvous(tmp_path):
+    """A successful torchrun closes its rendezvous, so repeat 2 needs its own; and a follower
+    that arrives late must not set node 0's live repeat folder aside."""
+    port = _free_port()
+    common = [sys.executable, "-m", "pytest", "benchmarks/test_strategy_sweep.py", "-q", "-p", "no:randomly",
+              "--bench-device", "cpu", "--bench-model", "gpt_tiny", "--bench-strategies", "ddp",
+              "--bench-batch-sizes", "2", "--bench-grad-accum", "1", "--bench-steps", "2", "--bench-warmup", "1",
+              "--bench-seq-len", "32", "--bench-nproc", "1", "--bench-timeout", "240", "--bench-repeats", "2",
+              "--bench-nnodes", "2", "--bench-rdzv-endpoint", f"localhost:{port}", "--bench-run-id", "two-nodes",
+              "--bench-results-dir", str(tmp_path), "--benchmark-disable", "--bench-no-report"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env.pop("SLURM_JOB_ID", None)
+    leader = subprocess.Popen(common + ["--bench-node-rank", "0"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+    run = tmp_path / "two-nodes"
+    deadline = time.monotonic() + 60
+    while not list(run.glob("cases/*/repeat-1")) and time.monotonic() < deadline:
+        time.sleep(0.2)  # the follower arrives once node 0's repeat folder exists
+    follower = subprocess.Popen(common + ["--bench-node-rank", "1"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+    outs = [p.communicate(timeout=600)[0] for p in (leader, follower)]
+    for proc, out in zip((leader, follower), outs):
+        assert proc.returncode == 0, out[-3000:]
+    (result,) = [json.loads(p.read_text()) for p in (run / "cases").glob("*.json")]
+    assert result["status"] == "ok" and [r["status"] for r in result["repeats"]] == ["ok", "ok"]
+    assert result["metrics"]["repeats"] == 2
+    assert not (run / "cases" / ".attempts").exists()  # nothing was set aside

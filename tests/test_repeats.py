@@ -41,6 +41,8 @@ def test_a_failed_repeat_fails_the_case_and_says_which():
     merged = merge_repeats([_repeat(1, [1.0, 1.0]), _repeat(2, [], status="failed")])
     assert merged["status"] == "failed"
     assert merged["reason"] == "repeat 2 of 2: rank 1 died"
+    early = merge_repeats([_repeat(1, [], status="failed")], planned=3)  # the first failure ends the case
+    assert early["reason"] == "repeat 1 of 3: rank 1 died"
     assert [r["status"] for r in merged["repeats"]] == ["ok", "failed"]
 
 

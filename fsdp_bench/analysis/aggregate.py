@@ -6,6 +6,7 @@ from __future__ import annotations
 import statistics
 from typing import Any, Sequence
 
+from fsdp_bench.plan.catalog import sharding_word
 from fsdp_bench.analysis.stats import mean_across_ranks, slowest_rank_step_times, summarize_step_times
 from fsdp_bench.results.schema import GIB
 
@@ -13,7 +14,9 @@ def effective_sharding(ranks: Sequence[dict[str, Any]]) -> str | None:
     """The sharding the ranks really ran (FSDP1 at one rank runs NO_SHARD whatever it was asked
     for), when they all agree."""
     sharding = {r.get("effective_sharding") for r in ranks if isinstance(r, dict)}
-    return sharding.pop() if len(sharding) == 1 and None not in sharding else None
+    if len(sharding) != 1 or None in sharding:
+        return None
+    return sharding_word(str(sharding.pop()))  # records made before the words were the catalog's
 
 
 def aggregate_rank_metrics(*, tokens_per_step: int, samples_per_step: int, world_size: int,

@@ -29,20 +29,20 @@ refuses to start unless `--bench-allow-slow-cpu` is given.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Iterable
 
 from fsdp_bench.analysis.comm_model import model_units
 from fsdp_bench.analysis.flops import flops_per_token
 from fsdp_bench.analysis.hf_units import hf_dims
-from fsdp_bench.plan.case import Case
+from fsdp_bench.plan.case import PROFILED_STEPS, PROFILER_WARMUP_STEPS, Case
 from fsdp_bench.plan.flavors import flavor_for, load_config_dict
 
 DEVICE_FLOPS = {"cpu": 10e9, "cuda": 20e12}  # per rank, see the module docstring
 CASE_FIXED_S = {"cpu": 5.0, "cuda": 20.0}  # start-up and teardown of one case's process tree
 MICRO_STEP_OVERHEAD_S = {"cpu": 0.05, "cuda": 0.01}  # Python, collectives and optimizer per micro-step
 PROBE_STEP_EQUIVALENTS = 3  # FLOP-counter step + MemTracker step (about twice a plain one)
-PROFILE_STEPS = 3  # --bench-profile: worker.probes.PROFILE_STEPS recorded + 1 profiler warmup step
 FIRST_STEP_LIMIT_S = 60.0  # CPU: a first step estimated longer than this stops the sweep
 
 
@@ -62,11 +62,21 @@ def case_flops_per_token(case: Case) -> int:
                            seq_len=case.seq_len)
 
 
+def rank_flops(case: Case, cpu_count: int | None = None) -> float:
+    """The FLOP/s one rank gets: the device's rate, shared when a CPU has fewer cores than the
+    case has ranks (4 gloo ranks on 2 cores run at half speed each)."""
+    if case.device in DEVICE_FLOPS and case.device != "cpu":
+        return DEVICE_FLOPS[case.device]
+    ranks_here = 1 if case.simulate else case.nproc
+    cores = cpu_count or os.cpu_count() or 1
+    return DEVICE_FLOPS["cpu"] * min(1.0, cores / ranks_here)
+
+
 def step_seconds(case: Case) -> float:
     """One optimizer step of one rank: every micro-batch's FLOPs at the device rate, plus overhead."""
     device = case.device if case.device in DEVICE_FLOPS else "cpu"
     tokens = case.batch_size * case.grad_accum * case.seq_len
-    compute = case_flops_per_token(case) * tokens / DEVICE_FLOPS[device]
+    compute = case_flops_per_token(case) * tokens / rank_flops(case)
     return compute + case.grad_accum * MICRO_STEP_OVERHEAD_S[device]
 
 
@@ -74,7 +84,7 @@ def case_seconds(case: Case) -> float:
     """The whole case: start-up plus warmup, measured, probe and profiled steps."""
     device = case.device if case.device in CASE_FIXED_S else "cpu"
     probes = PROBE_STEP_EQUIVALENTS if case.probes else 0
-    steps = case.warmup + case.steps + probes + (PROFILE_STEPS if case.profile else 0)
+    steps = case.warmup + case.steps + probes + (PROFILED_STEPS + PROFILER_WARMUP_STEPS if case.profile else 0)
     return CASE_FIXED_S[device] + steps * step_seconds(case)
 
 
@@ -104,18 +114,21 @@ def estimate_sweep(cases: Iterable[Case], repeats: int = 1) -> SweepEstimate:
     return SweepEstimate(cases=n, repeats=repeats, total_s=total, slowest_case=slowest, slowest_first_step_s=slowest_s)
 
 
-def _duration(seconds: float) -> str:
+def format_duration(seconds: float) -> str:
+    """`1m05s`, or `2h03m` from an hour on."""
     seconds = int(round(seconds))
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
 
 
 def estimate_line(estimate: SweepEstimate) -> str:
-    """`fsdp-bench: estimate 0m34s for 4 case(s) x 1 repeat(s) (slowest first step ~0.05 s: CASE)`."""
-    line = f"fsdp-bench: estimated duration {_duration(estimate.total_s)} for {estimate.cases} case(s)"
+    """`fsdp-bench: estimated duration 0m34s for 4 case(s) (slowest first step ~0.05 s: CASE); ...`."""
+    line = f"fsdp-bench: estimated duration {format_duration(estimate.total_s)} for {estimate.cases} case(s)"
     if estimate.repeats > 1:
         line += f" x {estimate.repeats} repeats"
     if estimate.slowest_case is not None:
-        line += f" (slowest first step ~{estimate.slowest_first_step_s:.2g} s: {estimate.slowest_case.id})"
+        first = estimate.slowest_first_step_s
+        line += f" (slowest first step ~{first:.2g} s: {estimate.slowest_case.id})" if first < 10 else \
+            f" (slowest first step ~{first:.0f} s: {estimate.slowest_case.id})"
     return line + "; a rough figure from model FLOPs, see fsdp_bench/analysis/duration.py"
 
 

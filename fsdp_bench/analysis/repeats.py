@@ -47,8 +47,9 @@ def _summary(result: dict[str, Any], n: int) -> dict[str, Any]:
             "step_time_s_median": (result.get("metrics") or {}).get("step_time_s_median")}
 
 
-def merge_repeats(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """The case's result from its repeats' results, in repeat order (see the module docstring)."""
+def merge_repeats(results: Sequence[dict[str, Any]], planned: int | None = None) -> dict[str, Any]:
+    """The case's result from its repeats' results, in repeat order (see the module docstring);
+    `planned`: how many repeats the sweep asked for (a failed one ends the case early)."""
     if not results:
         raise ValueError("merge_repeats: no repeats")
     bad = next((r for r in results if r.get("status") != "ok"), None)
@@ -57,7 +58,7 @@ def merge_repeats(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
     merged["duration_s"] = sum(r.get("duration_s") or 0.0 for r in results)
     merged["time_split_s"] = summed_time_split(results) or None
     if bad is not None:
-        merged["reason"] = f"repeat {bad.get('repeat', '?')} of {len(results)}: {bad.get('reason', '')}"
+        merged["reason"] = f"repeat {bad.get('repeat', '?')} of {planned or len(results)}: {bad.get('reason', '')}"
         return merged
     merged["step_times_s_by_repeat"] = [repeat_step_times(r) for r in results]
     same_ranks = len({len(r.get("ranks") or []) for r in results}) == 1

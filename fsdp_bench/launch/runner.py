@@ -28,19 +28,21 @@ CLASSIFY_TAIL_CHARS = 64000  # torchrun's failure summary lists every failed ran
 
 
 def build_command(case: Case, case_file: Path, out_dir: Path, *, python: str = sys.executable,
-                  launch: Launch = Launch(), join_timeout_s: float = 600.0) -> list[str]:
+                  launch: Launch = Launch(), join_timeout_s: float = 600.0, repeat: int | None = None) -> list[str]:
     """The command line for one case on this node.
 
     One node: `--standalone` lets the c10d rendezvous bind localhost:0 itself, so concurrent
     sweeps never race for a port. Several nodes: see `fsdp_bench.plan.nodes`. A simulated case
     is one process, rank 0 of its world, without torchrun. `--max-restarts 0` because a
-    benchmark must not silently retry.
+    benchmark must not silently retry. Each repeat of a case meets in a rendezvous of its own:
+    a successful torchrun closes its rendezvous for good.
     """
     if case.simulate:
         return [python, "-m", "fsdp_bench.worker.simulate", "--case", str(case_file), "--out", str(out_dir)]
     return [
         python, "-m", "fsdp_bench.worker.torchrun",
-        *torchrun_rendezvous_args(launch, case_id=case.id, world_size=case.nproc, join_timeout_s=join_timeout_s),
+        *torchrun_rendezvous_args(launch, case_id=case.id if repeat is None else f"{case.id}/repeat-{repeat}",
+                                  world_size=case.nproc, join_timeout_s=join_timeout_s),
         "--max-restarts", "0",
         "--monitor-interval", "0.1",
         "-m", "fsdp_bench.worker",
@@ -133,7 +135,7 @@ def run_case(case: Case, run_dir: Path, *, timeout_s: float, env: dict[str, str]
     write_json_atomic(work.case_file, case.to_dict())
     started = {"monotonic": time.monotonic(), "utc": utc_now(), "unix": time.time()}
     returncode, timed_out, leftover = _launch_and_wait(case, work, timeout_s=timeout_s, env=env,
-                                                       grace_s=grace_s, launch=launch)
+                                                       grace_s=grace_s, launch=launch, repeat=repeat)
     ranks, expected, note = _collect_ranks(case, run, launch, repeat)
     log_tail = _tail(work.log_file, CLASSIFY_TAIL_CHARS)
     outcome = classify_outcome(returncode=returncode, timed_out=timed_out, ranks=ranks,
@@ -157,13 +159,13 @@ def _case_env(case: Case, env: dict[str, str] | None, grace_s: float, launch: La
 
 
 def _launch_and_wait(case: Case, work: CaseDir, *, timeout_s: float, env: dict[str, str] | None,
-                     grace_s: float, launch: Launch) -> tuple[int | None, bool, list[int]]:
+                     grace_s: float, launch: Launch, repeat: int | None = None) -> tuple[int | None, bool, list[int]]:
     """Start the case's torchrun in its own session, wait at most `timeout_s`, and stop whatever
     is left (also on Ctrl-C or SIGTERM to the parent). (returncode, timed_out, leftover pids)."""
     timed_out = False
     with open(work.log_file, "wb") as log:
         proc = subprocess.Popen(
-            build_command(case, work.case_file, work.path, launch=launch, join_timeout_s=timeout_s),
+            build_command(case, work.case_file, work.path, launch=launch, join_timeout_s=timeout_s, repeat=repeat),
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=_case_env(case, env, grace_s, launch),
             cwd=work.path, start_new_session=True,
         )

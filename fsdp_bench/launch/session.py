@@ -192,14 +192,15 @@ class SweepSession:
             done = _load_or_none(run.result_file(case.id, repeat=repeat)) if self.launch.owns_results else None
             if done is None or done["status"] != "ok":
                 check_free_space(run.root)
-                if run.case_dir(case.id, repeat=repeat).path.exists() or done is not None:
+                # Only node 0 resumes; another node must never move node 0's (live) folder.
+                if self.launch.owns_results and (run.case_dir(case.id, repeat=repeat).path.exists() or done is not None):
                     _set_aside(run, case.id, repeat=repeat)
                 done = run_case(case, run.root, timeout_s=self.sweep.timeout_s, grace_s=self.sweep.kill_grace_s,
                                 launch=self.launch, repeat=repeat)
             results.append(done)
             if done["status"] != "ok":
                 break
-        merged = merge_repeats(results)
+        merged = merge_repeats(results, planned=self.sweep.repeats)
         write_json_atomic(run.result_file(case.id, self.launch.node_rank), merged)
         return merged
 

@@ -127,6 +127,12 @@ class Case:
         return dataclasses.replace(self, **changes)
 
 
+# --bench-profile: steps recorded by torch.profiler, after steps it runs but does not record (its
+# own start-up stays out of the trace). The worker runs them; the duration estimate counts them.
+PROFILED_STEPS = 2
+PROFILER_WARMUP_STEPS = 1
+
+
 # Axes always spelled out in the id (in a fixed order); other fields appear only when
 # they differ from their default. Measurement settings never appear: they do not change
 # what is being compared, and resuming a run must find the same ids.

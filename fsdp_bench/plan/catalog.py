@@ -132,3 +132,14 @@ def strategy_order(name: str) -> int:
 
 # Precision names a case takes, and the torch dtype name each computes in.
 PRECISIONS: dict[str, str] = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+# FSDP1's ShardingStrategy names in the catalog's words ("hybrid_" + a row's sharding for hybrid
+# rows), so the sharding every family really ran reads alike in records and tables.
+_FSDP1_SHARDING_WORDS = {"NO_SHARD": "replicated", "SHARD_GRAD_OP": "shard_grad_op", "FULL_SHARD": "full_shard",
+                         "HYBRID_SHARD": "hybrid_full_shard", "_HYBRID_SHARD_ZERO2": "hybrid_shard_grad_op"}
+
+
+def sharding_word(name: str) -> str:
+    """An FSDP1 ShardingStrategy name (or a word already in the catalog's terms) in catalog terms."""
+    return _FSDP1_SHARDING_WORDS.get(name, name.lower())

@@ -16,11 +16,10 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from fsdp_bench.plan.case import Case
+from fsdp_bench.plan.case import PROFILED_STEPS, Case
 from fsdp_bench.results.layout import CaseDir
 from fsdp_bench.worker.training import local_tensor
 
-PROFILE_STEPS = 2
 
 # MemTracker's categories folded into the five the results report.
 BREAKDOWN_CATEGORIES = {"param": "params", "buffer": "params", "grad": "grads", "opt": "optimizer",
@@ -276,5 +275,5 @@ def run_probes(case: Case, model, optimizer, train_step: Callable[..., Any], *, 
         from fsdp_bench.worker.profiling import profile_steps
 
         trace_dir = CaseDir(Path(out_dir)).profile_dir if out_dir is not None else None
-        record["profile"] = profile_steps(step, n_steps=PROFILE_STEPS, device_type=device.type, rank=rank,
+        record["profile"] = profile_steps(step, n_steps=PROFILED_STEPS, device_type=device.type, rank=rank,
                                           trace_dir=trace_dir)

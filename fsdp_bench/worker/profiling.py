@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from fsdp_bench.plan.case import PROFILER_WARMUP_STEPS
 from fsdp_bench.analysis.intervals import clip, exposed_length, total_length, union
 
 STEP_MARKER = "fsdp_bench.step"
-PROFILER_WARMUP_STEPS = 1  # run but not recorded: the profiler's own start-up stays out of the trace
 COLLECTIVE_KINDS = ("all_gather", "reduce_scatter", "all_reduce", "broadcast", "all_to_all", "send_recv", "other")
 
 

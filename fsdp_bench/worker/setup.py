@@ -15,6 +15,7 @@ import torch.distributed as dist
 
 from fsdp_bench.plan.case import Case
 from fsdp_bench.plan.catalog import PRECISIONS
+from fsdp_bench.plan.catalog import sharding_word
 from fsdp_bench.plan.catalog import strategy as catalog_strategy
 from fsdp_bench.worker.record import StageTracker
 
@@ -115,11 +116,6 @@ def _build_model(case: Case, flavor, device: torch.device, record: dict[str, Any
     return model, started
 
 
-# FSDP1's ShardingStrategy names in the catalog's words, so every family's rows read alike.
-_FSDP1_SHARDING = {"NO_SHARD": "replicated", "SHARD_GRAD_OP": "shard_grad_op", "FULL_SHARD": "full_shard",
-                   "HYBRID_SHARD": "hybrid_shard", "_HYBRID_SHARD_ZERO2": "hybrid_shard_grad_op"}
-
-
 def effective_sharding(model: torch.nn.Module, row) -> str:
     """The sharding the wrapped model really has, in the catalog's words: FSDP1 says it on its
     root module (it turns every sharded strategy into NO_SHARD, "replicated", at world size 1);
@@ -127,8 +123,7 @@ def effective_sharding(model: torch.nn.Module, row) -> str:
     from torch.distributed.fsdp import FullyShardedDataParallel
 
     if isinstance(model, FullyShardedDataParallel):
-        name = model.sharding_strategy.name
-        return _FSDP1_SHARDING.get(name, name.lower())
+        return sharding_word(model.sharding_strategy.name)
     return f"hybrid_{row.sharding}" if row.hybrid else row.sharding
 
 
