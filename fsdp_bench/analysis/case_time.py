@@ -10,7 +10,8 @@ A sweep's cost is mostly what surrounds the measured steps; this splits each cas
 - exit: final barrier, records written, processes gone (as the runner saw it).
 
 The parts add up to the case's wall time as the runner measured it (`launched_unix` to
-`finished_unix`).
+`finished_unix`). On several nodes rank 0 may run on another host than node 0's runner: launch
+and exit then mix two hosts' clocks and are only as good as their synchronization.
 """
 
 from __future__ import annotations
