@@ -120,3 +120,35 @@ def test_stop_case_leaves_no_process_even_when_sigterm_is_ignored(tmp_path):
     assert left == [] and find_case_processes(case_marker(work)) == []
     assert time.monotonic() - started < 20
     assert proc.returncode == -9
+
+
+# A rank whose step raises, and whose failure handling is interrupted by the SIGTERM torchrun
+# sends every rank once one failed (staged here: it arrives while the failure is classified).
+_SIGTERM_DURING_FAILURE = textwrap.dedent('''
+    import os, signal, sys
+    os.environ["FSDP_BENCH_FAULTS"] = "raise@first_step:0"
+    import fsdp_bench.worker.entry as entry
+    from fsdp_bench.plan.case import Case
+    from fsdp_bench.results.io import write_json_atomic
+
+    real = entry.classify_exception
+    def classify_then_sigterm(exc):
+        os.kill(os.getpid(), signal.SIGTERM)  # delivered at the next bytecode, as in the race
+        return real(exc)
+    entry.classify_exception = classify_then_sigterm
+    out = sys.argv[1]
+    write_json_atomic(os.path.join(out, "case.json"),
+                      Case(strategy="ddp", nproc=1, steps=1, warmup=0, seq_len=16).to_dict())
+    entry.main(["--case", os.path.join(out, "case.json"), "--out", out])
+''')
+
+
+def test_sigterm_during_a_failure_does_not_cut_the_record_short(tmp_path):
+    import json
+
+    proc = subprocess.run([sys.executable, "-c", _SIGTERM_DURING_FAILURE, str(tmp_path)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0  # the injected error still ends the rank
+    record = json.loads((tmp_path / "rank-0.json").read_text())
+    assert record["status"] == "failed" and record["error"]["type"] == "RuntimeError", record["error"]
+    assert "injected" in record["error"]["message"]

@@ -43,6 +43,9 @@ def main(argv: list[str] | None = None) -> int:
         run(case, record=record, out_dir=args.out, stages=stages)
         return 0
     except BaseException as exc:
+        # Already failing: the SIGTERM torchrun sends the other ranks (and this one) must not cut
+        # the record short between its status and its error (a rank then read "raised None").
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         record["status"] = classify_exception(exc)
         record["error"] = error_record(exc)
         if record["status"] in ("oom", "failed"):
