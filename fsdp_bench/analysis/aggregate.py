@@ -6,9 +6,10 @@ from __future__ import annotations
 import statistics
 from typing import Any, Sequence
 
-from fsdp_bench.plan.catalog import sharding_word
 from fsdp_bench.analysis.stats import mean_across_ranks, slowest_rank_step_times, summarize_step_times
+from fsdp_bench.plan.catalog import sharding_word
 from fsdp_bench.results.schema import GIB
+
 
 def effective_sharding(ranks: Sequence[dict[str, Any]]) -> str | None:
     """The sharding the ranks really ran (FSDP1 at one rank runs NO_SHARD whatever it was asked

@@ -82,10 +82,14 @@ def step_seconds(case: Case) -> float:
 
 def case_seconds(case: Case) -> float:
     """The whole case: start-up plus warmup, measured, probe and profiled steps."""
-    device = case.device if case.device in CASE_FIXED_S else "cpu"
     probes = PROBE_STEP_EQUIVALENTS if case.probes else 0
     steps = case.warmup + case.steps + probes + (PROFILED_STEPS + PROFILER_WARMUP_STEPS if case.profile else 0)
-    return CASE_FIXED_S[device] + steps * step_seconds(case)
+    return fixed_seconds(case) + steps * step_seconds(case)
+
+
+def fixed_seconds(case: Case) -> float:
+    """A case's start-up and teardown on its device (an unknown device counts as a CPU)."""
+    return CASE_FIXED_S.get(case.device, CASE_FIXED_S["cpu"])
 
 
 @dataclass(frozen=True)
@@ -107,7 +111,7 @@ def estimate_sweep(cases: Iterable[Case], repeats: int = 1) -> SweepEstimate:
             first = step_seconds(case)
             seconds = case_seconds(case)
         except (ValueError, KeyError, OSError):
-            first, seconds = 0.0, CASE_FIXED_S.get(case.device, CASE_FIXED_S["cpu"])
+            first, seconds = 0.0, fixed_seconds(case)
         total += seconds * repeats
         if slowest is None or first > slowest_s:
             slowest, slowest_s = case, first

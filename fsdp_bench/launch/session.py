@@ -209,14 +209,9 @@ class SweepSession:
         """Node R > 0 keeps no merged results and never resumes, so only node 0 asks this.
         With repeats, a case folder without a merged result holds the repeats done so far: kept."""
         path = run.result_file(case.id)
-        if not path.exists():
-            if run.case_dir(case.id).path.exists() and repeats == 1:
-                _set_aside(run, case.id)  # an interrupted attempt without a result
-            return None
-        try:
-            return load_case_result(path)
-        except ResultError:
-            return {"status": "failed"}
+        if not path.exists() and run.case_dir(case.id).path.exists() and repeats == 1:
+            _set_aside(run, case.id)  # an interrupted attempt without a result
+        return _load_or_none(path)
 
 
 def _named_run_dir(path: Path, owner: bool) -> Path:
@@ -233,6 +228,7 @@ def _named_run_dir(path: Path, owner: bool) -> Path:
 
 
 def _load_or_none(path: Path) -> dict[str, Any] | None:
+    """A result file (of a case or one repeat), None when absent, a failed stand-in when unreadable."""
     if not path.exists():
         return None
     try:

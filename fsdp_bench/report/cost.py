@@ -57,4 +57,3 @@ def time_html(df) -> list[str]:
     out += ["<tr><td class=t>" + e(row[0]) + "</td>" + "".join(f"<td>{e(c)}</td>" for c in row[1:]) + "</tr>"
             for row in rows]
     return out + ["</table>"]
-

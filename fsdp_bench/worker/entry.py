@@ -63,4 +63,3 @@ def entry() -> None:
 
     code = record_errors(main)()
     exit_now(code)
-
