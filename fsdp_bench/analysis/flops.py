@@ -25,6 +25,47 @@ def flops_per_token(*, n_matmul_params: int, n_layers: int = 0, n_heads: int = 0
     return 6 * n_matmul_params + 12 * n_layers * n_heads * head_dim * seq_len
 
 
+def _bmm_flops(batch: int, n: int, m: int, p: int) -> int:
+    """A batched (n x m) @ (m x p) matmul: one multiply and one add per term."""
+    return 2 * batch * n * m * p
+
+
+def _attention_dims(query_shape, key_shape, value_shape) -> tuple[int, int, int, int, int]:
+    """(batch x query heads, query length, key length, q/k head size, value head size).
+
+    Grouped-query attention gives key and value fewer heads than the query; the kernel broadcasts
+    each key/value head to its group of query heads, so every matmul runs at the query's head
+    count. torch >= 2.13 counts it so; torch 2.11 asserts equal head counts instead.
+    """
+    b, h_q, s_q, d_q = query_shape
+    b_k, h_kv, s_k, d_k = key_shape
+    b_v, h_v, s_v, d_v = value_shape
+    if not (b == b_k == b_v and h_kv == h_v and d_q == d_k and s_k == s_v):
+        raise ValueError(f"attention shapes do not fit together: q={tuple(query_shape)}, "
+                         f"k={tuple(key_shape)}, v={tuple(value_shape)}")
+    if h_kv <= 0 or h_q % h_kv:
+        raise ValueError(f"query heads ({h_q}) are not a multiple of key/value heads ({h_kv})")
+    return b * h_q, s_q, s_k, d_q, d_v
+
+
+def sdpa_forward_flops(query_shape, key_shape, value_shape) -> int:
+    """Scaled dot-product attention forward: scores = Q K^T, then scores V (shapes b, h, s, d)."""
+    bh, s_q, s_k, d_qk, d_v = _attention_dims(query_shape, key_shape, value_shape)
+    return _bmm_flops(bh, s_q, d_qk, s_k) + _bmm_flops(bh, s_q, s_k, d_v)
+
+
+def sdpa_backward_flops(grad_out_shape, query_shape, key_shape, value_shape) -> int:
+    """Its backward: the scores recomputed, then the gradients of V, the scores, Q and K."""
+    bh, s_q, s_k, d_qk, d_v = _attention_dims(query_shape, key_shape, value_shape)
+    if tuple(grad_out_shape)[-1] != d_v or tuple(grad_out_shape)[-2] != s_q:
+        raise ValueError(f"attention output gradient {tuple(grad_out_shape)} does not fit q={tuple(query_shape)}")
+    return (_bmm_flops(bh, s_q, d_qk, s_k)      # scores recomputed
+            + _bmm_flops(bh, s_q, d_v, s_k)     # grad of the scores: grad_out V^T
+            + _bmm_flops(bh, s_k, s_q, d_v)     # grad of V: scores^T grad_out
+            + _bmm_flops(bh, s_q, s_k, d_qk)    # grad of Q: grad_scores K
+            + _bmm_flops(bh, d_qk, s_q, s_k))   # grad of K: Q^T grad_scores
+
+
 @dataclass(frozen=True)
 class PeakFlops:
     """Dense (no structured sparsity) tensor-core peaks in TFLOP/s from the vendor datasheets.

@@ -18,6 +18,7 @@ from torch import nn
 
 from fsdp_bench.plan.case import PROFILED_STEPS, Case
 from fsdp_bench.results.layout import CaseDir
+from fsdp_bench.worker.probe_guard import ProbeGuard
 from fsdp_bench.worker.training import local_tensor
 
 
@@ -61,24 +62,32 @@ def attention_shape(model: nn.Module) -> dict[str, int]:
     return {"n_layers": len(blocks), "n_heads": attn.n_head, "head_dim": n_embd // attn.n_head}
 
 
-def _cpu_sdpa_flop_mapping() -> dict[Any, Callable[..., int]]:
-    """FlopCounterMode knows the CUDA attention kernels but not the CPU flash kernel; count it
-    with torch's own SDPA formulas so CPU and GPU counts mean the same thing."""
-    from torch.utils.flop_counter import sdpa_backward_flop_count, sdpa_flop_count
+def _sdpa_flop_mapping() -> dict[Any, Callable[..., int]]:
+    """Every fused attention kernel counted by one formula (`analysis.flops.sdpa_*_flops`).
+
+    Two gaps in torch's own table are closed this way: FlopCounterMode does not know the CPU flash
+    kernel, and torch 2.11's SDPA formula asserts that query, key and value have equal head
+    counts, so a grouped-query model (Llama 3, Qwen2, Mistral: transformers passes
+    `enable_gqa=True`) raised inside the probe. The formula is the one torch >= 2.13 uses.
+    """
+    from fsdp_bench.analysis.flops import sdpa_backward_flops, sdpa_forward_flops
+
+    # FlopCounterMode keys its registry by overload packet and hands formulas shapes, not tensors.
+    def fwd_flop(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
+        return sdpa_forward_flops(query_shape, key_shape, value_shape)
+
+    def bwd_flop(grad_out_shape, query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
+        return sdpa_backward_flops(grad_out_shape, query_shape, key_shape, value_shape)
 
     aten = torch.ops.aten
+    kernels = ("_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention",
+               "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention")
     mapping: dict[Any, Callable[..., int]] = {}
-    fwd = getattr(aten, "_scaled_dot_product_flash_attention_for_cpu", None)
-    bwd = getattr(aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None)
-    # FlopCounterMode keys its registry by overload packet and hands formulas shapes, not tensors.
-    if fwd is not None:
-        def fwd_flop(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
-            return sdpa_flop_count(query_shape, key_shape, value_shape)
-        mapping[fwd] = fwd_flop
-    if bwd is not None:
-        def bwd_flop(grad_out_shape, query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
-            return sdpa_backward_flop_count(grad_out_shape, query_shape, key_shape, value_shape)
-        mapping[bwd] = bwd_flop
+    for name in kernels:
+        for op_name, formula in ((name, fwd_flop), (f"{name}_backward", bwd_flop)):
+            op = getattr(aten, op_name, None)
+            if op is not None:
+                mapping[op] = formula
     return mapping
 
 
@@ -87,7 +96,7 @@ def count_step_flops(step: Callable[[], Any]) -> int:
     (matmuls, convolutions, attention; includes activation-checkpoint recompute)."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    counter = FlopCounterMode(display=False, custom_mapping=_cpu_sdpa_flop_mapping())
+    counter = FlopCounterMode(display=False, custom_mapping=_sdpa_flop_mapping())
     with counter:
         step()
     return int(counter.get_total_flops())
@@ -132,15 +141,6 @@ def inner_optimizer(optimizer):
     is no torch.optim.Optimizer, so hooks and state belong on the wrapped one."""
     inner = getattr(optimizer, "optimizer", None)
     return inner if isinstance(inner, torch.optim.Optimizer) else optimizer
-
-
-def release_after_oom(device: torch.device) -> None:
-    """Give back what a failed probe step left cached, so the steps after it can run."""
-    import gc
-
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
 
 
 def fold_breakdown(by_category: dict[str, int]) -> dict[str, int]:
@@ -206,25 +206,24 @@ def predicted_memory(case: Case, world_size: int, rank: int) -> dict[str, Any]:
 
 
 def _probe_flops_and_state(case: Case, model, optimizer, step: Callable[[], Any], *, record: dict[str, Any],
-                           device: torch.device, rank: int) -> None:
+                           guard: ProbeGuard, rank: int) -> None:
     """One step under FlopCounterMode that also reads the model state after optimizer.step()."""
     from fsdp_bench.analysis.flops import flops_per_token
     from fsdp_bench.analysis.model_state import expected_model_state_bytes
 
     flops = record["flops"]
-    measured: dict[str, int] = {}
     if not case.probes:
-        counted = 0
-        flops["counter_null_reason"] = record["measured_model_state_null_reason"] = PROBES_OFF
+        counted, measured, reason = 0, {}, PROBES_OFF
     else:
-        try:
-            counted = count_step_flops(lambda: measured.update(measure_model_state_after_step(step, optimizer, model)))
-        except torch.OutOfMemoryError as exc:  # a probe's OOM is the probe's, never the case's
-            release_after_oom(device)
-            reason = f"OOM in the FLOP/model-state probe step: {str(exc)[:300]}"
-            flops["counter_null_reason"] = reason
-            record["measured_model_state_null_reason"] = reason
-            counted, measured = 0, {}
+        def probe() -> tuple[int, dict[str, int]]:
+            seen: dict[str, int] = {}
+            total = count_step_flops(lambda: seen.update(measure_model_state_after_step(step, optimizer, model)))
+            return total, seen
+
+        value, reason = guard.run("flops", probe)
+        counted, measured = value if value is not None else (0, {})
+    if reason is not None:
+        flops["counter_null_reason"] = record["measured_model_state_null_reason"] = reason
     tokens_per_rank_step = case.batch_size * case.grad_accum * case.seq_len
     flops["counter_per_step"] = counted or None
     flops["per_token_counter"] = counted / tokens_per_rank_step if counted else None
@@ -237,27 +236,14 @@ def _probe_flops_and_state(case: Case, model, optimizer, step: Callable[[], Any]
         **_units_and_mesh(case, record["world_size"], rank))
 
 
-def run_probes(case: Case, model, optimizer, train_step: Callable[..., Any], *, record: dict[str, Any],
-               device: torch.device, rank: int, out_dir: Path | None) -> None:
-    """The untimed probe steps: FLOPs + model state, memory breakdown, then profiling if asked.
-
-    `train_step(on_phase=None)` runs one optimizer step exactly as the timed loop does.
-    """
+def _probe_breakdown(case: Case, model, optimizer, step: Callable[..., Any], *, record: dict[str, Any],
+                     guard: ProbeGuard, device: torch.device) -> None:
+    """One step under MemTracker: the peak's breakdown by category (and the CPU peak)."""
     from fsdp_bench.worker.memory import track_step_memory
-
-    step: Callable[[], Any] = train_step
-    _probe_flops_and_state(case, model, optimizer, step, record=record, device=device, rank=rank)
-    record["prediction"] = predicted_memory(case, record["world_size"], rank)
 
     refusal = memtracker_refusal(model) if case.probes else PROBES_OFF
     if refusal is None:
-        try:
-            tracked = track_step_memory(train_step, [model], optimizer)
-        except torch.OutOfMemoryError as exc:
-            release_after_oom(device)
-            refusal = f"OOM in the MemTracker probe step: {str(exc)[:300]}"
-        except RuntimeError as exc:  # NotImplementedError included: a model MemTracker cannot follow
-            refusal = f"MemTracker failed: {type(exc).__name__}: {str(exc)[:300]}"
+        tracked, refusal = guard.run("memtracker", lambda: track_step_memory(step, [model], optimizer))
     if refusal is None:
         record["memory"]["tracked_by_category_bytes"] = tracked["by_category_bytes"]
         record["memory"]["tracked_peak_bytes"] = tracked["peak_bytes"]
@@ -271,9 +257,26 @@ def run_probes(case: Case, model, optimizer, train_step: Callable[..., Any], *, 
         record["memory_breakdown_null_reason"] = refusal
         record["memory"]["method"] = f"unavailable: {refusal}"
 
+
+def run_probes(case: Case, model, optimizer, train_step: Callable[..., Any], *, record: dict[str, Any],
+               device: torch.device, rank: int, out_dir: Path | None, fault: str | None = None) -> ProbeGuard:
+    """The untimed probe steps: FLOPs + model state, memory breakdown, then profiling if asked.
+
+    `train_step(on_phase=None)` runs one optimizer step exactly as the timed loop does. Every
+    probe runs under a `ProbeGuard` (returned: its `must_leave` tells the caller the process
+    group is no longer safe to use); `fault` is a contributor's fault for the first probe step.
+    """
+    guard = ProbeGuard(model=model, optimizer=optimizer, device=device, rank=rank,
+                       world_size=record["world_size"], record=record, fault=fault)
+    step = guard.wrap_step(train_step)
+    _probe_flops_and_state(case, model, optimizer, step, record=record, guard=guard, rank=rank)
+    record["prediction"] = predicted_memory(case, record["world_size"], rank)
+    _probe_breakdown(case, model, optimizer, step, record=record, guard=guard, device=device)
     if case.profile:
         from fsdp_bench.worker.profiling import profile_steps
 
         trace_dir = CaseDir(Path(out_dir)).profile_dir if out_dir is not None else None
-        record["profile"] = profile_steps(step, n_steps=PROFILED_STEPS, device_type=device.type, rank=rank,
-                                          trace_dir=trace_dir)
+        profile, reason = guard.run("profile", lambda: profile_steps(
+            step, n_steps=PROFILED_STEPS, device_type=device.type, rank=rank, trace_dir=trace_dir))
+        record["profile"] = profile if reason is None else {"null_reason": reason}
+    return guard
