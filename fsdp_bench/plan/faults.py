@@ -12,7 +12,9 @@ KIND is one of:
   stuck   like hang, but SIGTERM is ignored, as by a rank stuck in native code: only SIGKILL
           (torchrun's or the runner's, after their grace periods) ends it;
   kill    SIGKILL to itself, as the kernel's OOM killer or a segfault would end it.
-STAGE is a worker stage name (`fsdp_bench.results.schema.STAGES`). Without a case substring the fault
+STAGE is a worker stage name (`fsdp_bench.results.schema.STAGES`), or `probe_step`: part-way
+through the first untimed probe step (after its first forward), where a probe's failure must stay
+the probe's. Without a case substring the fault
 applies to every case. Several faults are separated by commas. Parsing is pure; the worker's
 `fsdp_bench.worker.faults.inject` makes them happen. The plugin checks the variable before any case starts.
 """
@@ -26,6 +28,8 @@ from fsdp_bench.results.schema import STAGES
 
 ENV_VAR = "FSDP_BENCH_FAULTS"
 KINDS = ("raise", "oom", "hang", "stuck", "kill")
+# Where a fault can fire: at the start of a stage, or inside the first probe step.
+POINTS = (*STAGES, "probe_step")
 
 
 @dataclass(frozen=True)
@@ -59,7 +63,7 @@ def parse_faults(spec: str, *, stages: tuple[str, ...] | None = None) -> list[Fa
 def check_spec(spec: str | None = None) -> list[Fault]:
     """Parse the variable (or `spec`) against the worker's stage names; ValueError if bad."""
     spec = os.environ.get(ENV_VAR, "") if spec is None else spec
-    return parse_faults(spec, stages=STAGES)
+    return parse_faults(spec, stages=POINTS)
 
 
 def faults_for(case_id: str, rank: int, spec: str | None = None) -> dict[str, str]:

@@ -51,12 +51,17 @@ def run(case: Case, *, record: dict[str, Any] | None = None, out_dir: Path | Non
         stages.enter("memory_probe")
         from fsdp_bench.worker.probes import run_probes
 
-        run_probes(case, setup.model, setup.optimizer, lambda on_phase=None: setup.train_step(0, on_phase),
-                   record=record, device=device, rank=rank, out_dir=out_dir)
+        guard = run_probes(case, setup.model, setup.optimizer, lambda on_phase=None: setup.train_step(0, on_phase),
+                           record=record, device=device, rank=rank, out_dir=out_dir,
+                           fault=stages.faults.get("probe_step"))
         stages.enter("end")
         record["memory"]["peak_rss_bytes"] = peak_rss_bytes()
         stages.done("end")
-        dist.barrier()
+        # After a failed probe a peer may still wait in a collective: no barrier, no teardown of
+        # the group; the rank leaves once its record is written (see worker.probe_guard).
+        owns_pg = owns_pg and not guard.must_leave
+        if not guard.must_leave:
+            dist.barrier()
         record["status"] = "ok"
         return record
     finally:
@@ -75,7 +80,6 @@ def run_timed_steps(setup: Rank, record: dict[str, Any], stages: StageTracker, *
     case, device = setup.case, setup.device
     fingerprint_before = param_fingerprint(setup.model)
     timeline = MemoryTimeline(device)
-    on_phase = timeline.sample if timeline.enabled else None  # None: the CPU step stays bare
     norms = UpdateNorms(setup.model)
     gpu_util = GpuUtilSampler(device)
     reset_peak(device)
@@ -83,17 +87,27 @@ def run_timed_steps(setup: Rank, record: dict[str, Any], stages: StageTracker, *
         stage = "first_step" if i == 0 else ("warmup" if i < case.warmup else "measure")
         if stage != record["stage"]:
             stages.enter(stage)
+        measured = i >= case.warmup
         if i == case.warmup:
             reset_peak(device)  # the reported peak is the measured steps' peak
             gpu_util.__enter__()
         norms.before_step()  # untimed: a host copy of the local parameters
         timeline.step = i
+        # Phase samples (after each forward, backward and optimizer step) only in warmup steps:
+        # each reads the allocator's counters, which does not belong inside a measured step.
+        # None keeps the step bare (always on CPU, where there is no allocator to read).
+        on_phase = timeline.sample if timeline.enabled and not measured else None
         _sync(device)
         timeline.sample("step_start")  # before t0: the sample's allocator reads are not the step's time
+        if measured:
+            gpu_util.resume()  # utilization covers the timed steps, not the bookkeeping between them
         t0 = time.perf_counter()
         loss = setup.train_step(i, on_phase)
         _sync(device)
         elapsed = time.perf_counter() - t0
+        if measured:
+            gpu_util.pause()
+        timeline.sample("step_end")
         (record["warmup_step_times_s"] if i < case.warmup else record["step_times_s"]).append(elapsed)
         # .item() after the timed region: the device already finished this step.
         record["losses"].append(float(loss.item()))
