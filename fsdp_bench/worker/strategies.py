@@ -162,26 +162,41 @@ def apply_accelerate_fsdp2(model: nn.Module, optimizer: torch.optim.Optimizer | 
     """Shard through `Accelerator.prepare` with FSDP2, as accelerate users do: model and optimizer
     are built first, and accelerate re-points the optimizer at the sharded parameters."""
     try:
-        from accelerate import Accelerator
         from accelerate.utils import FullyShardedDataParallelPlugin
     except ImportError as exc:
         raise StrategyUnavailable(f"accelerate_fsdp2: accelerate is not installed ({exc})") from exc
     from torch.distributed.tensor import DTensor
 
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    dtype = compute_dtype(ctx.knob("precision"))
+    # accelerate's own policy also sets output_dtype to the low dtype: the root then casts the loss
+    # the model computed in fp32 to bf16/fp16 before anyone reads it ([6.21875, 5.9375] against
+    # fp32's [6.2254, 5.9517]). apply_fsdp2's policy instead: no output cast at all (an fp32
+    # output_dtype would also apply to every block, and the final norm would then mix dtypes).
+    policy = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=dtype) if dtype != torch.float32 else None
     plugin = FullyShardedDataParallelPlugin(
         fsdp_version=2, reshard_after_forward=ctx.row.reshard_after_forward,
         auto_wrap_policy="transformer_based_wrap",
         transformer_cls_names_to_wrap=sorted({type(b).__name__ for b in ctx.blocks}),
         activation_checkpointing=bool(ctx.knob("act_ckpt")),
+        mixed_precision_policy=policy,
     )
     precision = {"fp32": "no", "bf16": "bf16", "fp16": "fp16"}[ctx.knob("precision")]
-    accelerator = Accelerator(fsdp_plugin=plugin, mixed_precision=precision, cpu=ctx.device.type == "cpu")
+    accelerator = make_accelerator(plugin, precision, ctx.device)
     prepared = accelerator.prepare(model, optimizer) if optimizer is not None else (accelerator.prepare(model),)
     if not any(isinstance(p, DTensor) for p in prepared[0].parameters()):
         raise StrategyUnavailable(
             f"accelerate_fsdp2 on {ctx.device.type}: accelerate ran as {accelerator.distributed_type} and "
             f"returned {type(prepared[0]).__name__}, not an FSDP2 module (it cannot shard here)")
     return prepared[0], (prepared[1] if optimizer is not None else None)
+
+
+def make_accelerator(plugin, mixed_precision: str, device: torch.device):
+    """accelerate's Accelerator, as a user builds it (tests swap it to reach FSDP2 on a CPU)."""
+    from accelerate import Accelerator
+
+    return Accelerator(fsdp_plugin=plugin, mixed_precision=mixed_precision, cpu=device.type == "cpu")
 
 
 def prepare_blocks(model: nn.Module, case: Case) -> tuple[nn.Module, list[nn.Module]]:
