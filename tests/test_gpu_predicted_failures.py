@@ -283,3 +283,59 @@ def test_suites_honour_simulated_world_sizes():
     assert plain and not any(c.simulate for c in plain) and {c.nproc for c in plain} == {1}
     assert all(c.simulate for c in simulated) and {c.nproc for c in simulated} == {4, 8}
     assert len({c.id for c in simulated}) == len(simulated)
+
+
+def test_utilization_is_read_only_while_a_timed_step_runs():
+    import time as real_time
+
+    from fsdp_bench.worker.gpu_util import GpuUtilSampler
+
+    reads = []
+    sampler = GpuUtilSampler(torch.device("cpu"), interval_s=0.01, read=lambda: reads.append(1) or 50.0)
+    with sampler:
+        real_time.sleep(0.15)  # between steps: nothing read
+        assert reads == [] and sampler.samples == []
+        sampler.resume()
+        real_time.sleep(0.15)
+        sampler.pause()
+        kept = len(sampler.samples)
+        real_time.sleep(0.15)
+    assert kept >= 3 and len(sampler.samples) == kept
+    assert sampler.result()["pct_mean"] == 50.0
+
+
+def test_nothing_but_the_step_inside_the_timed_region(monkeypatch):
+    """Between a measured step's two clock reads: only the step, with no phase callback (no
+    allocator reads), no update-norm bookkeeping, and utilization readings on only around it."""
+    import time as real_time
+    import types
+
+    from fsdp_bench.worker import gpu_util, loop, setup as worker_setup, update_norms
+    from fsdp_bench.worker.memory import MemoryTimeline
+
+    events = []
+    monkeypatch.setattr(loop, "time", types.SimpleNamespace(
+        perf_counter=lambda: events.append("clock") or real_time.perf_counter(), time=real_time.time))
+    real_init = MemoryTimeline.__init__
+
+    def enabled_timeline(self, device):  # as on CUDA: the timeline reads the allocator
+        real_init(self, device)
+        self.enabled = True
+
+    monkeypatch.setattr(MemoryTimeline, "__init__", enabled_timeline)
+    monkeypatch.setattr(MemoryTimeline, "sample", lambda self, phase: events.append(f"sample:{phase}"))
+    for name in ("before_step", "after_step"):
+        monkeypatch.setattr(update_norms.UpdateNorms, name, lambda self, name=name: events.append(f"norms.{name}"))
+    for name in ("resume", "pause"):
+        monkeypatch.setattr(gpu_util.GpuUtilSampler, name, lambda self, name=name: events.append(f"util.{name}"))
+    real_step = worker_setup.Rank.train_step
+    monkeypatch.setattr(worker_setup.Rank, "train_step", lambda self, i, on_phase=None: (
+        events.append(f"step:{'phases' if on_phase else 'bare'}"), real_step(self, i, on_phase))[1])
+    run(Case(strategy="ddp", nproc=1, steps=2, warmup=1, seq_len=16))
+    clocks = [i for i, e in enumerate(events) if e == "clock"]
+    windows = [events[a + 1:b] for a, b in zip(clocks[::2], clocks[1::2])]
+    assert len(windows) == 3  # one warmup, two measured
+    assert all(w == ["step:bare"] for w in windows[1:]), windows
+    assert windows[0][0] == "step:phases"  # phase samples come from the warmup step
+    for a in clocks[2::2]:  # measured steps: utilization on right before t0, off right after the end
+        assert events[a - 1] == "util.resume" and events[a + 3] == "util.pause", events[a - 3:a + 5]

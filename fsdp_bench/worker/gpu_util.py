@@ -1,8 +1,10 @@
 """GPU utilization sampled through NVML while the measured steps run.
 
 `torch.cuda.utilization` reads NVML's "percent of time a kernel was executing" over the driver's
-last sample period (1/6 s to 1 s). A daemon thread polls it every `interval_s`; the thread only
-reads a counter, so it does not perturb the timed steps. Off-GPU, or without the `pynvml`
+last sample period (1/6 s to 1 s). A daemon thread polls it every `interval_s` and keeps a reading
+only while a timed step runs (`resume()` / `pause()` around each): the host-side bookkeeping
+between steps (update norms, loss reads) would otherwise read as idle GPU. The thread only reads a
+counter, so it does not perturb the timed steps. Off-GPU, or without the `pynvml`
 (nvidia-ml-py) package, the result is null with the reason.
 """
 
@@ -10,17 +12,22 @@ from __future__ import annotations
 
 import statistics
 import threading
-from typing import Any
+from typing import Any, Callable
 
 
 class GpuUtilSampler:
-    def __init__(self, device, interval_s: float = 0.1) -> None:
+    def __init__(self, device, interval_s: float = 0.1, read: Callable[[], float] | None = None) -> None:
+        """`read` replaces the NVML read (tests); None reads `torch.cuda.utilization(device)`."""
         self.device = device
         self.interval_s = interval_s
         self.samples: list[float] = []
         self.reason: str | None = None
         self._stop = threading.Event()
+        self._active = threading.Event()
         self._thread: threading.Thread | None = None
+        self._read = read
+        if read is not None:
+            return
         if device.type != "cuda":
             self.reason = f"device is {device.type}: GPU utilization needs a CUDA device and NVML"
             return
@@ -30,6 +37,8 @@ class GpuUtilSampler:
             torch.cuda.utilization(device)
         except Exception as exc:  # ModuleNotFoundError (no pynvml) or an NVML error
             self.reason = f"NVML unavailable: {type(exc).__name__}: {exc}"
+            return
+        self._read = lambda: float(torch.cuda.utilization(device))
 
     def __enter__(self) -> "GpuUtilSampler":
         if self.reason is None:
@@ -37,15 +46,26 @@ class GpuUtilSampler:
             self._thread.start()
         return self
 
-    def _poll(self) -> None:
-        import torch
+    def resume(self) -> None:
+        """A timed step starts: readings from now on count."""
+        self._active.set()
 
-        while not self._stop.wait(self.interval_s):
+    def pause(self) -> None:
+        """The timed step ended: nothing is read until the next one."""
+        self._active.clear()
+
+    def _poll(self) -> None:
+        while not self._stop.is_set():
+            if not self._active.wait(timeout=self.interval_s):
+                continue
             try:
-                self.samples.append(float(torch.cuda.utilization(self.device)))
+                value = float(self._read())
             except Exception as exc:
                 self.reason = f"NVML read failed: {type(exc).__name__}: {exc}"
                 return
+            if self._active.is_set():  # the step may have ended during the read
+                self.samples.append(value)
+            self._stop.wait(self.interval_s)
 
     def __exit__(self, *exc: Any) -> None:
         self._stop.set()
