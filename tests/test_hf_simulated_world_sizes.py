@@ -11,7 +11,6 @@ simulate subprocess, and the prime-vocab llama on 3 real gloo ranks under torchr
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest

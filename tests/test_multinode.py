@@ -14,10 +14,10 @@ import pytest
 
 from fsdp_bench.plan.case import Case
 from fsdp_bench.plan.nodes import Launch, LaunchError, parse_endpoint, validate_launch
-from fsdp_bench.launch.rendezvous import rendezvous_id, torchrun_rendezvous_args
+from fsdp_bench.launch.commands import rendezvous_id, torchrun_rendezvous_args
 from fsdp_bench.plan.options import parse_sweep
 from fsdp_bench.plan.case import CaseError
-from fsdp_bench.launch.runner import build_command
+from fsdp_bench.launch.commands import build_command
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -3,7 +3,7 @@ from pathlib import Path
 
 from fsdp_bench.plan.case import Case
 from fsdp_bench.launch.processes import PROJECT_ROOT, build_env
-from fsdp_bench.launch.runner import build_command
+from fsdp_bench.launch.commands import build_command
 from fsdp_bench.launch.outcome import classify_outcome
 
 

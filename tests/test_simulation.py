@@ -16,7 +16,8 @@ from fsdp_bench.analysis.fit import calibrate_from_results, fit_table, largest_b
 from fsdp_bench.plan.flavors import MODEL_FLAVORS
 from fsdp_bench.plan.options import parse_sweep
 from fsdp_bench.launch.processes import PROJECT_ROOT, build_env
-from fsdp_bench.launch.runner import build_command, run_case
+from fsdp_bench.launch.commands import build_command
+from fsdp_bench.launch.runner import run_case
 
 TINY = dict(model="gpt_tiny", batch_size=2, seq_len=32, steps=2, warmup=1)
 MODEL_STATE_TOLERANCE = 0.05  # the bar: simulated vs real rank 0

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from fsdp_bench.pytest_plugin import progress_line
+from fsdp_bench.launch.progress import progress_line
 from tests.sweep_helpers import PROJECT_ROOT, SWEEP_TEST
 
 pytestmark = pytest.mark.slow

@@ -18,6 +18,7 @@ from typing import Any
 from fsdp_bench.results.schema import SCHEMA_VERSION
 from fsdp_bench.results.layout import RunLayout
 from fsdp_bench.results.io import read_json, utc_now, write_json_atomic
+from fsdp_bench.launch.commands import environment_command
 
 
 def git_info(cwd: Path) -> dict[str, Any]:
@@ -54,7 +55,7 @@ class TorchEnvironment:
         fd, name = tempfile.mkstemp(prefix="fsdp-bench-env-", suffix=".json")
         os.close(fd)
         self.path = Path(name)
-        self.proc = subprocess.Popen([sys.executable, "-m", "fsdp_bench.worker.environment", str(self.path)],
+        self.proc = subprocess.Popen(environment_command(self.path),
                                      env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                      stdin=subprocess.DEVNULL)
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -16,7 +15,7 @@ from typing import Any, Sequence
 from fsdp_bench.analysis.aggregate import aggregate_rank_metrics
 from fsdp_bench.launch.outcome import Outcome, classify_outcome
 from fsdp_bench.launch.processes import TORCHRUN_GRACE_S, build_env, stop_case
-from fsdp_bench.launch.rendezvous import ranks_per_node, torchrun_rendezvous_args
+from fsdp_bench.launch.commands import build_command, ranks_per_node
 from fsdp_bench.plan.case import Case
 from fsdp_bench.plan.nodes import Launch
 from fsdp_bench.results.io import read_json, utc_now, write_json_atomic
@@ -25,30 +24,6 @@ from fsdp_bench.results.schema import SCHEMA_VERSION, ResultError
 
 LOG_TAIL_CHARS = 4000
 CLASSIFY_TAIL_CHARS = 64000  # torchrun's failure summary lists every failed rank; read enough
-
-
-def build_command(case: Case, case_file: Path, out_dir: Path, *, python: str = sys.executable,
-                  launch: Launch = Launch(), join_timeout_s: float = 600.0, repeat: int | None = None) -> list[str]:
-    """The command line for one case on this node.
-
-    One node: `--standalone` lets the c10d rendezvous bind localhost:0 itself, so concurrent
-    sweeps never race for a port. Several nodes: see `fsdp_bench.plan.nodes`. A simulated case
-    is one process, rank 0 of its world, without torchrun. `--max-restarts 0` because a
-    benchmark must not silently retry. Each repeat of a case meets in a rendezvous of its own:
-    a successful torchrun closes its rendezvous for good.
-    """
-    if case.simulate:
-        return [python, "-m", "fsdp_bench.worker.simulate", "--case", str(case_file), "--out", str(out_dir)]
-    return [
-        python, "-m", "fsdp_bench.worker.torchrun",
-        *torchrun_rendezvous_args(launch, case_id=case.id if repeat is None else f"{case.id}/repeat-{repeat}",
-                                  world_size=case.nproc, join_timeout_s=join_timeout_s),
-        "--max-restarts", "0",
-        "--monitor-interval", "0.1",
-        "-m", "fsdp_bench.worker",
-        "--case", str(case_file),
-        "--out", str(out_dir),
-    ]
 
 
 def _read_ranks(work_dirs: Sequence[CaseDir], world_size: int) -> list[dict[str, Any]]:

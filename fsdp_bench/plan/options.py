@@ -133,6 +133,14 @@ class Sweep:
         check_unique_ids(cases)
         return cases
 
+    def runs_module(self, module_suite: str | None, *, named_on_command_line: bool) -> bool:
+        """Whether a benchmark module's cases run: `--bench-suite NAME` keeps only that suite's
+        module; without it a suite module runs only when its file is named on the command line,
+        so `pytest benchmarks` stays the strategy sweep."""
+        if self.suite is not None:
+            return module_suite == self.suite
+        return module_suite is None or named_on_command_line
+
     def suite_cases(self, name: str) -> list[Case]:
         """A named suite's cases; the user's device, nproc, steps, warmup and data still apply."""
         device = resolve_device(self.device)

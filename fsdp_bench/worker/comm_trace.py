@@ -11,14 +11,13 @@ communication model is validated against.
 
 from __future__ import annotations
 
-import argparse
 import os
-from pathlib import Path
 
 from fsdp_bench.plan.catalog import strategy as catalog_strategy
 from fsdp_bench.results.layout import CaseDir
 from fsdp_bench.plan.case import Case, hybrid_mesh_shape
 from fsdp_bench.results.io import read_json, write_json_atomic
+from fsdp_bench.worker.args import parse_case_args
 
 _COLLECTIVE_MARKERS = ("c10d::", "gloo:", "nccl:")
 
@@ -29,10 +28,7 @@ def collective_events(prof) -> list[tuple[str, list[list[int]]]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m fsdp_bench.worker.comm_trace", description=__doc__.splitlines()[0])
-    parser.add_argument("--case", required=True, type=Path)
-    parser.add_argument("--out", required=True, type=Path)
-    args = parser.parse_args(argv)
+    args = parse_case_args("python -m fsdp_bench.worker.comm_trace", __doc__.splitlines()[0], argv)
 
     import torch.distributed as dist
     from torch.profiler import ProfilerActivity, profile

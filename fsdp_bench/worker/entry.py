@@ -8,12 +8,11 @@ Each rank writes `DIR/rank-N.json` atomically at every stage and at its end (see
 
 from __future__ import annotations
 
-import argparse
 import os
 import signal
-from pathlib import Path
 
 from fsdp_bench.plan.case import Case
+from fsdp_bench.worker.args import parse_case_args
 from fsdp_bench.results.io import read_json, utc_now, write_json_atomic
 from fsdp_bench.results.layout import CaseDir
 from fsdp_bench.worker.failure import (classify_exception, error_record, install_cuda_oom_observer,
@@ -24,10 +23,7 @@ from fsdp_bench.worker.record import StageTracker, new_record
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m fsdp_bench.worker", description=__doc__.splitlines()[0])
-    parser.add_argument("--case", required=True, type=Path, help="case JSON written by the runner")
-    parser.add_argument("--out", required=True, type=Path, help="folder for rank-N.json")
-    args = parser.parse_args(argv)
+    args = parse_case_args("python -m fsdp_bench.worker", __doc__.splitlines()[0], argv)
     rank = int(os.environ.get("RANK", 0))
     world_size = int(os.environ.get("WORLD_SIZE", 1))
     work = CaseDir(args.out)

@@ -129,7 +129,11 @@ def _describe(name: str, exc: Exception) -> str:
 
 
 def _default_store():
+    """The rendezvous store the ranks share; None for a simulated world (one process, a fake
+    group whose store holds nothing) or no group at all."""
     try:
+        if dist.get_backend() == "fake":
+            return None
         return dist.distributed_c10d._get_default_store()
     except (RuntimeError, ValueError, AttributeError):
         return None

@@ -5,21 +5,17 @@
 
 from __future__ import annotations
 
-import argparse
 import os
-from pathlib import Path
 
 from fsdp_bench.analysis.simulation import simulated_environment, simulation_summary
 from fsdp_bench.plan.case import Case
+from fsdp_bench.worker.args import parse_case_args
 from fsdp_bench.results.io import read_json, write_json_atomic
 from fsdp_bench.results.layout import CaseDir
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m fsdp_bench.worker.simulate", description=__doc__.splitlines()[0])
-    parser.add_argument("--case", required=True, type=Path)
-    parser.add_argument("--out", required=True, type=Path)
-    args = parser.parse_args(argv)
+    args = parse_case_args("python -m fsdp_bench.worker.simulate", __doc__.splitlines()[0], argv)
     case = Case.from_dict(read_json(args.case))
     os.environ.update(simulated_environment(case))
 

@@ -1,0 +1,151 @@
+"""What the pytest plugin keeps between its hooks: the parsed sweep, its `SweepSession`, and the
+progress of the live `[i/N]` lines (no pytest here: the plugin holds the hooks, this the state,
+as pytest-benchmark keeps `plugin.py` and `session.py` apart)."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from fsdp_bench.analysis.duration import format_duration
+from fsdp_bench.analysis.stats import NOISY_CV_PCT
+from fsdp_bench.launch.session import SessionError, SweepSession
+from fsdp_bench.plan.options import Sweep
+
+
+@dataclass
+class Progress:
+    """How far the sweep is: cases done of those collected, since when, and which node ids
+    already had their outcome printed on a live line."""
+
+    total: int = 0
+    done: int = 0
+    started: float | None = None
+    shown: set[str] = field(default_factory=set)
+
+    def start(self) -> bool:
+        """True the first time (the caller then prints the sweep's opening line)."""
+        if self.started is not None:
+            return False
+        self.started = time.monotonic()
+        return True
+
+    def finish_case(self, node_id: str, case_id: str, result: dict[str, Any]) -> str | None:
+        """The case's live line (None before the sweep started)."""
+        if self.started is None:
+            return None
+        self.done += 1
+        self.shown.add(node_id)
+        return progress_line(self.done, max(self.total, self.done), case_id, result, time.monotonic() - self.started)
+
+
+@dataclass
+class BenchState:
+    """Everything the plugin's hooks share for one pytest session."""
+
+    sweep: Sweep
+    session: SweepSession
+    progress: Progress = field(default_factory=Progress)
+    interrupted: bool = False  # Ctrl-C, SIGTERM, or a full disk stopped the sweep
+
+    @classmethod
+    def open(cls, sweep: Sweep) -> "BenchState":
+        """The session's state; with --bench-resume the run folder is locked and checked first
+        (a busy run, live ranks or other settings: SessionError, before any case runs)."""
+        session = SweepSession(sweep)
+        if sweep.resume is not None:
+            try:
+                session.lock_run_dir(sweep.resume)
+                session.check_no_live_ranks(sweep.resume)
+                session.check_same_settings(sweep.resume)
+            except SessionError:
+                session.unlock_run_dir()
+                raise
+        return cls(sweep, session)
+
+    def opening_line(self) -> str | None:
+        if not self.progress.start() or not self.session.launch.owns_results:
+            return None
+        return f"fsdp-bench: {self.progress.total} case(s); run folder {self.session.ensure_run_dir()}"
+
+    def resume_hint(self) -> str | None:
+        """How to finish the run, when it was interrupted or some case is not ok."""
+        not_ok = sum(r.get("status") not in ("ok", "skipped") for r in self.session.results)
+        if not (self.interrupted or not_ok):
+            return None
+        why = "interrupted" if self.interrupted else f"{not_ok} case(s) not ok"
+        return (f"{why}; to finish this run (ok cases are kept, the rest re-run): "
+                f"pytest benchmarks --bench-resume {self.session.run_dir} [same --bench-* options]")
+
+
+def progress_line(i: int, total: int, case_id: str, result: dict[str, Any], elapsed_s: float) -> str:
+    """`[i/N] case-id  status  step 0.123 s  1,234 tok/s/dev  peak 0.05 GiB  elapsed 1m02s  ETA 3m10s`."""
+    metrics = result.get("metrics") or {}
+    status = result.get("status", "?")
+    if status == "ok" and metrics.get("params_changed") is False:
+        status = "ok(not trained)"
+    parts = [f"[{i}/{total}] {case_id}", status]
+    if result.get("status") == "ok":
+        parts += _measured_parts(metrics)
+    parts.append(f"elapsed {format_duration(elapsed_s)}")
+    if i < total:
+        parts.append(f"ETA {format_duration(elapsed_s / i * (total - i))}")
+    return "  ".join(parts)
+
+
+def _measured_parts(metrics: dict[str, Any]) -> list[str]:
+    parts = []
+    if isinstance(metrics.get("step_time_s_median"), (int, float)):
+        parts.append(f"step {metrics['step_time_s_median']:.3f} s")
+    if isinstance(metrics.get("tokens_per_s_per_device"), (int, float)):
+        parts.append(f"{metrics['tokens_per_s_per_device']:,.0f} tok/s/dev")
+    peak = next((metrics[k] for k in ("peak_reserved_gib", "peak_allocated_gib", "peak_rss_gib")
+                 if isinstance(metrics.get(k), (int, float))), None)
+    if peak is not None:
+        parts.append(f"peak {peak:.2f} GiB" if peak >= 0.1 else f"peak {peak * 1024:.1f} MiB")
+    cv = metrics.get("step_time_cv_pct")
+    if isinstance(cv, (int, float)) and cv > NOISY_CV_PCT:
+        parts.append(f"NOISY (CV {cv:.0f}%)")
+    spread = metrics.get("repeat_spread_pct")
+    if isinstance(spread, (int, float)):
+        parts.append(f"{metrics.get('repeats')} repeats, medians spread {spread:.0f}%")
+    return parts
+
+
+def sigterm_as_interrupt() -> Callable[[], None]:
+    """SIGTERM to pytest (a scheduler, `kill`) ends the sweep like Ctrl-C: Python's default would
+    exit on the spot and orphan the running case's processes; KeyboardInterrupt unwinds through
+    the runner, which stops them. Returns what restores the previous handler."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def _interrupt(signum, frame):
+        raise KeyboardInterrupt(f"{signal.Signals(signum).name} received")
+
+    signal.signal(signal.SIGTERM, _interrupt)
+    return lambda: signal.signal(signal.SIGTERM, previous)
+
+
+def write_live_line(reporter: Any, capture: Any, line: str) -> None:
+    """`line` on the terminal now, from inside a test (output capture suspended for it), on a line
+    of its own, without making pytest reprint the module's name before the next test
+    (`write_line` forgets the current file, so the name came back after every line)."""
+    if reporter is None:
+        return
+
+    def write() -> None:
+        current = reporter.currentfspath
+        if reporter._tw.width_of_current_line:
+            reporter._tw.line()
+        reporter._tw.line(line)
+        reporter.currentfspath = current
+
+    if capture is None:
+        write()
+        return
+    with capture.global_and_fixture_disabled():
+        write()

@@ -1,0 +1,53 @@
+"""The end of a sweep on the terminal: the report written, then cases by status, the fastest trained
+case of each like-for-like group, what the sweep's time went to, and the recommendation."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+
+def sweep_summary_lines(results: list[dict[str, Any]]) -> list[str]:
+    """Cases by status, the fastest trained case per group of like-for-like cases, and the
+    recommendation."""
+    from fsdp_bench.report.cost import time_line
+    from fsdp_bench.report.recommend import recommendation_lines
+    from fsdp_bench.report.table import build_table
+
+    counts = Counter(r.get("status") for r in results)
+    lines = ["cases: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items(), key=lambda x: str(x[0])))]
+    df = build_table(results)
+    if "is_best" in df:
+        for _, row in df[df["is_best"] == True].iterrows():  # noqa: E712
+            lines.append(f"best of {row['compare_group']}: {row['case_id']} "
+                         f"({row['tokens_per_s_per_device']:,.0f} tok/s/dev)")
+    untrained = df[(df["status"] == "ok") & (df["trained"] == False)] if "trained" in df else df.iloc[0:0]  # noqa: E712
+    if len(untrained):
+        lines.append(f"not trained (never ranked): {', '.join(untrained['case_id'])}")
+    spent = time_line(df)
+    return lines + ([spent] if spent else []) + recommendation_lines(df)
+
+
+def report_lines(run_dir: Path, results: list[dict[str, Any]]) -> list[str]:
+    """Write the run's report and say what was written, then the sweep's summary.
+
+    KeyboardInterrupt passes through (the caller turns it into one line); any other failure of
+    the report is one line, since the results are safe on disk either way.
+    """
+    from fsdp_bench.report.writer import write_report
+
+    try:
+        written, notes = write_report(run_dir)
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a chart's bug must not hide the results
+        return [f"report not written: {type(exc).__name__}: {exc}"]
+    lines = [f"note: {note}" for note in notes]
+    for suite, scaled in sorted({(r["case"].get("suite"), r["case"].get("scaled_down"))
+                                 for r in results if r.get("case", {}).get("scaled_down")}):
+        lines.append(f"note: suite {suite} ran scaled down ({scaled})")
+    lines.append(f"table and charts: {', '.join(p.name for p in written)}")
+    lines += sweep_summary_lines(results)
+    lines.append(f"report: {run_dir / 'report.md'}")
+    return lines
