@@ -18,6 +18,7 @@ from fsdp_bench.launch.session import DiskFull, SessionError
 from fsdp_bench.plan import faults
 from fsdp_bench.plan.case import Case, CaseError, skip_reason
 from fsdp_bench.plan.options import OPTIONS, SWITCH_OPTIONS, parse_sweep
+from fsdp_bench.results.metrics import M
 
 _STATE_KEY = pytest.StashKey[BenchState]()
 
@@ -175,7 +176,7 @@ def bench_run(request: pytest.FixtureRequest, benchmark: Any):
         if status != "ok":
             tail = result.get("log_tail", "")[-1500:]
             pytest.fail(f"{status.upper()}: {reason}\n--- log tail ---\n{tail}", pytrace=False)
-        if (result.get("metrics") or {}).get("params_changed") is False:
+        if (result.get("metrics") or {}).get(M.params_changed) is False:
             # It ran, but did not train: its speed must not read as a pass a user could pick.
             pytest.xfail(_NOT_TRAINED.get(case.optimizer_timing, "parameters never changed"))
         return result

@@ -133,3 +133,51 @@ def test_strategy_traits_are_never_read_from_the_name():
     offenders = [f"{p.relative_to(ROOT)}:{i}: {line.strip()}" for p in _modules() if p.name != "catalog.py"
                  for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
     assert not offenders, "\n".join(offenders)
+
+
+# The modules that record a metric under its name (the aggregate and the statistics it calls, the
+# profiler's per-rank split, the worker's rank record) spell it; every other reader asks the
+# registry (`fsdp_bench.results.metrics.M`), so a renamed or misspelt metric fails at once.
+_METRIC_RECORDERS = {"results/metrics.py", "analysis/aggregate.py", "analysis/stats.py", "worker/profiling.py"}
+
+
+def test_metric_names_are_spelled_only_in_the_registry_and_their_recorder():
+    from fsdp_bench.results.metrics import BY_NAME
+
+    literal = re.compile(r"""(["'])(""" + "|".join(sorted(BY_NAME, key=len, reverse=True)) + r""")\1""")
+    offenders = []
+    for path in _modules() + [ROOT / "visualize.py"]:
+        rel = str(path.relative_to(PACKAGE)) if PACKAGE in path.parents else path.name
+        if rel in _METRIC_RECORDERS or rel.startswith(("worker/", "plan/")):
+            continue  # the worker records its own fields; plan names options, not metrics
+        for i, line in enumerate(path.read_text().splitlines(), 1):
+            if literal.search(line.split("  #")[0]) and not line.strip().startswith("#"):
+                offenders.append(f"{rel}:{i}: {line.strip()}")
+    assert not offenders, "\n".join(offenders)
+
+
+def _project_imports(path: Path) -> set[str]:
+    return {name for _, name in _imports(path) if name.startswith("fsdp_bench.")}
+
+
+def test_no_import_cycle_inside_a_subpackage():
+    """Function-level imports count: a cycle hidden in a function is still a cycle."""
+    graph = {}
+    for path in _modules():
+        rel = path.relative_to(PACKAGE).with_suffix("")
+        graph["fsdp_bench." + ".".join(rel.parts)] = _project_imports(path)
+    cycles = []
+    for start in graph:
+        package = start.rsplit(".", 1)[0]
+        stack, seen = [(start, [start])], set()
+        while stack:
+            node, trail = stack.pop()
+            for nxt in graph.get(node, ()):
+                if nxt.rsplit(".", 1)[0] != package or nxt not in graph:
+                    continue
+                if nxt == start:
+                    cycles.append(" -> ".join(trail + [nxt]))
+                elif nxt not in seen:
+                    seen.add(nxt)
+                    stack.append((nxt, trail + [nxt]))
+    assert not cycles, "\n".join(sorted(set(cycles)))

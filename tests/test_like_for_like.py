@@ -46,7 +46,7 @@ def test_non_training_fastest_case_is_never_best(tmp_path):
 
 
 def test_groups_compare_only_same_tokens_per_step(tmp_path):
-    from fsdp_bench.results.schema import load_run
+    from fsdp_bench.results.load import load_run
 
     run = _run_with_fastest_frozen_case(tmp_path)
     results, _ = load_run(run)

@@ -6,7 +6,8 @@ import pytest
 
 from fsdp_bench.plan.case import Case, CaseError
 from fsdp_bench.plan.options import parse_sweep
-from fsdp_bench.results.schema import SCHEMA_VERSION, ResultError, load_case_result
+from fsdp_bench.results.load import load_case_result
+from fsdp_bench.results.schema import SCHEMA_VERSION, ResultError
 from fsdp_bench.results.io import write_json_atomic
 
 

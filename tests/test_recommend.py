@@ -6,7 +6,7 @@ from __future__ import annotations
 from fsdp_bench.analysis.stats import pareto_front
 from fsdp_bench.report.recommend import format_gib, recommend, recommendation_lines
 from fsdp_bench.report.table import build_table
-from fsdp_bench.results.schema import load_run
+from fsdp_bench.results.load import load_run
 from tests.test_visualize import GOLDEN, copy_run, visualize
 
 

@@ -3,7 +3,8 @@ import os
 
 import pytest
 
-from fsdp_bench.results.schema import ResultError, load_case_result, load_run
+from fsdp_bench.results.load import load_case_result, load_run
+from fsdp_bench.results.schema import ResultError
 from fsdp_bench.results.layout import create_run_dir, newest_run
 from fsdp_bench.results.io import write_json_atomic
 

@@ -22,6 +22,7 @@ from fsdp_bench.plan.catalog import strategy as catalog_strategy
 from fsdp_bench.analysis.hf_units import hf_dims
 from fsdp_bench.plan.flavors import ModelFlavor, flavor_for, load_config_dict
 from fsdp_bench.results.schema import GIB
+from fsdp_bench.results.metrics import M
 
 WORLD_SIZES = (1, 8, 64, 512)
 
@@ -117,7 +118,7 @@ def fit_table(models: Iterable[str], strategies: Iterable[str], *, device_memory
                 rows.append({
                     "model": model, "strategy": strategy, "world_size": n, "seq_len": length, "batch_size": batch_size,
                     "model_state_gib": p["model_state_bytes"] / GIB, "gathered_gib": p["gathered_bytes"] / GIB,
-                    "activation_gib": p["activation_bytes"] / GIB, "predicted_peak_gib": p["peak_bytes"] / GIB,
+                    "activation_gib": p["activation_bytes"] / GIB, M.predicted_peak_gib: p["peak_bytes"] / GIB,
                     "fits": p["peak_bytes"] <= device_memory_gib * GIB, "device_memory_gib": device_memory_gib,
                     "max_batch_size": largest_batch(strategy, flavor, n, device_memory_gib * GIB, seq_len=length,
                                                     act_bytes_per_sample=per_sample),

@@ -23,6 +23,7 @@ from fsdp_bench.analysis.aggregate import aggregate_rank_metrics
 from fsdp_bench.analysis.case_time import summed_time_split
 from fsdp_bench.analysis.stats import slowest_rank_step_times
 from fsdp_bench.plan.case import Case
+from fsdp_bench.results.metrics import M
 
 
 def repeat_step_times(result: dict[str, Any]) -> list[float]:
@@ -44,7 +45,7 @@ def _pooled_ranks(results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 def _summary(result: dict[str, Any], n: int) -> dict[str, Any]:
     return {"repeat": result.get("repeat", n), "status": result.get("status"), "reason": result.get("reason", ""),
             "duration_s": result.get("duration_s"),
-            "step_time_s_median": (result.get("metrics") or {}).get("step_time_s_median")}
+            M.step_time_s_median: (result.get("metrics") or {}).get(M.step_time_s_median)}
 
 
 def merge_repeats(results: Sequence[dict[str, Any]], planned: int | None = None) -> dict[str, Any]:
@@ -54,7 +55,7 @@ def merge_repeats(results: Sequence[dict[str, Any]], planned: int | None = None)
         raise ValueError("merge_repeats: no repeats")
     bad = next((r for r in results if r.get("status") != "ok"), None)
     merged = {k: v for k, v in (bad or results[0]).items() if k != "repeat"}
-    merged["repeats"] = [_summary(r, i + 1) for i, r in enumerate(results)]
+    merged[M.repeats] = [_summary(r, i + 1) for i, r in enumerate(results)]
     merged["duration_s"] = sum(r.get("duration_s") or 0.0 for r in results)
     merged["time_split_s"] = summed_time_split(results) or None
     if bad is not None:
@@ -69,10 +70,10 @@ def merge_repeats(results: Sequence[dict[str, Any]], planned: int | None = None)
         if results[0].get("simulation"):
             metrics.update(results[0]["simulation"].get("metrics", {}))
         medians = [statistics.median(t) for t in merged["step_times_s_by_repeat"]]
-        metrics["repeats"] = len(results)
+        metrics[M.repeats] = len(results)
         metrics["repeat_step_time_s_medians"] = medians
         center = statistics.median(medians)
-        metrics["repeat_spread_pct"] = 100 * (max(medians) - min(medians)) / center if center > 0 else None
+        metrics[M.repeat_spread_pct] = 100 * (max(medians) - min(medians)) / center if center > 0 else None
         merged["metrics"] = metrics
     return merged
 

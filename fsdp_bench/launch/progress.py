@@ -14,6 +14,7 @@ from fsdp_bench.analysis.duration import format_duration
 from fsdp_bench.analysis.stats import NOISY_CV_PCT
 from fsdp_bench.launch.session import SessionError, SweepSession
 from fsdp_bench.plan.options import Sweep
+from fsdp_bench.results.metrics import M
 
 
 @dataclass
@@ -85,7 +86,7 @@ def progress_line(i: int, total: int, case_id: str, result: dict[str, Any], elap
     """`[i/N] case-id  status  step 0.123 s  1,234 tok/s/dev  peak 0.05 GiB  elapsed 1m02s  ETA 3m10s`."""
     metrics = result.get("metrics") or {}
     status = result.get("status", "?")
-    if status == "ok" and metrics.get("params_changed") is False:
+    if status == "ok" and metrics.get(M.params_changed) is False:
         status = "ok(not trained)"
     parts = [f"[{i}/{total}] {case_id}", status]
     if result.get("status") == "ok":
@@ -98,20 +99,20 @@ def progress_line(i: int, total: int, case_id: str, result: dict[str, Any], elap
 
 def _measured_parts(metrics: dict[str, Any]) -> list[str]:
     parts = []
-    if isinstance(metrics.get("step_time_s_median"), (int, float)):
-        parts.append(f"step {metrics['step_time_s_median']:.3f} s")
-    if isinstance(metrics.get("tokens_per_s_per_device"), (int, float)):
-        parts.append(f"{metrics['tokens_per_s_per_device']:,.0f} tok/s/dev")
-    peak = next((metrics[k] for k in ("peak_reserved_gib", "peak_allocated_gib", "peak_rss_gib")
+    if isinstance(metrics.get(M.step_time_s_median), (int, float)):
+        parts.append(f"step {metrics[M.step_time_s_median]:.3f} s")
+    if isinstance(metrics.get(M.tokens_per_s_per_device), (int, float)):
+        parts.append(f"{metrics[M.tokens_per_s_per_device]:,.0f} tok/s/dev")
+    peak = next((metrics[k] for k in (M.peak_reserved_gib, M.peak_allocated_gib, M.peak_rss_gib)
                  if isinstance(metrics.get(k), (int, float))), None)
     if peak is not None:
         parts.append(f"peak {peak:.2f} GiB" if peak >= 0.1 else f"peak {peak * 1024:.1f} MiB")
-    cv = metrics.get("step_time_cv_pct")
+    cv = metrics.get(M.step_time_cv_pct)
     if isinstance(cv, (int, float)) and cv > NOISY_CV_PCT:
         parts.append(f"NOISY (CV {cv:.0f}%)")
-    spread = metrics.get("repeat_spread_pct")
+    spread = metrics.get(M.repeat_spread_pct)
     if isinstance(spread, (int, float)):
-        parts.append(f"{metrics.get('repeats')} repeats, medians spread {spread:.0f}%")
+        parts.append(f"{metrics.get(M.repeats)} repeats, medians spread {spread:.0f}%")
     return parts
 
 

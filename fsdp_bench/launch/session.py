@@ -16,7 +16,8 @@ from fsdp_bench.plan.case import Case
 from fsdp_bench.plan.options import Sweep, fingerprint_differences
 from fsdp_bench.results.io import read_json, write_json_atomic
 from fsdp_bench.results.layout import RunLayout, create_run_dir
-from fsdp_bench.results.schema import ResultError, load_case_result
+from fsdp_bench.results.load import load_case_result
+from fsdp_bench.results.schema import ResultError
 
 
 class SessionError(RuntimeError):

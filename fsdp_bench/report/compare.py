@@ -15,13 +15,14 @@ from typing import Any
 from fsdp_bench.report.writer import load_report_inputs
 from fsdp_bench.results.io import write_text_atomic
 from fsdp_bench.report.table import build_table
+from fsdp_bench.results.metrics import M
 
 # Metric -> True when higher is better. These are the numbers a regression is judged on.
 COMPARED = {
-    "tokens_per_s_per_device": True,
-    "step_time_s_median": False,
-    "peak_allocated_gib": False,
-    "mfu_pct": True,
+    M.tokens_per_s_per_device: True,
+    M.step_time_s_median: False,
+    M.peak_allocated_gib: False,
+    M.mfu_pct: True,
 }
 # Environment fields that make two runs' numbers not directly comparable when they differ.
 ENV_KEYS = ("host", "gpu_names", "gpu_count", "driver", "torch", "cuda", "nccl", "python", "cpu_count")
@@ -55,8 +56,8 @@ def env_differences(base: dict[str, Any] | None, new: dict[str, Any] | None) -> 
     return [f"{key}: {base.get(key)!r} -> {new.get(key)!r}" for key in ENV_KEYS if base.get(key) != new.get(key)]
 
 
-TIMED = frozenset({"tokens_per_s_per_device", "step_time_s_median", "mfu_pct"})  # all from step times
-CI = ("step_time_s_median_ci_low", "step_time_s_median_ci_high")
+TIMED = frozenset({M.tokens_per_s_per_device, M.step_time_s_median, M.mfu_pct})  # all from step times
+CI = (M.step_time_s_median_ci_low, M.step_time_s_median_ci_high)
 
 
 def _ci(row: dict[str, Any]) -> tuple[float, float] | None:
@@ -83,7 +84,7 @@ def judge_case(b: dict[str, Any], n: dict[str, Any], threshold_pct: float) -> tu
                 masked = True
             else:
                 worse.append(f"{metric} {old:.4g} -> {cur:.4g} ({change:+.1f}%)")
-    cvs = [_number(x.get("step_time_cv_pct")) for x in (b, n)]
+    cvs = [_number(x.get(M.step_time_cv_pct)) for x in (b, n)]
     row["noisy"] = any(cv is not None and cv > NOISY_CV_PCT for cv in cvs)
     line = None
     if b.get("status") == "ok" and n.get("status") not in ("ok", None):

@@ -18,7 +18,8 @@ from fsdp_bench.plan.catalog import STRATEGIES
 from fsdp_bench.plan.case import CaseError
 from fsdp_bench.plan.options import parse_models
 from fsdp_bench.report.charts.style import pyplot, save_figure
-from fsdp_bench.results.schema import load_run
+from fsdp_bench.results.load import load_run
+from fsdp_bench.results.metrics import M
 
 
 def write_fit(rows: list[dict[str, Any]], out: Path) -> list[Path]:
@@ -36,7 +37,7 @@ def write_fit(rows: list[dict[str, Any]], out: Path) -> list[Path]:
         mine = [r for r in rows if r["model"] == model]
         for strategy in dict.fromkeys(r["strategy"] for r in mine):
             pts = [r for r in mine if r["strategy"] == strategy]
-            ax.plot([r["world_size"] for r in pts], [r["predicted_peak_gib"] for r in pts], marker="o", label=strategy)
+            ax.plot([r["world_size"] for r in pts], [r[M.predicted_peak_gib] for r in pts], marker="o", label=strategy)
         ax.axhline(mine[0]["device_memory_gib"], color="red", linestyle="--", label="device memory")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")

@@ -10,6 +10,7 @@ from typing import Any, Sequence
 
 from fsdp_bench.report.table import REPORT_COLUMNS, best_index, did_train
 from fsdp_bench.report.cost import time_html, time_markdown
+from fsdp_bench.results.metrics import M
 
 ENV_FIELDS = (("host", "host"), ("platform", "platform"), ("cpu_count", "CPU cores"), ("gpu_count", "GPUs"),
               ("gpu_names", "GPU model"), ("driver", "driver"), ("python", "Python"), ("torch", "torch"),
@@ -103,9 +104,9 @@ def prediction_table(df) -> PredictionTable | None:
     from fsdp_bench.analysis.aggregate import MODEL_STATE_PREDICTION_TOLERANCE_PCT as STATE_TOL
     from fsdp_bench.analysis.aggregate import PEAK_PREDICTION_TOLERANCE_PCT as PEAK_TOL
 
-    if df.empty or "predicted_peak_gib" not in df or "status" not in df:
+    if df.empty or M.predicted_peak_gib not in df or "status" not in df:
         return None
-    found = df[(df["status"] == "ok") & df["predicted_peak_gib"].notna()]
+    found = df[(df["status"] == "ok") & df[M.predicted_peak_gib].notna()]
     if found.empty:
         return None
     table = PredictionTable([], None, PEAK_TOL, STATE_TOL)
@@ -114,14 +115,14 @@ def prediction_table(df) -> PredictionTable | None:
         # A case that did not train runs a broken program (e.g. an optimizer with no state): its
         # error is shown, but the prediction's worst error is judged on programs that train.
         trained = did_train(r)
-        for key, tol in (("peak_prediction_error_pct", PEAK_TOL), ("model_state_prediction_error_pct", STATE_TOL)):
+        for key, tol in ((M.peak_prediction_error_pct, PEAK_TOL), (M.model_state_prediction_error_pct, STATE_TOL)):
             err = r.get(key)
             missing = err is None or (isinstance(err, float) and math.isnan(err))
             errors.append((_pct(err), not missing and abs(err) > tol))
             if trained and not missing and (table.worst is None or abs(err) > abs(table.worst[0])):
                 table.worst = (err, key.split("_prediction")[0].replace("_", " "), str(r["case_id"]))
-        plain = [format_value(r.get(c)) for c in ("predicted_peak_gib", "rank0_peak_allocated_gib",
-                                                   "predicted_model_state_gib", "measured_model_state_gib")]
+        plain = [format_value(r.get(c)) for c in (M.predicted_peak_gib, "rank0_peak_allocated_gib",
+                                                   M.predicted_model_state_gib, M.measured_model_state_gib)]
         label = str(r["case_id"]) + ("" if trained else " (did not train: not in the worst error)")
         table.rows.append([(label, False), (plain[0], False), (plain[1], False), errors[0],
                            (plain[2], False), (plain[3], False), errors[1]])

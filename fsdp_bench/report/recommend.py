@@ -8,10 +8,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from fsdp_bench.report.table import trained_rows
+from fsdp_bench.results.metrics import M
 
-SPEED = "tokens_per_s_per_device"
+SPEED = M.tokens_per_s_per_device
 # The memory a budget is checked against: what the allocator holds when known, else RSS (CPU).
-MEMORY_COLUMNS = ("peak_reserved_gib", "peak_allocated_gib", "peak_rss_gib")
+MEMORY_COLUMNS = (M.peak_reserved_gib, M.peak_allocated_gib, M.peak_rss_gib)
 
 
 def memory_column(df) -> str | None:
@@ -48,7 +49,7 @@ def recommend(df, budget_gib: float | None = None) -> list[Recommendation]:
 def describe(row: dict[str, Any], memory: str) -> str:
     timing = "" if row.get("optimizer_timing") in (None, "after_shard") else f", optimizer {row['optimizer_timing']}"
     return (f"{row['strategy']} batch {row['batch_size']} x accum {row['grad_accum']}{timing} "
-            f"({row[SPEED]:,.0f} tokens/s/device, step {row['step_time_s_median']:.3g} s, "
+            f"({row[SPEED]:,.0f} tokens/s/device, step {row[M.step_time_s_median]:.3g} s, "
             f"{memory.replace('_gib', '').replace('_', ' ')} {format_gib(row[memory])})")
 
 
@@ -60,8 +61,8 @@ def format_gib(value: float) -> str:
 def speed_interval(row: dict[str, Any]) -> tuple[float, float] | None:
     """tokens/s/device at the bounds of the step-time median's confidence interval (None when
     the case has no interval)."""
-    low, high, median = (row.get(k) for k in ("step_time_s_median_ci_low", "step_time_s_median_ci_high",
-                                              "step_time_s_median"))
+    low, high, median = (row.get(k) for k in (M.step_time_s_median_ci_low, M.step_time_s_median_ci_high,
+                                              M.step_time_s_median))
     if not all(isinstance(v, (int, float)) and v == v and v > 0 for v in (low, high, median)):
         return None
     return row[SPEED] * median / high, row[SPEED] * median / low

@@ -13,6 +13,7 @@ from fsdp_bench.results.schema import FAILED_STATUSES
 from fsdp_bench.report.table import ok_rows, trained_rows
 from fsdp_bench.plan.catalog import strategy_order
 from fsdp_bench.analysis.stats import NOISY_CV_PCT
+from fsdp_bench.results.metrics import M
 
 LOSS_MATCH_TOL = 1e-3
 
@@ -61,17 +62,17 @@ def fastest_per_batch(df) -> list[str]:
     lines = []
     for model, mdf in trained_rows(df).groupby("model"):
         part = _main_slice(mdf)
-        if "tokens_per_s_per_device" not in part:
+        if M.tokens_per_s_per_device not in part:
             continue
-        part = part[part["tokens_per_s_per_device"].notna()]
+        part = part[part[M.tokens_per_s_per_device].notna()]
         items = []
         for size, rows in part.groupby("batch_size"):
-            ranked = rows.sort_values("tokens_per_s_per_device", ascending=False)
+            ranked = rows.sort_values(M.tokens_per_s_per_device, ascending=False)
             best = ranked.iloc[0]
-            text = f"batch {size}: {best['strategy']} ({_fmt(best['tokens_per_s_per_device'])} tokens/s/device"
+            text = f"batch {size}: {best['strategy']} ({_fmt(best[M.tokens_per_s_per_device])} tokens/s/device"
             if len(ranked) > 1:
                 second = ranked.iloc[1]
-                gain = 100 * (best["tokens_per_s_per_device"] / second["tokens_per_s_per_device"] - 1)
+                gain = 100 * (best[M.tokens_per_s_per_device] / second[M.tokens_per_s_per_device] - 1)
                 text += f", +{gain:.0f}% over {second['strategy']}"
             items.append(text + ")")
         if items:
@@ -79,8 +80,8 @@ def fastest_per_batch(df) -> list[str]:
     return lines
 
 
-_MEMORY_COLUMNS = (("peak_allocated_gib", "peak allocated"), ("peak_reserved_gib", "peak reserved"),
-                   ("peak_rss_gib", "peak RSS"))
+_MEMORY_COLUMNS = ((M.peak_allocated_gib, "peak allocated"), (M.peak_reserved_gib, "peak reserved"),
+                   (M.peak_rss_gib, "peak RSS"))
 
 
 def memory_saved_vs_ddp(df) -> list[str]:
@@ -115,7 +116,7 @@ def memory_saved_vs_ddp(df) -> list[str]:
 
 def _stale_cause(frozen) -> str:
     """Why the frozen cases did not train, from what the workers observed (never from names)."""
-    column = "optimizer_tensors_not_model_params"
+    column = M.optimizer_tensors_not_model_params
     counts = frozen[column].dropna() if column in frozen else frozen.iloc[0:0]
     stale = counts[counts > 0]
     if stale.empty:
@@ -127,13 +128,13 @@ def _stale_cause(frozen) -> str:
 def optimizer_timing_effect(df) -> list[str]:
     lines = []
     ok = ok_rows(df)
-    if "params_changed" not in ok:
+    if M.params_changed not in ok:
         return lines
     for timing in ("before_shard", "before_shard_fixed"):
         rows = ok[ok["optimizer_timing"] == timing]
         if rows.empty:
             continue
-        frozen = rows[rows["params_changed"] == False]  # noqa: E712 (pandas mask, not identity)
+        frozen = rows[rows[M.params_changed] == False]  # noqa: E712 (pandas mask, not identity)
         label = TIMING_LABELS[timing]
         if len(frozen):
             names = ", ".join(sorted(set(frozen["strategy"]), key=strategy_order))
@@ -145,18 +146,18 @@ def optimizer_timing_effect(df) -> list[str]:
 
 
 def loss_agreement(df) -> list[str]:
-    if "loss_max_abs_dev_vs_ddp" not in df:
+    if M.loss_max_abs_dev_vs_ddp not in df:
         return []
     ok = ok_rows(df)
-    ok = ok[ok["loss_max_abs_dev_vs_ddp"].notna() & (ok["strategy"] != "ddp")]
+    ok = ok[ok[M.loss_max_abs_dev_vs_ddp].notna() & (ok["strategy"] != "ddp")]
     if ok.empty:
         return []
-    off = ok[ok["loss_max_abs_dev_vs_ddp"] > LOSS_MATCH_TOL]
+    off = ok[ok[M.loss_max_abs_dev_vs_ddp] > LOSS_MATCH_TOL]
     if off.empty:
         return [f"Loss curves match ddp within {LOSS_MATCH_TOL:g} in all {len(ok)} comparable cases."]
-    worst = off.sort_values("loss_max_abs_dev_vs_ddp", ascending=False).iloc[0]
+    worst = off.sort_values(M.loss_max_abs_dev_vs_ddp, ascending=False).iloc[0]
     return [f"Loss curves differ from ddp by more than {LOSS_MATCH_TOL:g} in {len(off)} of {len(ok)} cases "
-            f"(largest: {worst['case_id']}, {worst['loss_max_abs_dev_vs_ddp']:.3g})."]
+            f"(largest: {worst['case_id']}, {worst[M.loss_max_abs_dev_vs_ddp]:.3g})."]
 
 
 def failures(df) -> list[str]:
@@ -170,9 +171,9 @@ def failures(df) -> list[str]:
 
 def timing_noise(df) -> list[str]:
     ok = ok_rows(df)
-    if "step_time_cv_pct" not in ok or ok["step_time_cv_pct"].isna().all():
+    if M.step_time_cv_pct not in ok or ok[M.step_time_cv_pct].isna().all():
         return []
-    noisy = ok[ok["step_time_cv_pct"] > NOISY_CV_PCT]
+    noisy = ok[ok[M.step_time_cv_pct] > NOISY_CV_PCT]
     if noisy.empty:
         return [f"Step times are steady: coefficient of variation <= {NOISY_CV_PCT:g}% in every case."]
     return [f"Step times vary by more than {NOISY_CV_PCT:g}% (CV) in {len(noisy)} of {len(ok)} cases: treat small "
@@ -181,21 +182,21 @@ def timing_noise(df) -> list[str]:
 
 def best_mfu(df) -> list[str]:
     ok = ok_rows(df)
-    if "mfu_pct" not in ok or ok["mfu_pct"].isna().all():
+    if M.mfu_pct not in ok or ok[M.mfu_pct].isna().all():
         return []
-    best = ok.loc[ok["mfu_pct"].idxmax()]
-    return [f"Highest MFU: {best['mfu_pct']:.1f}% ({best['case_id']})."]
+    best = ok.loc[ok[M.mfu_pct].idxmax()]
+    return [f"Highest MFU: {best[M.mfu_pct]:.1f}% ({best['case_id']})."]
 
 
 def exposed_communication(df) -> list[str]:
     ok = ok_rows(df)
-    cols = ("comm_exposed_s_per_step", "step_time_s_median")
+    cols = (M.comm_exposed_s_per_step, M.step_time_s_median)
     if any(c not in ok for c in cols):
         return []
-    ok = ok[ok["comm_exposed_s_per_step"].notna() & (ok["step_time_s_median"] > 0)]
+    ok = ok[ok[M.comm_exposed_s_per_step].notna() & (ok[M.step_time_s_median] > 0)]
     if ok.empty:
         return []
-    share = (100 * ok["comm_exposed_s_per_step"] / ok["step_time_s_median"]).groupby(ok["strategy"]).median()
+    share = (100 * ok[M.comm_exposed_s_per_step] / ok[M.step_time_s_median]).groupby(ok["strategy"]).median()
     items = [f"{s} {share[s]:.0f}%" for s in sorted(share.index, key=strategy_order)]
     return [f"Exposed communication as a share of step time (median over cases): {', '.join(items)}."]
 

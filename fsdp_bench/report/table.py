@@ -11,7 +11,10 @@ from fsdp_bench.analysis.aggregate import effective_sharding
 from fsdp_bench.analysis.case_time import case_time_split
 from fsdp_bench.plan.case import timing_order
 from fsdp_bench.plan.catalog import strategy_order
+from fsdp_bench.results.metrics import HIGHER_IS_BETTER, LOWER_IS_BETTER
+from fsdp_bench.results.metrics import label as metric_label
 from fsdp_bench.results.schema import GIB
+from fsdp_bench.results.metrics import M
 
 # The axes a person compares along, in sort order; the CSV starts with them.
 AXES = ("model", "strategy", "batch_size", "grad_accum", "optimizer_timing")
@@ -19,31 +22,20 @@ LEAD_COLUMNS = ("case_id", *AXES, "nproc", "global_batch_size", "seq_len", "toke
                 "compare_group", "trained", "rank_in_group", "is_best", "status", "reason")
 # What ranks cases against each other: the same work per optimizer step (model, seq_len, tokens
 # per optimizer step = batch * grad-accum * ranks * seq_len) at the same precision.
-RANK_METRIC = "tokens_per_s_per_device"
+RANK_METRIC = M.tokens_per_s_per_device
 
-# Which way is better, for highlighting the best case and for judging regressions.
-HIGHER_IS_BETTER = frozenset({
-    "tokens_per_s", "tokens_per_s_per_device", "samples_per_s", "tflops_per_s_per_device",
-    "mfu_pct", "hfu_pct", "gpu_util_pct_mean",
-})
-LOWER_IS_BETTER = frozenset({
-    "step_time_s_median", "step_time_s_mean", "step_time_s_p10", "step_time_s_p90",
-    "step_time_cv_pct", "time_per_optimizer_step_s", "peak_allocated_gib", "peak_reserved_gib",
-    "peak_rss_gib", "comm_exposed_s_per_step", "data_host_s_per_step", "loss_max_abs_dev_vs_ddp",
-})
-
-# The columns of the report's table (the CSV has every metric); shown only when some case has them.
-REPORT_COLUMNS = (
-    ("strategy", "strategy"), ("batch_size", "batch"), ("grad_accum", "accum"),
-    ("optimizer_timing", "optimizer built"), ("status", "status"),
-    ("tokens_per_s_per_device", "tokens/s/device"), ("step_time_s_median", "step time median (s)"),
-    ("step_time_s_p90", "step time p90 (s)"), ("peak_allocated_gib", "peak alloc (GiB)"),
-    ("peak_reserved_gib", "peak reserved (GiB)"), ("peak_rss_gib", "peak RSS (GiB)"),
-    ("mfu_pct", "MFU (%)"), ("comm_exposed_s_per_step", "exposed comm (s/step)"),
-    ("effective_sharding", "sharding done"), ("loss_first", "loss first"), ("loss_last", "loss last"), ("params_changed", "params changed"),
-    ("repeats", "repeats"), ("repeat_spread_pct", "spread between repeats (%)"),
-    ("rank_in_group", "rank (same work)"),
+# The columns of the report's table (the CSV has every metric), shown only when some case has them:
+# the case's axes and verdicts, labelled here, and the metrics the registry shows in the table.
+_CASE_LABELS = {"strategy": "strategy", "batch_size": "batch", "grad_accum": "accum",
+                "optimizer_timing": "optimizer built", "status": "status", "effective_sharding": "sharding done",
+                "rank_in_group": "rank (same work)"}
+REPORT_COLUMN_ORDER = (
+    "strategy", "batch_size", "grad_accum", "optimizer_timing", "status", M.tokens_per_s_per_device,
+    M.step_time_s_median, M.step_time_s_p90, M.peak_allocated_gib, M.peak_reserved_gib, M.peak_rss_gib, M.mfu_pct,
+    M.comm_exposed_s_per_step, "effective_sharding", M.loss_first, M.loss_last, M.params_changed, M.repeats,
+    M.repeat_spread_pct, "rank_in_group",
 )
+REPORT_COLUMNS = tuple((name, _CASE_LABELS.get(name) or metric_label(name)) for name in REPORT_COLUMN_ORDER)
 
 
 def flatten_case(result: Mapping[str, Any]) -> dict[str, Any]:
@@ -75,7 +67,7 @@ def _backfill(result: Mapping[str, Any], row: Mapping[str, Any]) -> dict[str, An
     out: dict[str, Any] = {}
     if "effective_sharding" not in row:
         out["effective_sharding"] = effective_sharding(ranks)
-    if "predicted_peak_gib" in row and "rank0_peak_allocated_gib" not in row:
+    if M.predicted_peak_gib in row and "rank0_peak_allocated_gib" not in row:
         peak = next(((r.get("memory") or {}).get("peak_allocated_bytes") for r in ranks if r.get("rank") == 0), None)
         out["rank0_peak_allocated_gib"] = peak / GIB if isinstance(peak, (int, float)) else None
     return out
@@ -88,7 +80,7 @@ def _median_ci_backfill(result: Mapping[str, Any], row: Mapping[str, Any]) -> di
 
     ranks = [r for r in result.get("ranks") or [] if isinstance(r, dict)]
     times = [r.get("step_times_s") for r in ranks]
-    if "step_time_s_median_ci_low" in row or not times or not all(times):
+    if M.step_time_s_median_ci_low in row or not times or not all(times):
         return {}
     stats = summarize_step_times(slowest_rank_step_times(times))
     return {k: v for k, v in stats.items() if "_ci_" in k}
@@ -121,7 +113,7 @@ def build_table(results: Iterable[Mapping[str, Any]]):
     curves = {r["case_id"]: mean_across_ranks(x["losses"] for x in r["ranks"]) for r in results
               if r.get("status") == "ok" and r.get("ranks") and all(x.get("losses") for x in r["ranks"])}
     deviation = loss_max_abs_dev_vs_ddp(rows, curves)
-    df["loss_max_abs_dev_vs_ddp"] = [deviation.get(c) for c in df["case_id"]]
+    df[M.loss_max_abs_dev_vs_ddp] = [deviation.get(c) for c in df["case_id"]]
     df = add_ranking(df)
     lead = [c for c in LEAD_COLUMNS if c in df.columns]
     df = df[lead + [c for c in df.columns if c not in lead]]
@@ -138,10 +130,10 @@ def compare_group(row: Mapping[str, Any]) -> str | None:
 
 def did_train(row: Mapping[str, Any]) -> bool:
     """Finished ok and the model learned: parameters changed and the loss moved."""
-    if row.get("status") != "ok" or row.get("params_changed") is False:
+    if row.get("status") != "ok" or row.get(M.params_changed) is False:
         return False
-    first, last = row.get("loss_first"), row.get("loss_last")
-    steps = row.get("steps_measured")
+    first, last = row.get(M.loss_first), row.get(M.loss_last)
+    steps = row.get(M.steps_measured)
     if isinstance(first, float) and isinstance(last, float) and first == last and (steps or 0) > 1:
         return False  # a flat loss: the optimizer never touched what the model uses
     return True
@@ -185,17 +177,17 @@ def flatten_rank(result: Mapping[str, Any], rank: Mapping[str, Any]) -> dict[str
                            "rank_status": rank.get("status"), "stage": rank.get("stage"),
                            "error_type": error.get("type"), "error_message": error.get("message"),
                            "device_name": rank.get("device_name"), "n_params": rank.get("n_params"),
-                           "params_changed": rank.get("params_changed"), "memory_method": memory.get("method")}
+                           M.params_changed: rank.get(M.params_changed), "memory_method": memory.get("method")}
     for key in ("peak_allocated_bytes", "peak_reserved_bytes", "peak_rss_bytes"):
         row[key.replace("_bytes", "_gib")] = _gib(memory.get(key))
     times = rank.get("step_times_s") or []
     stats = summarize_step_times(times) if times else {}
-    for key in ("step_time_s_median", "step_time_s_p10", "step_time_s_p90"):
+    for key in (M.step_time_s_median, M.step_time_s_p10, M.step_time_s_p90):
         row[key] = stats.get(key)
-    row["steps_measured"] = len(times)
+    row[M.steps_measured] = len(times)
     losses = rank.get("losses") or []
-    row["loss_first"] = losses[0] if losses else None
-    row["loss_last"] = losses[-1] if losses else None
+    row[M.loss_first] = losses[0] if losses else None
+    row[M.loss_last] = losses[-1] if losses else None
     for name, value in (rank.get("memory_breakdown_bytes") or {}).items():
         row[f"breakdown_{name}_gib"] = _gib(value)
     for name, value in (rank.get("expected_model_state_bytes") or {}).items():

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 from typing import Any
+from fsdp_bench.results.metrics import M
 
 
 def sweep_summary_lines(results: list[dict[str, Any]]) -> list[str]:
@@ -21,7 +22,7 @@ def sweep_summary_lines(results: list[dict[str, Any]]) -> list[str]:
     if "is_best" in df:
         for _, row in df[df["is_best"] == True].iterrows():  # noqa: E712
             lines.append(f"best of {row['compare_group']}: {row['case_id']} "
-                         f"({row['tokens_per_s_per_device']:,.0f} tok/s/dev)")
+                         f"({row[M.tokens_per_s_per_device]:,.0f} tok/s/dev)")
     untrained = df[(df["status"] == "ok") & (df["trained"] == False)] if "trained" in df else df.iloc[0:0]  # noqa: E712
     if len(untrained):
         lines.append(f"not trained (never ranked): {', '.join(untrained['case_id'])}")

@@ -14,7 +14,8 @@ from fsdp_bench.report.charts.style import RunData
 from fsdp_bench.report.charts import CHART_FILES, draw_charts
 from fsdp_bench.report.page import Page, render_html, render_markdown
 from fsdp_bench.results.io import write_text_atomic
-from fsdp_bench.results.schema import ResultError, load_run
+from fsdp_bench.results.load import load_run
+from fsdp_bench.results.schema import ResultError
 from fsdp_bench.results.io import read_json
 from fsdp_bench.results.layout import RunLayout
 from fsdp_bench.report.summary import summary_lines

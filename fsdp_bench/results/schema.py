@@ -44,20 +44,6 @@ def check_schema(path: Path, data: Any) -> None:
         raise ResultError(f"{path}: schema_version {version!r} is not supported (this fsdp-bench reads {readable})")
 
 
-def load_case_result(path: Path) -> dict[str, Any]:
-    from fsdp_bench.results.io import read_json
-
-    data = read_json(path)
-    check_schema(path, data)
-    for key in ("case_id", "case", "status"):
-        if key not in data:
-            raise ResultError(f"{path}: missing required field {key!r}")
-    check_field_types(path, data)
-    if data["status"] not in STATUSES:
-        raise ResultError(f"{path}: unknown status {data['status']!r}; known: {', '.join(STATUSES)}")
-    return data
-
-
 # field -> the JSON type it must have in a case file (None allowed only where listed below)
 _FIELD_TYPES = {"case_id": str, "case": dict, "status": str, "reason": str, "metrics": dict, "ranks": list,
                 "log_tail": str, "failed_rank": int, "failed_stage": str, "duration_s": (int, float)}
@@ -93,19 +79,3 @@ def _kind_name(kind: Any) -> str:
     kinds = kind if isinstance(kind, tuple) else (kind,)
     return " or ".join({dict: "an object", list: "a list", str: "text", int: "an integer",
                         float: "a number"}[k] for k in kinds)
-
-
-def load_run(run_dir: Path) -> tuple[list[dict[str, Any]], list[str]]:
-    """Every readable case result of a run, and one line per file that could not be read."""
-    from fsdp_bench.results.layout import RunLayout
-
-    layout = RunLayout(Path(run_dir))
-    if not layout.root.is_dir():
-        raise ResultError(f"{run_dir}: not a folder")
-    results, problems = [], []
-    for path in layout.result_files():
-        try:
-            results.append(load_case_result(path))
-        except ResultError as exc:
-            problems.append(str(exc))
-    return results, problems

@@ -11,6 +11,7 @@ from fsdp_bench.results.schema import GIB, STAGE_LABELS, STAGES
 from fsdp_bench.report.table import ok_rows
 from fsdp_bench.plan.catalog import strategy_order
 from fsdp_bench.plan.case import timing_order
+from fsdp_bench.results.metrics import M
 
 # The stages a rank reads memory after, in the order it passes them.
 STAGE_ORDER = tuple(s for s in STAGES if s in STAGE_LABELS)
@@ -85,9 +86,9 @@ def chart_memory_stages(run: RunData, path: Path) -> None:
 def chart_memory_breakdown(run: RunData, path: Path) -> None:
     columns = [f"breakdown_{name}_gib" for name, _ in BREAKDOWN]
     require(run.df, *columns[:3])
-    ref = reference_slice(run.df, "breakdown_params_gib")
+    ref = reference_slice(run.df, M.breakdown_params_gib)
     part = ok_rows(ref.select(run.df))
-    part = part[part["breakdown_params_gib"].notna()]
+    part = part[part[M.breakdown_params_gib].notna()]
     rows = sorted(part.itertuples(), key=lambda r: (strategy_order(r.strategy), r.strategy))
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(rows) + 2.5), 4.4))
@@ -100,7 +101,7 @@ def chart_memory_breakdown(run: RunData, path: Path) -> None:
             ax.bar(x, value, 0.6, bottom=bottom, color=color, label=name if x == 0 else None,
                    edgecolor="white", linewidth=0.5)
             bottom += value
-        expected = getattr(row, "expected_model_state_gib", None)
+        expected = getattr(row, M.expected_model_state_gib, None)
         if expected is not None and expected == expected:
             ax.hlines(expected, x - 0.38, x + 0.38, colors="black", linestyles="--", lw=2,
                       label="ZeRO expectation: params+grads+optimizer" if x == 0 else None)

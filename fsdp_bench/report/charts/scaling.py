@@ -9,9 +9,10 @@ from typing import Any
 
 from fsdp_bench.report.charts.style import (ChartSkipped, RunData, STATUS_MARKS, TIMING_STYLES, add_legend, failed_rows, mark_failures, pyplot, reference_slice, require, save_figure, strategies_in, strategy_color, strategy_handles, timings_in)
 from fsdp_bench.report.table import ok_rows
+from fsdp_bench.results.metrics import M
 
-MEMORY_KINDS = (("peak_allocated_gib", "allocated (allocator)"), ("peak_reserved_gib", "reserved (allocator)"),
-                ("peak_rss_gib", "process RSS (host memory)"))
+MEMORY_KINDS = ((M.peak_allocated_gib, "allocated (allocator)"), (M.peak_reserved_gib, "reserved (allocator)"),
+                (M.peak_rss_gib, "process RSS (host memory)"))
 
 
 def _batch_axis(ax: Any, sizes: list[int]) -> None:
@@ -76,8 +77,8 @@ def draw_lines_vs_batch(run: RunData, panels: list, ylabel: str, title: str, pat
 
 
 def chart_throughput(run: RunData, path: Path) -> None:
-    require(run.df, "tokens_per_s_per_device")
-    panels = _facets(run.df, [("tokens_per_s_per_device", "")])
+    require(run.df, M.tokens_per_s_per_device)
+    panels = _facets(run.df, [(M.tokens_per_s_per_device, "")])
     draw_lines_vs_batch(run, panels, "tokens/s per device", "Throughput vs batch size (higher is better)",
                         path, ncols=min(3, run.df["grad_accum"].nunique()))
 
@@ -95,23 +96,23 @@ def chart_peak_memory(run: RunData, path: Path) -> None:
 
 
 def chart_mfu(run: RunData, path: Path) -> None:
-    if "mfu_pct" not in run.df or not ok_rows(run.df)["mfu_pct"].notna().any():
+    if M.mfu_pct not in run.df or not ok_rows(run.df)[M.mfu_pct].notna().any():
         reason = ""
         if "mfu_null_reason" in run.df and run.df["mfu_null_reason"].notna().any():
             reason = f" ({run.df['mfu_null_reason'].dropna().iloc[0]})"
         raise ChartSkipped(f"no finished case has mfu_pct: no peak FLOPs known for the device{reason}")
-    panels = _facets(run.df, [("mfu_pct", "")])
+    panels = _facets(run.df, [(M.mfu_pct, "")])
     draw_lines_vs_batch(run, panels, "model FLOPs utilization (%)", "MFU vs batch size (higher is better)",
                         path, ncols=min(3, run.df["grad_accum"].nunique()))
 
 
 def chart_gpu_util(run: RunData, path: Path) -> None:
-    if "gpu_util_pct_mean" not in run.df or not ok_rows(run.df)["gpu_util_pct_mean"].notna().any():
+    if M.gpu_util_pct_mean not in run.df or not ok_rows(run.df)[M.gpu_util_pct_mean].notna().any():
         raise ChartSkipped("no finished case has gpu_util_pct_mean (measured on GPUs only)")
     import numpy as np
 
     plt = pyplot()
-    ref = reference_slice(run.df, "gpu_util_pct_mean", with_batch=False)
+    ref = reference_slice(run.df, M.gpu_util_pct_mean, with_batch=False)
     part = ref.select(run.df)
     strategies = strategies_in(part)
     sizes = sorted(int(b) for b in part["batch_size"].unique())
@@ -119,9 +120,9 @@ def chart_gpu_util(run: RunData, path: Path) -> None:
     labels = [[""] * len(sizes) for _ in strategies]
     for _, row in part.iterrows():
         i, j = strategies.index(row["strategy"]), sizes.index(int(row["batch_size"]))
-        if row["status"] == "ok" and row.get("gpu_util_pct_mean") == row.get("gpu_util_pct_mean"):
-            grid[i, j] = row["gpu_util_pct_mean"]
-            labels[i][j] = f"{row['gpu_util_pct_mean']:.0f}%"
+        if row["status"] == "ok" and row.get(M.gpu_util_pct_mean) == row.get(M.gpu_util_pct_mean):
+            grid[i, j] = row[M.gpu_util_pct_mean]
+            labels[i][j] = f"{row[M.gpu_util_pct_mean]:.0f}%"
         elif row["status"] in STATUS_MARKS:
             labels[i][j] = STATUS_MARKS[row["status"]]
     fig, ax = plt.subplots(figsize=(1.2 * len(sizes) + 3, 0.55 * len(strategies) + 2))

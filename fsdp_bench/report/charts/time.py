@@ -10,9 +10,10 @@ from typing import Any
 from fsdp_bench.report.charts.style import (ChartSkipped, RunData, TIMING_LABELS, add_legend, bar_positions, mark_failures, pyplot, reference_slice, require, save_figure, strategies_in, strategy_color, strategy_handles, timings_in)
 from fsdp_bench.report.table import ok_rows
 from fsdp_bench.plan.catalog import strategy_order
+from fsdp_bench.results.metrics import M
 
-STEP_PARTS = (("compute_s_per_step", "compute", "#4C72B0"), ("comm_exposed_s_per_step", "exposed communication", "#C44E52"),
-              ("optimizer_s_per_step", "optimizer", "#55A868"), ("data_host_s_per_step", "data / host", "#8172B2"))
+STEP_PARTS = ((M.compute_s_per_step, "compute", "#4C72B0"), (M.comm_exposed_s_per_step, "exposed communication", "#C44E52"),
+              (M.optimizer_s_per_step, "optimizer", "#55A868"), (M.data_host_s_per_step, "data / host", "#8172B2"))
 
 
 def loss_curve(result: dict[str, Any]) -> list[float]:
@@ -49,7 +50,7 @@ def chart_loss_curves(run: RunData, path: Path) -> None:
         if rows and warmup:
             ax.axvspan(-0.3, warmup - 0.5, color="grey", alpha=0.12, lw=0)
             ax.text(0.01, 0.02, "warmup", transform=ax.transAxes, fontsize=7, color="grey")
-        flat = [r.strategy for r in rows if getattr(r, "params_changed", True) is False]
+        flat = [r.strategy for r in rows if getattr(r, M.params_changed, True) is False]
         note = f"\nparameters never changed: {', '.join(flat)}" if flat else ""
         ax.set_title(TIMING_LABELS.get(timing, timing) + note, fontsize=9, color="#B00020" if flat else "black")
         ax.set_xlabel("optimizer step")
@@ -71,10 +72,10 @@ def _batch_sizes(part, limit: int = 4) -> list[int]:
 
 
 def chart_communication(run: RunData, path: Path) -> None:
-    require(run.df, "comm_total_s_per_step", "comm_exposed_s_per_step")
-    ref = reference_slice(run.df, "comm_total_s_per_step", with_batch=False)
+    require(run.df, M.comm_total_s_per_step, M.comm_exposed_s_per_step)
+    ref = reference_slice(run.df, M.comm_total_s_per_step, with_batch=False)
     part = ref.select(run.df)
-    sizes = _batch_sizes(ok_rows(part)[ok_rows(part)["comm_total_s_per_step"].notna()])
+    sizes = _batch_sizes(ok_rows(part)[ok_rows(part)[M.comm_total_s_per_step].notna()])
     part = part[part["batch_size"].isin(sizes)]
     strategies = strategies_in(part)
     plt = pyplot()
@@ -84,9 +85,9 @@ def chart_communication(run: RunData, path: Path) -> None:
         for b, strategy in enumerate(strategies):
             rows = part[(part["batch_size"] == size) & (part["strategy"] == strategy)]
             ok = ok_rows(rows)
-            if ok.empty or ok["comm_total_s_per_step"].isna().all():
+            if ok.empty or ok[M.comm_total_s_per_step].isna().all():
                 continue
-            total, exposed = ok["comm_total_s_per_step"].iloc[0], ok["comm_exposed_s_per_step"].iloc[0]
+            total, exposed = ok[M.comm_total_s_per_step].iloc[0], ok[M.comm_exposed_s_per_step].iloc[0]
             color = strategy_color(strategy)
             ax.bar(pos(g, b), total, width, color=color, alpha=0.3, edgecolor=color, hatch="..")
             if exposed == exposed:
@@ -125,7 +126,7 @@ def chart_step_breakdown(run: RunData, path: Path) -> None:
                     continue
                 ax.bar(x, value, 0.6, bottom=bottom, color=color, label=label if x == 0 else None)
                 bottom += value
-            measured = getattr(row, "step_time_s_median", None)
+            measured = getattr(row, M.step_time_s_median, None)
             if measured is not None and measured == measured:
                 ax.plot([x], [measured], marker="D", color="black", ls="", markersize=5,
                         label="measured step time (median)" if x == 0 else None)

@@ -1,0 +1,153 @@
+"""The metric registry: every aggregated metric a case file carries, with its unit, which way is
+better, its label, where it shows, and how it is measured. Table columns, best-marking, the
+comparison's direction, chart axes and the docs' metrics table are all derived from it
+(`python -m fsdp_bench.results.metrics` prints the markdown table the docs hold).
+
+Stdlib only: the lowest layer, so every other package may ask it.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+HIGHER, LOWER = "higher", "lower"
+# Where a metric shows besides the CSV (every metric is a comparison.csv column):
+TABLE, LIVE, CHART = "table", "live", "chart"  # report table column, terminal [i/N] line, a chart axis
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    unit: str
+    doc: str
+    better: str | None = None  # HIGHER, LOWER or None (no direction: a fact, not a score)
+    label: str = ""  # short column / axis label with the unit; the name when empty
+    shows: frozenset[str] = frozenset()
+
+    @property
+    def title(self) -> str:
+        return self.label or self.name
+
+
+def _m(name: str, unit: str, doc: str, better: str | None = None, label: str = "", *shows: str) -> Metric:
+    return Metric(name, unit, doc, better, label, frozenset(shows))
+
+
+_STEP = ("per measured step, the slowest rank's time (a synchronous step ends with its last rank); "
+         "percentiles by linear interpolation")
+_COMM = "--bench-profile only: union of {what} intervals per profiled step (rank mean)"
+
+METRICS: tuple[Metric, ...] = (
+    _m("tokens_per_s_per_device", "1/s", "global tokens per optimizer step / median step time / world size",
+       HIGHER, "tokens/s/device", TABLE, LIVE, CHART),
+    _m("tokens_per_s", "1/s", "global tokens per optimizer step / median step time", HIGHER, "tokens/s"),
+    _m("samples_per_s", "1/s", "global samples per optimizer step / median step time", HIGHER, "samples/s"),
+    _m("step_time_s_median", "s", _STEP, LOWER, "step time median (s)", TABLE, LIVE, CHART),
+    _m("step_time_s_mean", "s", _STEP, LOWER, "step time mean (s)"),
+    _m("step_time_s_stdev", "s", _STEP),
+    _m("step_time_s_p10", "s", _STEP, LOWER, "step time p10 (s)"),
+    _m("step_time_s_p90", "s", _STEP, LOWER, "step time p90 (s)", TABLE),
+    _m("step_time_s_min", "s", _STEP),
+    _m("step_time_s_max", "s", _STEP),
+    _m("step_time_s_median_ci_low", "s", "lower end of the median's distribution-free confidence interval "
+       "(order statistics of the measured steps)"),
+    _m("step_time_s_median_ci_high", "s", "upper end of the same interval"),
+    _m("step_time_median_ci_level_pct", "%", "the interval's actual confidence level"),
+    _m("step_time_cv_pct", "%", "stdev / mean of the measured steps", LOWER, "step time CV (%)", LIVE),
+    _m("time_per_optimizer_step_s", "s", "= step_time_s_median; one step = grad_accum micro-batches + one "
+       "optimizer step", LOWER),
+    _m("steps_measured", "count", "measured steps"),
+    _m("loss_first", "loss", "rank-mean loss of the first step (warmup included)", None, "loss first", TABLE),
+    _m("loss_last", "loss", "rank-mean loss of the last step", None, "loss last", TABLE),
+    _m("loss_max_abs_dev_vs_ddp", "loss", "filled by the report: max over steps of abs(rank-mean loss minus the "
+       "DDP case with the same model, world size, batch, grad accum, seq_len, seed, lr); empty when there is "
+       "no such DDP case", LOWER),
+    _m("params_changed", "bool", "parameter fingerprint (sum, norm per local shard) differs after the measured "
+       "steps, on every rank", None, "params changed", TABLE),
+    _m("update_norm_min", "L2", "smallest per-step update norm over ranks and steps: 0 means some step did "
+       "not train"),
+    _m("optimizer_tensors_not_model_params", "count", "tensors the optimizer steps that are not parameters "
+       "the model trains with (an optimizer built before sharding, not fixed)"),
+    _m("peak_allocated_gib", "GiB", "CUDA: max_memory_allocated over the measured steps (peak reset after "
+       "warmup); CPU: the MemTracker probe's peak of live tensor bytes", LOWER, "peak alloc (GiB)", TABLE, LIVE,
+       CHART),
+    _m("peak_reserved_gib", "GiB", "CUDA: max_memory_reserved over the measured steps (none on CPU)", LOWER,
+       "peak reserved (GiB)", TABLE, LIVE, CHART),
+    _m("peak_rss_gib", "GiB", "ru_maxrss of the rank process (whole run)", LOWER, "peak RSS (GiB)", TABLE, LIVE),
+    *(_m(f"breakdown_{part}_gib", "GiB", f"MemTracker on probe step 2, snapshot at its peak: {what}; rank with "
+         "the largest total. FSDP1: absent, breakdown_null_reason says why")
+      for part, what in (("params", "PARAM+BUFFER"), ("grads", "GRAD"), ("optimizer", "OPT"),
+                         ("activations", "ACT"), ("other", "TEMP+OTH"))),
+    _m("expected_model_state_gib", "GiB", "ZeRO formula for the strategy (see the model-state section)"),
+    _m("measured_model_state_gib", "GiB", "bytes of the distinct storages behind local params, their .grad and "
+       "optimizer state, read after optimizer.step() (largest rank)"),
+    _m("model_state_measured_over_expected", "ratio", "measured / expected"),
+    _m("predicted_peak_gib", "GiB", "analysis.fit's prediction for rank 0, recorded before the measurement"),
+    _m("predicted_model_state_gib", "GiB", "analysis.fit's model-state prediction for rank 0"),
+    _m("peak_prediction_error_pct", "%", "(predicted - measured) / measured peak, rank 0"),
+    _m("model_state_prediction_error_pct", "%", "(predicted - measured) / measured model state, rank 0"),
+    _m("flops_per_token", "FLOP", "formula 6N + 12·L·H·Q·T (fsdp_bench/analysis/flops.py): N = parameters that "
+       "multiply activations, L layers, H query heads, Q head size, T = seq_len"),
+    _m("flops_per_token_counter", "FLOP", "torch.utils.flop_counter.FlopCounterMode over probe step 1 on rank 0 "
+       "/ that rank's tokens per step; every fused attention kernel counted with the grouped-query-aware "
+       "formula (analysis.flops.sdpa_*_flops)"),
+    _m("flop_formula_over_counter", "ratio", "formula / counter"),
+    _m("tflops_per_s_per_device", "TFLOP/s", "flops_per_token × tokens_per_s_per_device / 1e12", HIGHER),
+    _m("mfu_pct", "%", "achieved / dense datasheet peak for the device and training dtype (PEAK_TFLOPS); null "
+       "+ mfu_null_reason on CPU or an unknown device", HIGHER, "MFU (%)", TABLE, CHART),
+    _m("hfu_pct", "%", "the same with flops_per_token_counter (hardware FLOPs executed)", HIGHER, "HFU (%)"),
+    _m("peak_tflops_per_device", "TFLOP/s", "the datasheet peak used"),
+    _m("comm_total_s_per_step", "s", _COMM.format(what="communication")),
+    _m("comm_exposed_s_per_step", "s", "union(comm) minus its overlap with union(compute), not a sum of "
+       "self-times", LOWER, "exposed comm (s/step)", TABLE),
+    *(_m(f"comm_{kind}_s_per_step", "s", _COMM.format(what=f"{kind} collective") + " (present when it ran)")
+      for kind in ("all_gather", "reduce_scatter", "all_reduce", "broadcast")),
+    _m("compute_s_per_step", "s", _COMM.format(what="compute")),
+    _m("optimizer_s_per_step", "s", "union of Optimizer.step spans per profiled step"),
+    _m("data_host_s_per_step", "s", "step time covered by neither compute nor communication", LOWER),
+    _m("gpu_util_pct_mean", "%", "mean NVML utilization while the timed steps ran (needs nvidia-ml-py); null + "
+       "gpu_util_null_reason otherwise", HIGHER, "GPU util (%)", CHART),
+    _m("repeats", "count", "--bench-repeats: torchrun processes the case ran in", None, "repeats", TABLE),
+    _m("repeat_spread_pct", "%", "(max - min) / median of the repeats' step-time medians", None,
+       "spread between repeats (%)", TABLE, LIVE),
+)
+
+BY_NAME: dict[str, Metric] = {m.name: m for m in METRICS}
+HIGHER_IS_BETTER = frozenset(m.name for m in METRICS if m.better == HIGHER)
+LOWER_IS_BETTER = frozenset(m.name for m in METRICS if m.better == LOWER)
+
+
+def shown_in(where: str) -> tuple[Metric, ...]:
+    return tuple(m for m in METRICS if where in m.shows)
+
+
+def label(name: str) -> str:
+    """The column or axis label of a metric (its name when it is not registered)."""
+    metric = BY_NAME.get(name)
+    return metric.title if metric is not None else name
+
+
+def markdown_table() -> str:
+    """The docs' metrics table; a test holds the docs to it."""
+    lines = ["| metric | unit | better | method |", "|---|---|---|---|"]
+    for m in METRICS:
+        lines.append(f"| `{m.name}` | {m.unit} | {m.better or ''} | {m.doc.replace('|', '/')} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # pragma: no cover - prints the table for the docs
+    sys.stdout.write(markdown_table() + "\n")
+
+
+class _Names:
+    """`M.tokens_per_s_per_device == "tokens_per_s_per_device"`: code outside the modules that
+    record a metric names it through the registry, so a misspelt or unregistered name fails at
+    once instead of reading as a missing column."""
+
+    def __init__(self, names) -> None:
+        for name in names:
+            setattr(self, name, name)
+
+
+M = _Names(BY_NAME)
