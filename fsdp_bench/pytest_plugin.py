@@ -41,8 +41,12 @@ def pytest_configure(config: pytest.Config) -> None:
     _INTERRUPTED.clear()
     raw = {name: config.getoption(f"bench_{name.replace('-', '_')}") for name in OPTIONS}
     try:
-        sweep = parse_sweep(raw, no_report=config.getoption("bench_no_report"))
+        sweep = parse_sweep(raw, no_report=config.getoption("bench_no_report"), plan_only=config.option.collectonly)
         faults.check_spec()
+        if sweep.gpu_name is not None:
+            from fsdp_bench.analysis.duration import check_gpu_name
+
+            check_gpu_name(sweep.gpu_name)
     except (CaseError, ValueError) as exc:
         raise pytest.UsageError(str(exc)) from None
     session = SweepSession(sweep)
@@ -177,23 +181,43 @@ def _cases_to_run(items: list[pytest.Item]) -> list[Case]:
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """How many cases will run, for the [i/N] progress lines; the duration estimate, and the
-    slow-CPU guard that stops the sweep before its first case."""
+    """How many cases will run, for the [i/N] progress lines; the duration estimate (also with
+    --collect-only, to plan a sweep), and the slow-CPU guard that stops the sweep before its
+    first case."""
     from fsdp_bench.analysis.duration import estimate_line, estimate_sweep, slow_cpu_line
 
     config = session.config
     cases = _cases_to_run(session.items)
     config.stash[_PROGRESS_KEY] = {"total": len(cases), "done": 0, "start": None}
     sweep = config.stash.get(_SWEEP_KEY, None)
-    if not cases or sweep is None or config.option.collectonly:
+    if not cases or sweep is None:
         return
-    estimate = estimate_sweep(cases, repeats=sweep.repeats)
+    estimate = estimate_sweep(cases, repeats=sweep.repeats, gpu_name=_estimate_gpu(sweep, cases))
     refusal = None if sweep.allow_slow_cpu else slow_cpu_line(estimate)
-    reporter = config.pluginmanager.get_plugin("terminalreporter")
-    if refusal is not None:
+    if refusal is not None and not config.option.collectonly:
         raise pytest.UsageError(refusal)
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None:
         reporter.write_line(estimate_line(estimate))
+        if refusal is not None:  # --collect-only launches nothing; say what a run would do
+            reporter.write_line(f"{refusal} (when run without --collect-only)")
+
+
+def _estimate_gpu(sweep: Sweep, cases: list[Case]) -> str:
+    """Whose published figures estimate the CUDA cases: --bench-gpu-name, else the visible GPU
+    when the peak table knows it, else the default (H100 SXM). nvidia-smi runs only for CUDA cases."""
+    from fsdp_bench.analysis.duration import DEFAULT_GPU_NAME, check_gpu_name
+    from fsdp_bench.plan.options import visible_gpu_name
+
+    if sweep.gpu_name is not None:
+        return sweep.gpu_name  # checked at configure
+    if not any(case.device == "cuda" for case in cases):
+        return DEFAULT_GPU_NAME
+    seen = visible_gpu_name()
+    try:
+        return check_gpu_name(seen) if seen else DEFAULT_GPU_NAME
+    except ValueError:  # a GPU the table lacks: its estimate uses the default's figures
+        return DEFAULT_GPU_NAME
 
 
 def progress_line(i: int, total: int, case_id: str, result: dict[str, Any], elapsed_s: float) -> str:
