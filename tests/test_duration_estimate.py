@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from fsdp_bench.analysis.duration import (FIRST_STEP_LIMIT_S, PROBE_STEP_EQUIVALENTS, case_flops_per_token, case_seconds, estimate_line,
-                                          estimate_sweep, slow_cpu_line, step_seconds)
+from fsdp_bench.analysis.duration import (FIRST_STEP_LIMIT_S, PROBE_STEP_EQUIVALENTS, SESSION_S, case_flops_per_token,
+                                          case_seconds, estimate_line, estimate_sweep, slow_cpu_line, step_seconds)
 from fsdp_bench.plan.options import parse_sweep
 from tests.sweep_helpers import PROJECT_ROOT, child_env, make_sweep_project, pytest_cmd, run_dirs
 
@@ -44,7 +44,7 @@ def test_estimate_grows_with_steps_and_repeats():
     assert case_seconds(long) > case_seconds(short)
     cases = _cases(model="gpt_tiny")
     once, thrice = estimate_sweep(cases), estimate_sweep(cases, repeats=3)
-    assert thrice.total_s == pytest.approx(3 * once.total_s)
+    assert thrice.total_s - SESSION_S == pytest.approx(3 * (once.total_s - SESSION_S))
     assert "x 3 repeats" in estimate_line(thrice)
 
 
@@ -120,7 +120,7 @@ def test_collect_only_estimates_a_cuda_sweep_without_a_gpu(pytester, no_gpu):
     (line,) = _estimate_lines(result)
     case = Case(strategy="fsdp2", model="gpt_124m", seq_len=1024, precision="bf16", batch_size=8, nproc=1,
                 device="cuda")
-    assert f"estimated duration {format_duration(case_seconds(case))} for 1 case(s)" in line
+    assert f"estimated duration {format_duration(SESSION_S + case_seconds(case))} for 1 case(s)" in line
     assert "H100 SXM's published peak" in line  # the default when no GPU is named or visible
 
 

@@ -26,7 +26,8 @@ setup 1.0 s of which torch._dynamo's import is most, exit 0.1 s, pytest's share 
 scripts/measure_sweep_cost.py), about twice that when the machine is loaded. On CUDA 20 s is
 assumed (CUDA context, NCCL, a GPU-sized model's build). The overhead per micro-step (50 ms on
 CPU; tiny models' steps take 10-70 ms) was read off tiny sweeps (gpt_tiny, 2 gloo ranks) on the
-same VM. A model between tiny and GPT-2 runs faster than 10 GFLOP/s on CPU (gpt_small: 0.41 s
+same VM. A sweep adds SESSION_S once: pytest's own start and the report at its end (1.8 s and
+1.3-1.7 s measured on the VM, README "What a sweep costs"). A model between tiny and GPT-2 runs faster than 10 GFLOP/s on CPU (gpt_small: 0.41 s
 measured for a 1.5 s estimate), so estimates for such models err long too.
 
 Costs assumed, not measured (no GPU was at hand when they were written; correct them from a run's
@@ -63,6 +64,7 @@ COMPILE_S = {"cpu": 30.0, "cuda": 60.0}  # torch.compile of the blocks, forward 
 OFFLOAD_S_PER_PARAM = 6e-9  # host AdamW (~5 ns) + params and grads over PCIe (~1 ns), per step
 ARTIFACT_S = 10.0  # writing one memory snapshot pickle or one profiler trace
 RECOMPUTE = 8 / 6  # activation checkpointing: forward twice, then backward
+SESSION_S = 5.0  # pytest's start and the table and charts at the end, once per sweep
 PROBE_STEP_EQUIVALENTS = 3  # FLOP-counter step + MemTracker step (about twice a plain one)
 FIRST_STEP_LIMIT_S = 60.0  # CPU: a first step estimated longer than this stops the sweep
 
@@ -165,9 +167,9 @@ class SweepEstimate:
 
 
 def estimate_sweep(cases: Iterable[Case], repeats: int = 1, gpu_name: str = DEFAULT_GPU_NAME) -> SweepEstimate:
-    """Every case run `repeats` times; the case with the slowest first step, for the guard.
-    A model whose shapes are unknown (an unsupported hf:PATH) counts only its fixed cost."""
-    total, slowest, slowest_s, n, cuda = 0.0, None, 0.0, 0, False
+    """Every case run `repeats` times, plus the session; the case with the slowest first step, for
+    the guard. A model whose shapes are unknown (an unsupported hf:PATH) counts only its fixed cost."""
+    total, slowest, slowest_s, n, cuda = SESSION_S, None, 0.0, 0, False
     for case in cases:
         n += 1
         cuda = cuda or case.device == "cuda"
