@@ -94,7 +94,7 @@ estimate_run() {  # estimate_run NAME PYTEST-ARGS...: count and time one run by 
   local runs="" minutes
   (( repeats > 1 )) && runs=" x $repeats runs"
   minutes=$(awk -v s="$seconds" 'BEGIN { printf "%.1f", s / 60 }')
-  printf '  %-24s %3d case(s)%-10s %5s min\n' "$name" "$cases" "$runs" "$minutes"
+  printf '  %-26s %3d case(s)%-10s %5s min\n' "$name" "$cases" "$runs" "$minutes"
   figures=${line##*a rough figure from model FLOPs }  # "with <GPU>'s published peak, see ..."
   if (( ${collected:-0} > cases )); then
     echo "!! $name: $((collected - cases)) collected case(s) would be skipped: drop them from the run" >&2
