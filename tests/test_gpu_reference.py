@@ -237,3 +237,25 @@ def test_a_failing_step_is_reported_and_the_archive_is_trimmed_under_16_mib(tmp_
     assert (len(traces), len(snapshots)) == (1, 1), members
     log = archive_text(tmp_path / "out" / "part9_fake.tar.gz", "part9_fake.log")
     assert "unknown value 'zero4'" in log and "still running" in log
+
+
+@pytest.mark.slow
+def test_a_stop_of_the_whole_plan_ends_after_the_running_parts_archive(tmp_path):
+    """gpu_reference.sh passes the stop to the running part, which archives; no later part starts.
+    The SIGTERM goes to the plan's whole process group once part 3 has a result, as `timeout` sends it."""
+    proc = subprocess.Popen(["bash", str(SCRIPT), "--out", str(tmp_path / "out"), "--results",
+                             str(tmp_path / "results"), "3", "1"],
+                            cwd=PROJECT_ROOT, env=script_env(FSDP_BENCH_REFERENCE_STANDIN="cpu"),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        wait_for_first_case(tmp_path, "part3_gpt2_sweep")
+        os.killpg(proc.pid, signal.SIGTERM)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 143, out[-3000:]
+    check_archive(tmp_path, "part3_gpt2_sweep")
+    assert "part3_gpt2_sweep: ended" in out and "with status 143" in out
+    assert not (tmp_path / "out" / "part1_smoke.tar.gz").exists() and "part1_smoke" not in out
+    assert processes_of(tmp_path / "results") == []
