@@ -38,8 +38,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     raw = {name: config.getoption(f"bench_{name.replace('-', '_')}") for name in OPTIONS}
     try:
-        sweep = parse_sweep(raw, no_report=config.getoption("bench_no_report"))
+        sweep = parse_sweep(raw, no_report=config.getoption("bench_no_report"), plan_only=config.option.collectonly)
         faults.check_spec()
+        if sweep.gpu_name is not None:
+            from fsdp_bench.analysis.duration import check_gpu_name
+
+            check_gpu_name(sweep.gpu_name)
     except (CaseError, ValueError) as exc:
         raise pytest.UsageError(str(exc)) from None
     try:
@@ -109,9 +113,10 @@ def _cases_to_run(items: list[pytest.Item]) -> list[Case]:
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """How many cases will run, for the [i/N] progress lines; the duration estimate, and the
-    slow-CPU guard that stops the sweep before its first case."""
-    from fsdp_bench.analysis.duration import estimate_line, estimate_sweep, slow_cpu_line
+    """How many cases will run, for the [i/N] progress lines; the duration estimate (also with
+    --collect-only, to plan a sweep), and the slow-CPU guard that stops the sweep before its
+    first case."""
+    from fsdp_bench.analysis.duration import estimate_gpu_name, estimate_line, estimate_sweep, slow_cpu_line
 
     config = session.config
     state = config.stash.get(_STATE_KEY, None)
@@ -119,15 +124,18 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if state is None:
         return
     state.progress.total = len(cases)
-    if not cases or config.option.collectonly:
+    if not cases:
         return
-    estimate = estimate_sweep(cases, repeats=state.sweep.repeats)
-    refusal = None if state.sweep.allow_slow_cpu else slow_cpu_line(estimate)
-    reporter = config.pluginmanager.get_plugin("terminalreporter")
-    if refusal is not None:
+    sweep = state.sweep
+    estimate = estimate_sweep(cases, repeats=sweep.repeats, gpu_name=estimate_gpu_name(sweep.gpu_name, cases))
+    refusal = None if sweep.allow_slow_cpu else slow_cpu_line(estimate)
+    if refusal is not None and not config.option.collectonly:
         raise pytest.UsageError(refusal)
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None:
         reporter.write_line(estimate_line(estimate))
+        if refusal is not None:  # --collect-only launches nothing; say what a run would do
+            reporter.write_line(f"{refusal} (when run without --collect-only)")
 
 
 def _write_live(config: pytest.Config, line: str) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import statistics
 import subprocess
 import sys
@@ -32,11 +33,23 @@ BARE_INIT = "import torch, torch.distributed as d; d.init_process_group('gloo');
 
 def torchrun(nproc: int, *args: str) -> float:
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-                           str(nproc), *args], env=build_env(), capture_output=True, text=True)
+    proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+                             str(nproc), *args], env=build_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        _out, err = proc.communicate()
+    except KeyboardInterrupt:
+        # SIGTERM lets torchrun stop its workers; the SIGKILL subprocess.run would send orphans them
+        proc.terminate()
+        proc.wait(timeout=60)
+        raise
     if proc.returncode != 0:
-        raise SystemExit(f"torchrun {args[0]} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+        raise SystemExit(f"torchrun {args[0]} failed ({proc.returncode}):\n{err[-3000:]}")
     return time.perf_counter() - start
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt(f"{signal.Signals(signum).name} received")
 
 
 def case_overhead_s(result: dict) -> tuple[float, float]:
@@ -63,6 +76,9 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--repeats", type=int, default=3)
     args = p.parse_args()
+    # SIGTERM (scripts/gpu_reference stops a step with it) unwinds like Ctrl-C: the running case
+    # or torchrun is stopped instead of left behind.
+    signal.signal(signal.SIGTERM, _interrupt)
 
     from fsdp_bench.plan.options import count_cuda_devices
 
@@ -80,7 +96,8 @@ def main() -> None:
                      "--steps", str(args.steps), "--warmup", str(args.warmup), "--out", str(out))
             bare.append(statistics.median(json.loads(out.read_text())))
             result = run_case(case, create_run_dir(Path(tmp) / "runs"), timeout_s=1800)
-            assert result["status"] == "ok", result["reason"]
+            if result["status"] != "ok":
+                raise SystemExit(f"suite case {case.id}: {result['status']}: {result.get('reason')}")
             suite.append(result["metrics"]["step_time_s_median"])
             total, shard = case_overhead_s(result)
             overhead.append(total)

@@ -4,23 +4,37 @@ A case costs a fixed start-up (torchrun, imports, process group, model build, re
 its optimizer steps: warmup + measured + the untimed probe steps (FLOP counter and MemTracker,
 each slower than a plain step) + the profiled steps when profiling. One optimizer step costs
 
-    step_s = flops_per_token x tokens per rank per step / device FLOP/s + overhead per micro-step
+    step_s = flops_per_token x tokens per rank per step x recompute / device FLOP/s
+             + overhead per micro-step + host optimizer step (offloaded strategies)
 
 with the one FLOPs formula of `analysis.flops` (6 N + 12 L H Q T; here N is every parameter,
-embeddings included: an upper bound, so the estimate errs long).
+embeddings included: an upper bound, so the estimate errs long). Activation checkpointing runs
+every forward twice: recompute = 8/6 of the step's FLOPs.
 
-The device rates are documented figures, not measurements of this machine:
+The device rates are published or documented figures, not measurements of this machine, so a
+sweep for a GPU can be planned on a machine without one:
 - CPU: 10 GFLOP/s per rank. CPU ranks run one thread each (OMP_NUM_THREADS=1). On the project's
   2-core x86 VM GPT-2 124M at 2 x 1024 tokens per rank took 129 s for its first step (reported in
   issue 16), 13.6 GFLOP/s; 10 rounds that down, so CPU estimates err long.
-- CUDA: 20 TFLOP/s per GPU, a conservative fp32/bf16 mix for the GPUs in the peak table; the
-  estimate is a hint of the order of magnitude on GPUs.
+- CUDA: the GPU's dense datasheet peak for the case's precision (the one peak-FLOPs table,
+  `analysis.flops.PEAK_TFLOPS`) x CUDA_PEAK_FRACTION. The GPU is the one named by
+  `--bench-gpu-name`, else the visible one, else DEFAULT_GPU_NAME (H100 SXM). 25% is an assumed
+  model FLOPs utilization for the project's models on one GPU (nanoGPT and torchtitan report
+  30-50% for tuned, compiled runs; small eager cases reach less), so GPU estimates lean long.
 The fixed cost per case on CPU is 5 s: 3.5 s measured on the quiet 2-core VM (launch 2.0 s,
 setup 1.0 s of which torch._dynamo's import is most, exit 0.1 s, pytest's share 0.4 s; see
-scripts/measure_sweep_cost.py), about twice that when the machine is loaded. The overhead per
-micro-step (50 ms on CPU; tiny models' steps take 10-70 ms) was read off tiny sweeps (gpt_tiny,
-2 gloo ranks) on the same VM. A model between tiny and GPT-2 runs faster than 10 GFLOP/s on CPU
-(gpt_small: 0.41 s measured for a 1.5 s estimate), so estimates for such models err long too.
+scripts/measure_sweep_cost.py), about twice that when the machine is loaded. On CUDA 20 s is
+assumed (CUDA context, NCCL, a GPU-sized model's build). The overhead per micro-step (50 ms on
+CPU; tiny models' steps take 10-70 ms) was read off tiny sweeps (gpt_tiny, 2 gloo ranks) on the
+same VM. A sweep adds SESSION_S once: pytest's own start and the report at its end (1.8 s and
+1.3-1.7 s measured on the VM, README "What a sweep costs"). A model between tiny and GPT-2 runs faster than 10 GFLOP/s on CPU (gpt_small: 0.41 s
+measured for a 1.5 s estimate), so estimates for such models err long too.
+
+Costs assumed, not measured (no GPU was at hand when they were written; correct them from a run's
+case_time figures): torch.compile adds COMPILE_S per case (every case is a fresh process, so
+every case compiles); an offloaded strategy pays OFFLOAD_S_PER_PARAM per parameter and step (host
+AdamW plus the copies over PCIe, about 0.75 s for GPT-2 124M); writing a memory snapshot or a
+profiler trace adds ARTIFACT_S.
 
 The guard: on CPU, a case whose FIRST optimizer step is estimated over FIRST_STEP_LIMIT_S is a
 mistake far more often than a plan (a GPU-sized model left on the CPU default), so the sweep
@@ -34,16 +48,51 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from fsdp_bench.analysis.comm_model import model_units
-from fsdp_bench.analysis.flops import flops_per_token
+from fsdp_bench.analysis.flops import PEAK_TFLOPS, flops_per_token, lookup_peak_tflops
 from fsdp_bench.analysis.hf_units import hf_dims
 from fsdp_bench.plan.case import PROFILED_STEPS, PROFILER_WARMUP_STEPS, Case
+from fsdp_bench.plan.catalog import PRECISIONS
+from fsdp_bench.plan.catalog import strategy as catalog_strategy
 from fsdp_bench.plan.flavors import flavor_for, load_config_dict
 
-DEVICE_FLOPS = {"cpu": 10e9, "cuda": 20e12}  # per rank, see the module docstring
+CPU_FLOPS = 10e9  # per rank, see the module docstring
+DEFAULT_GPU_NAME = "H100 SXM"  # whose figures a CUDA estimate uses when no GPU is named or visible
+CUDA_PEAK_FRACTION = 0.25  # assumed model FLOPs utilization on one GPU, see the module docstring
 CASE_FIXED_S = {"cpu": 5.0, "cuda": 20.0}  # start-up and teardown of one case's process tree
 MICRO_STEP_OVERHEAD_S = {"cpu": 0.05, "cuda": 0.01}  # Python, collectives and optimizer per micro-step
+COMPILE_S = {"cpu": 30.0, "cuda": 60.0}  # torch.compile of the blocks, forward and backward, per case
+OFFLOAD_S_PER_PARAM = 6e-9  # host AdamW (~5 ns) + params and grads over PCIe (~1 ns), per step
+ARTIFACT_S = 10.0  # writing one memory snapshot pickle or one profiler trace
+RECOMPUTE = 8 / 6  # activation checkpointing: forward twice, then backward
+SESSION_S = 5.0  # pytest's start and the table and charts at the end, once per sweep
 PROBE_STEP_EQUIVALENTS = 3  # FLOP-counter step + MemTracker step (about twice a plain one)
 FIRST_STEP_LIMIT_S = 60.0  # CPU: a first step estimated longer than this stops the sweep
+
+
+def gpu_names() -> tuple[str, ...]:
+    """The GPUs whose published figures an estimate can use (the peak table's rows)."""
+    return tuple(peak.name for _, peak in PEAK_TFLOPS)
+
+
+def check_gpu_name(name: str) -> str:
+    """`name` if the peak table knows it (matched as the worker matches a device name); else a
+    ValueError whose one line lists the known names."""
+    peak, _why = lookup_peak_tflops(name, "float32")
+    if peak is None:
+        raise ValueError(f"--bench-gpu-name: {name!r} is not in the peak-FLOPs table "
+                         f"(fsdp_bench/analysis/flops.py); choose from {', '.join(gpu_names())}")
+    return name
+
+
+def cuda_flops(gpu_name: str, precision: str) -> float:
+    """FLOP/s one GPU is assumed to reach: its dense peak for the precision x CUDA_PEAK_FRACTION.
+    A GPU without a tensor-core peak for the dtype (V100 has no bf16) counts at its fp32 rate."""
+    peak, _why = lookup_peak_tflops(gpu_name, PRECISIONS[precision])
+    if peak is None:
+        peak, _why = lookup_peak_tflops(gpu_name, "float32")
+    if peak is None:
+        check_gpu_name(gpu_name)  # raises with the known names
+    return peak * 1e12 * CUDA_PEAK_FRACTION
 
 
 def case_flops_per_token(case: Case) -> int:
@@ -62,34 +111,49 @@ def case_flops_per_token(case: Case) -> int:
                            seq_len=case.seq_len)
 
 
-def rank_flops(case: Case, cpu_count: int | None = None) -> float:
-    """The FLOP/s one rank gets: the device's rate, shared when a CPU has fewer cores than the
-    case has ranks (4 gloo ranks on 2 cores run at half speed each)."""
-    if case.device in DEVICE_FLOPS and case.device != "cpu":
-        return DEVICE_FLOPS[case.device]
+def case_params(case: Case) -> int:
+    """Every parameter of the case's model (what an offloaded optimizer steps on the host)."""
+    return sum(unit.numel for unit in model_units(flavor_for(case.model)))
+
+
+def rank_flops(case: Case, cpu_count: int | None = None, gpu_name: str = DEFAULT_GPU_NAME) -> float:
+    """The FLOP/s one rank gets: the GPU's assumed rate, or on CPU 10 GFLOP/s shared when a CPU
+    has fewer cores than the case has ranks (4 gloo ranks on 2 cores run at half speed each)."""
+    if case.device == "cuda":
+        return cuda_flops(gpu_name, case.precision)
     ranks_here = 1 if case.simulate else case.nproc
     cores = cpu_count or os.cpu_count() or 1
-    return DEVICE_FLOPS["cpu"] * min(1.0, cores / ranks_here)
+    return CPU_FLOPS * min(1.0, cores / ranks_here)
 
 
-def step_seconds(case: Case) -> float:
-    """One optimizer step of one rank: every micro-batch's FLOPs at the device rate, plus overhead."""
-    device = case.device if case.device in DEVICE_FLOPS else "cpu"
+def _device(case: Case) -> str:
+    return case.device if case.device in CASE_FIXED_S else "cpu"
+
+
+def step_seconds(case: Case, gpu_name: str = DEFAULT_GPU_NAME) -> float:
+    """One optimizer step of one rank: every micro-batch's FLOPs at the device rate (forward twice
+    under activation checkpointing), overhead per micro-step, and an offloaded host optimizer."""
     tokens = case.batch_size * case.grad_accum * case.seq_len
-    compute = case_flops_per_token(case) * tokens / rank_flops(case)
-    return compute + case.grad_accum * MICRO_STEP_OVERHEAD_S[device]
+    compute = case_flops_per_token(case) * tokens / rank_flops(case, gpu_name=gpu_name)
+    if case.act_ckpt:
+        compute *= RECOMPUTE
+    host = OFFLOAD_S_PER_PARAM * case_params(case) if catalog_strategy(case.strategy).offload else 0.0
+    return compute + case.grad_accum * MICRO_STEP_OVERHEAD_S[_device(case)] + host
 
 
-def case_seconds(case: Case) -> float:
+def case_seconds(case: Case, gpu_name: str = DEFAULT_GPU_NAME) -> float:
     """The whole case: start-up plus warmup, measured, probe and profiled steps."""
     probes = PROBE_STEP_EQUIVALENTS if case.probes else 0
     steps = case.warmup + case.steps + probes + (PROFILED_STEPS + PROFILER_WARMUP_STEPS if case.profile else 0)
-    return fixed_seconds(case) + steps * step_seconds(case)
+    return fixed_seconds(case) + steps * step_seconds(case, gpu_name)
 
 
 def fixed_seconds(case: Case) -> float:
-    """A case's start-up and teardown on its device (an unknown device counts as a CPU)."""
-    return CASE_FIXED_S.get(case.device, CASE_FIXED_S["cpu"])
+    """A case's start-up and teardown on its device (an unknown device counts as a CPU), its
+    compilation, and the snapshot and trace it writes."""
+    device = _device(case)
+    artifacts = ARTIFACT_S * (case.profile + (case.memory_snapshot and device == "cuda"))
+    return CASE_FIXED_S[device] + (COMPILE_S[device] if case.compile else 0.0) + artifacts
 
 
 @dataclass(frozen=True)
@@ -99,23 +163,26 @@ class SweepEstimate:
     total_s: float
     slowest_case: Case | None
     slowest_first_step_s: float
+    gpu_name: str | None = None  # whose figures the CUDA cases were estimated with (None: no CUDA case)
 
 
-def estimate_sweep(cases: Iterable[Case], repeats: int = 1) -> SweepEstimate:
-    """Every case run `repeats` times; the case with the slowest first step, for the guard.
-    A model whose shapes are unknown (an unsupported hf:PATH) counts only its fixed cost."""
-    total, slowest, slowest_s, n = 0.0, None, 0.0, 0
+def estimate_sweep(cases: Iterable[Case], repeats: int = 1, gpu_name: str = DEFAULT_GPU_NAME) -> SweepEstimate:
+    """Every case run `repeats` times, plus the session; the case with the slowest first step, for
+    the guard. A model whose shapes are unknown (an unsupported hf:PATH) counts only its fixed cost."""
+    total, slowest, slowest_s, n, cuda = SESSION_S, None, 0.0, 0, False
     for case in cases:
         n += 1
+        cuda = cuda or case.device == "cuda"
         try:
-            first = step_seconds(case)
-            seconds = case_seconds(case)
+            first = step_seconds(case, gpu_name)
+            seconds = case_seconds(case, gpu_name)
         except (ValueError, KeyError, OSError):
             first, seconds = 0.0, fixed_seconds(case)
         total += seconds * repeats
         if slowest is None or first > slowest_s:
             slowest, slowest_s = case, first
-    return SweepEstimate(cases=n, repeats=repeats, total_s=total, slowest_case=slowest, slowest_first_step_s=slowest_s)
+    return SweepEstimate(cases=n, repeats=repeats, total_s=total, slowest_case=slowest,
+                         slowest_first_step_s=slowest_s, gpu_name=gpu_name if cuda else None)
 
 
 def format_duration(seconds: float) -> str:
@@ -133,7 +200,8 @@ def estimate_line(estimate: SweepEstimate) -> str:
         first = estimate.slowest_first_step_s
         line += f" (slowest first step ~{first:.2g} s: {estimate.slowest_case.id})" if first < 10 else \
             f" (slowest first step ~{first:.0f} s: {estimate.slowest_case.id})"
-    return line + "; a rough figure from model FLOPs, see fsdp_bench/analysis/duration.py"
+    figures = f" with {estimate.gpu_name}'s published peak" if estimate.gpu_name else ""
+    return line + f"; a rough figure from model FLOPs{figures}, see fsdp_bench/analysis/duration.py"
 
 
 def slow_cpu_line(estimate: SweepEstimate, limit_s: float = FIRST_STEP_LIMIT_S) -> str | None:
@@ -145,3 +213,20 @@ def slow_cpu_line(estimate: SweepEstimate, limit_s: float = FIRST_STEP_LIMIT_S) 
             f"(case {case.id}) needs ~{estimate.slowest_first_step_s:.0f} s for its first step alone "
             f"(limit {limit_s:.0f} s); use a smaller model or --bench-seq-len, run on a GPU, "
             "or pass --bench-allow-slow-cpu to run it anyway")
+
+
+def estimate_gpu_name(named: str | None, cases) -> str:
+    """Whose published figures estimate the CUDA cases: --bench-gpu-name (checked at configure),
+    else the visible GPU when the peak table knows it, else the default (H100 SXM). nvidia-smi
+    runs only for CUDA cases."""
+    from fsdp_bench.plan.options import visible_gpu_name
+
+    if named is not None:
+        return named
+    if not any(case.device == "cuda" for case in cases):
+        return DEFAULT_GPU_NAME
+    seen = visible_gpu_name()
+    try:
+        return check_gpu_name(seen) if seen else DEFAULT_GPU_NAME
+    except ValueError:  # a GPU the table lacks: its estimate uses the default's figures
+        return DEFAULT_GPU_NAME

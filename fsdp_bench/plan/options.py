@@ -30,7 +30,7 @@ _CASE_DEFAULTS = {f.name: f.default for f in fields(Case) if f.name != "strategy
 
 # how cases run or where results go, not what they measure: a resume may change these
 _NOT_MEASURED = frozenset({"timeout_s", "kill_grace_s", "results_dir", "resume", "report", "nnodes", "node_rank",
-                           "rdzv_endpoint", "run_id", "allow_slow_cpu"})
+                           "rdzv_endpoint", "run_id", "allow_slow_cpu", "gpu_name"})
 
 
 def _jsonable(value: Any) -> Any:
@@ -82,6 +82,7 @@ class Sweep:
     suite: str | None = None
     allow_slow_cpu: bool = False  # run CPU cases whose first step is estimated over a minute
     repeats: int = 1  # each case run this many times, each in a fresh process tree
+    gpu_name: str | None = None  # whose published figures the duration estimate uses (None: the visible GPU)
 
     def fingerprint(self) -> dict[str, Any]:
         """The settings that decide what the cases measure, where they differ from the defaults,
@@ -172,6 +173,20 @@ def count_cuda_devices() -> int:
     except (OSError, subprocess.TimeoutExpired):
         return 0
     return sum(line.startswith("GPU ") for line in out.stdout.splitlines()) if out.returncode == 0 else 0
+
+
+def visible_gpu_name() -> str | None:
+    """The first visible NVIDIA GPU's name from nvidia-smi (no torch, no CUDA context), or None
+    (also when CUDA_VISIBLE_DEVICES hides every GPU, which nvidia-smi itself ignores)."""
+    if count_cuda_devices() == 0:
+        return None
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    names = [line.strip() for line in out.stdout.splitlines() if line.strip()] if out.returncode == 0 else []
+    return names[0] if names else None
 
 
 def resolve_device(device: str) -> str:
@@ -419,6 +434,9 @@ OPTIONS: dict[str, tuple[str, Callable[[str, str], Any], str]] = {
     "repeats": ("repeats", _positive_int, "run each case this many times, each in a fresh torchrun; the step "
                 "times of all repeats make the case's statistics, the report shows the spread between "
                 "repeats (default: 1)"),
+    "gpu-name": ("gpu_name", _text, "GPU whose published peak FLOPs the duration estimate uses, e.g. H100, H200 "
+                 "(default: the visible GPU, else H100 SXM); lets `--collect-only` plan a CUDA sweep on a "
+                 "machine without one"),
     "allow-slow-cpu": ("allow_slow_cpu", _switch, "start a CPU sweep even when a case's first step is estimated "
                        "over a minute (fsdp_bench/analysis/duration.py); without it such a sweep stops before any case"),
 }
@@ -428,8 +446,12 @@ OPTIONS: dict[str, tuple[str, Callable[[str, str], Any], str]] = {
 SWITCH_OPTIONS = frozenset({"profile", "memory-snapshot", "no-probes", "allow-slow-cpu"})
 
 
-def parse_sweep(raw: Mapping[str, str | None], *, no_report: bool = False) -> Sweep:
-    """A Sweep from option texts (None: not given). Raises CaseError naming the bad option."""
+def parse_sweep(raw: Mapping[str, str | None], *, no_report: bool = False, plan_only: bool = False) -> Sweep:
+    """A Sweep from option texts (None: not given). Raises CaseError naming the bad option.
+
+    `plan_only` (pytest --collect-only): nothing will launch, so `--bench-device cuda` and its
+    `--bench-nproc` are not checked against the GPUs of this machine; a sweep for a GPU node can
+    be listed and its duration estimated anywhere."""
     values: dict[str, Any] = {}
     knobs: dict[str, tuple[Any, ...]] = {}
     for name, (attr, parse, _help) in OPTIONS.items():
@@ -442,7 +464,8 @@ def parse_sweep(raw: Mapping[str, str | None], *, no_report: bool = False) -> Sw
     values["knobs"] = knobs
     values["report"] = not no_report
     sweep = Sweep(**values)
-    _check_devices(sweep)
+    if not plan_only:
+        _check_devices(sweep)
     sweep = _check_launch(sweep)
     try:
         sweep.cases()

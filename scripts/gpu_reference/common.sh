@@ -1,35 +1,254 @@
-# Sourced by every part: where the results go and `run`, which starts or resumes one run folder.
-# Minutes are estimates for one H100, not measurements: no part has been timed yet.
-set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+# Sourced by every part (scripts/gpu_reference/part*.sh) with the part's arguments:
+#
+#   bash scripts/gpu_reference/partN_NAME.sh --out DIR [--results DIR] [--gpu-name NAME]
+#   bash scripts/gpu_reference/partN_NAME.sh --dry-run [--gpu-name NAME]
+#
+#   --out DIR      where the part leaves its log (partN_NAME.log) and ONE archive
+#                  (partN_NAME.tar.gz: its run folders and the log), finished, failed or interrupted
+#   --results DIR  where the run folders go (default results/reference/<gpu-name>); the part's are
+#                  under DIR/partN_NAME/ and a second run continues them (--bench-resume)
+#   --dry-run      launch nothing: each run's case count and the project's own duration estimate
+#                  (pytest --collect-only), then the part's total
+#   --gpu-name     whose published figures the estimate uses (--bench-gpu-name; default: the visible
+#                  GPU, else H100 SXM)
+#
+# FSDP_BENCH_REFERENCE_STANDIN=cpu swaps every case for a tiny CPU stand-in (gpt_tiny, 2 steps):
+# the parts' robustness is tested with it on machines without a GPU (tests/test_gpu_reference.py).
+# Not -e: a failing step is reported and kept in the exit status, and the part goes on to its archive.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 2
+source scripts/gpu_reference/steps.sh
 
-gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr ' /' '--')
-out="results/reference/${gpu}"
-common=(--bench-device=cuda --bench-nproc=1 --bench-timeout=900 -q -rs)
-status=0
+part=$(basename "$0" .sh)
+py=python3  # the GPU machine has no virtual environment
+dry_run="" out="" results="" gpu_name=""
+ARCHIVE_LIMIT_BYTES=$((16 * 1024 * 1024))
+# "TRACES SNAPSHOTS" the archive keeps at most; the next, smaller pair when it is over the limit.
+ARCHIVE_KEEP=("2 1" "1 1" "1 0" "0 0")
 
-expect() {  # expect MINUTES TITLE: say what is starting and how long it should take
-  echo "== $2: expected about $1 minutes on one H100 (an estimate, not a measurement) =="
+usage_error() {  # one line, exit 2
+  echo "$part: $1 (usage: $0 --out DIR [--results DIR] [--gpu-name NAME] | --dry-run [--gpu-name NAME])" >&2
+  exit 2
 }
 
-run() {  # run NAME pytest-args...: one run folder per question; an interrupted run continues
-  local name=$1; shift
-  local where=(--bench-results-dir="$out" --bench-run-id="$name")
-  if [[ -d "$out/$name" ]]; then
-    where=(--bench-resume "$out/$name")  # ok cases are kept, the rest run again
-  fi
-  local rc=0
-  pytest benchmarks "${common[@]}" "${where[@]}" "$@" || rc=$?
-  # Failed and oom cases are data (the report shows them), but the exit status still says so.
-  if (( rc != 0 )); then
-    echo "!! $name: pytest exited $rc (failed, oom or skipped-with-error cases; see the report)" >&2
-    status=$rc
-  fi
-  find "$out/$name" \( -name '*.pt.trace.json*' -o -name '*.pickle' -o -name 'rank-*.pid' \) -delete
-  python visualize.py "$out/$name" > /dev/null
+parse_part_args() {
+  while (( $# )); do
+    case $1 in
+      --dry-run) dry_run=1 ;;
+      --out|--results|--gpu-name)
+        (( $# >= 2 )) && [[ -n $2 ]] || usage_error "$1 needs a value"
+        case $1 in --out) out=$2 ;; --results) results=$2 ;; --gpu-name) gpu_name=$2 ;; esac
+        shift ;;
+      *) usage_error "unknown argument '$1'" ;;
+    esac
+    shift
+  done
+  [[ -n $dry_run || -n $out ]] || usage_error "--out DIR is required (where the log and the archive go)"
 }
 
-finish() {
-  echo "reference results in $out"
+parse_part_args "$@"
+
+# Every run of every part: one GPU, grad-accum 1 unless a run says otherwise (the option's default
+# is 1,2, which doubled parts by accident), skip reasons shown, no cache folder in the checkout.
+common=(-p no:cacheprovider -q -rs --bench-device=cuda --bench-nproc=1 --bench-timeout=900 --bench-grad-accum=1)
+[[ -n $gpu_name ]] && common+=(--bench-gpu-name="$gpu_name")
+standin=() standin_mode=""
+if [[ ${FSDP_BENCH_REFERENCE_STANDIN:-} == cpu ]]; then
+  standin_mode=cpu
+  # Appended after a run's own options, so these win (pytest keeps an option's last value).
+  standin=(--bench-device=cpu --bench-model=gpt_tiny --bench-seq-len=32 --bench-batch-sizes=2 --bench-steps=2
+           --bench-warmup=0 --bench-precision=fp32 --bench-compile=off --bench-act-ckpt=off --bench-timeout=120)
+elif [[ -n ${FSDP_BENCH_REFERENCE_STANDIN:-} ]]; then
+  usage_error "FSDP_BENCH_REFERENCE_STANDIN='$FSDP_BENCH_REFERENCE_STANDIN': the only stand-in is 'cpu'"
+fi
+
+# --- dry run: the project's own estimate of each run ---------------------------------------------
+
+part_cases=0 part_seconds=0 figures=""
+
+estimate_fields() {  # the estimate line's "<seconds> <cases> <repeats>" (1m05s or 2h03m formats)
+  awk '{
+    for (i = 1; i <= NF; i++) {
+      if ($i == "duration" && d == "") d = $(i + 1)
+      if ($i == "for" && n == "") n = $(i + 1)
+      if ($i == "repeats" && r == "") r = $(i - 1)
+    }
+    if (d ~ /h/) { split(d, a, /[hm]/); s = a[1] * 3600 + a[2] * 60 } else { split(d, a, /[ms]/); s = a[1] * 60 + a[2] }
+    print s, n + 0, (r ? r : 1)
+  }' <<<"$1"
+}
+
+estimate_run() {  # estimate_run NAME PYTEST-ARGS...: count and time one run by `pytest --collect-only`
+  local name=$1 text line rc=0 seconds cases repeats collected
+  shift
+  text=$("$py" -m pytest benchmarks --collect-only "$@" 2>&1) || rc=$?
+  line=$(grep -m1 '^fsdp-bench: estimated duration' <<<"$text")
+  if (( rc != 0 )) || [[ -z $line ]]; then
+    echo "!! $name: pytest --collect-only exited $rc without an estimate:" >&2
+    tail -3 <<<"$text" >&2
+    status=1
+    return 0
+  fi
+  read -r seconds cases repeats < <(estimate_fields "$line")
+  collected=$(grep -Eo '^[0-9]+(/[0-9]+)? tests? collected' <<<"$text" | grep -Eo '^[0-9]+')
+  local runs="" minutes
+  (( repeats > 1 )) && runs=" x $repeats runs"
+  minutes=$(awk -v s="$seconds" 'BEGIN { printf "%.1f", s / 60 }')
+  printf '  %-26s %3d case(s)%-10s %5s min\n' "$name" "$cases" "$runs" "$minutes"
+  figures=${line##*a rough figure from model FLOPs }  # "with <GPU>'s published peak, see ..."
+  if (( ${collected:-0} > cases )); then
+    echo "!! $name: $((collected - cases)) collected case(s) would be skipped: drop them from the run" >&2
+  fi
+  part_cases=$((part_cases + cases * repeats))
+  part_seconds=$((part_seconds + seconds))
+}
+
+# --- a real run: log, traps, archive -------------------------------------------------------------
+
+results_folder() {  # the default --results: results/reference/<gpu-name>
+  local name
+  if [[ -n $standin_mode ]]; then
+    echo "results/reference/cpu-standin"
+    return
+  fi
+  name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | tr ' /' '--')
+  [[ -n $name ]] || { echo "!! no NVIDIA GPU visible (nvidia-smi); give --results DIR to run anyway" >&2; return 1; }
+  echo "results/reference/$name"
+}
+
+start_log() {  # everything this part prints also goes to its log; fds 3 and 4 keep the terminal
+  mkdir -p "$out" || usage_error "--out: cannot create '$out'"
+  out=$(cd "$out" && pwd)
+  log="$out/$part.log"
+  archive="$out/$part.tar.gz"
+  exec 3>&1 4>&2
+  # tee ignores the signals: it must outlive them to log the stop and the archive
+  exec > >(trap '' INT TERM HUP; exec tee -a "$log") 2>&1
+  tee_pid=$!
+}
+
+close_log() {  # restore the terminal and let tee write the last lines before the log is packed
+  exec 1>&3 2>&4
+  local i
+  for i in {1..50}; do
+    kill -0 "$tee_pid" 2>/dev/null || return 0
+    sleep 0.1
+  done
+}
+
+archive_list() {  # archive_list TRACES SNAPSHOTS: the part's files under $results, at most that many of each
+  local traces=0 snapshots=0 f
+  [[ -n $results && -d $results/$part ]] || return 0
+  (cd "$results" && find "$part" -type f ! -name '*.pid' ! -name '.lock' | LC_ALL=C sort) |
+    while IFS= read -r f; do
+      case $f in
+        *.pt.trace.json*) (( traces++ < $1 )) && echo "$f" ;;
+        *.pickle) (( snapshots++ < $2 )) && echo "$f" ;;
+        *) echo "$f" ;;
+      esac
+    done
+  return 0
+}
+
+write_archive() {  # one tar.gz of the part's run folders and its log, under the size limit
+  local list tmp="$archive.partial" keep size folders=()
+  list=$(mktemp)
+  # no run folder yet (the part stopped before its first run): the log alone
+  [[ -n $results && -d $results/$part ]] && folders=(-C "$results" -T "$list")
+  for keep in "${ARCHIVE_KEEP[@]}"; do
+    # shellcheck disable=SC2086  # keep is "TRACES SNAPSHOTS"
+    archive_list $keep >"$list"
+    if ! tar -czf "$tmp" "${folders[@]}" -C "$out" "$part.log"; then
+      echo "!! $part: tar failed; the run folders are in $results/$part" >&2
+      rm -f "$list" "$tmp"
+      return 1
+    fi
+    size=$(stat -c %s "$tmp")
+    (( size < ARCHIVE_LIMIT_BYTES )) && break
+    echo "!! $part: archive of $size bytes with traces/snapshots '$keep' is over 16 MiB; keeping fewer" >&2
+  done
+  rm -f "$list"
+  mv -f "$tmp" "$archive"
+  echo "== $part: archive $archive ($size bytes; log $log)"
+  (( size < ARCHIVE_LIMIT_BYTES )) || echo "!! $part: still over 16 MiB without traces or snapshots" >&2
+}
+
+on_exit() {  # EXIT: the archive, whatever ended the part; then the part's exit status
+  local rc=$?
+  trap '' INT TERM HUP  # a second Ctrl-C must not cut the archive short
+  echo "== $part: ended $(date -u +%FT%TZ) with status $rc; writing its archive"
+  close_log
+  write_archive 2>&1 | tee -a "$log" || rc=1
+  exit "$rc"
+}
+
+start_part() {  # start_part TITLE: the log and the traps (the dry run has neither)
+  if [[ -n $dry_run ]]; then
+    echo "$part ($1), by the project's own estimate (pytest --collect-only):"
+    return
+  fi
+  start_log
+  trap on_exit EXIT
+  trap_signals
+  echo "== $part: $1; started $(date -u +%FT%TZ) on ${HOSTNAME:-?}"
+  if [[ -z $results ]]; then
+    results=$(results_folder) || exit 2
+  fi
+  mkdir -p "$results/$part" || exit 2
+  results=$(cd "$results" && pwd)
+  echo "== run folders under $results/$part; log $log; archive $archive"
+}
+
+# --- what the parts call ---------------------------------------------------------------------------
+
+run() {  # run NAME PYTEST-ARGS...: one run folder per question; an interrupted run continues
+  local name=$1
+  shift
+  local args=("${common[@]}" "$@" "${standin[@]}")
+  if [[ -n $dry_run ]]; then
+    estimate_run "$name" "${args[@]}"
+    return 0
+  fi
+  local folder="$results/$part/$name"
+  local where=(--bench-results-dir="$results/$part" --bench-run-id="$name")
+  if [[ -d $folder/cases ]]; then
+    where=(--bench-resume "$folder")  # ok cases are kept, the rest run again
+  fi
+  echo "== $name: pytest benchmarks ${args[*]} ${where[*]}"
+  # Failed and oom cases are data (the report shows them); the exit status still says so.
+  step "$name" "$py" -m pytest benchmarks "${args[@]}" "${where[@]}"
+}
+
+# The fidelity measurement: the suite's step time vs scripts/bare_loop.py on the same case.
+fidelity_model=gpt_124m fidelity_batch=8 fidelity_seq=1024 fidelity_steps=20 fidelity_warmup=5 fidelity_repeats=3
+if [[ -n $standin_mode ]]; then  # the same values the stand-in options give
+  fidelity_model=gpt_tiny fidelity_batch=2 fidelity_seq=32 fidelity_steps=2 fidelity_warmup=0 fidelity_repeats=1
+fi
+
+fidelity() {  # fidelity STRATEGY: scripts/measure_fidelity.py, its report in the run folders
+  local strategy=$1
+  if [[ -n $dry_run ]]; then
+    # Estimated as the suite's case run twice per repeat: the bare loop does the same steps
+    # without the probe steps, so counting it as a case errs long.
+    estimate_run "fidelity-$strategy" "${common[@]}" --bench-strategies="$strategy" --bench-model="$fidelity_model" \
+      --bench-batch-sizes="$fidelity_batch" --bench-seq-len="$fidelity_seq" --bench-steps="$fidelity_steps" \
+      --bench-warmup="$fidelity_warmup" --bench-repeats=$((2 * fidelity_repeats)) --bench-precision=fp32 \
+      "${standin[@]}"
+    return 0
+  fi
+  local report="$results/$part/fidelity-$strategy.txt"
+  echo "== fidelity-$strategy: scripts/measure_fidelity.py, report $report"
+  step "fidelity-$strategy" bash -c 'exec "$@" >"$0"' "$report" "$py" scripts/measure_fidelity.py --strategy "$strategy" \
+    --model "$fidelity_model" --batch-size "$fidelity_batch" --seq-len "$fidelity_seq" --nproc 1 \
+    --steps "$fidelity_steps" --warmup "$fidelity_warmup" --repeats "$fidelity_repeats"
+  [[ -f $report ]] && cat "$report"
+  return 0
+}
+
+finish() {  # the part's total (dry run) or its exit status (the EXIT trap writes the archive)
+  if [[ -n $dry_run ]]; then
+    echo "$part: $part_cases case(s), $(awk -v s="$part_seconds" 'BEGIN { printf "%.1f", s / 60 }') min ($part_seconds s)"
+    echo "  (estimated from model FLOPs $figures)"
+  fi
   exit "$status"
 }

@@ -1,0 +1,261 @@
+"""scripts/gpu_reference.sh and its parts, on a machine without a GPU.
+
+The dry run is the real script asking the project's own estimate (pytest --collect-only with
+--bench-device cuda); the robustness tests run real parts with FSDP_BENCH_REFERENCE_STANDIN=cpu,
+which swaps every case for a tiny CPU one, and stop them as a user or a GPU lease would (SIGINT,
+`timeout`): whatever ends a part, it leaves one archive of its run folders and its log.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+
+from fsdp_bench.analysis.duration import SESSION_S, case_seconds
+from fsdp_bench.plan.options import parse_sweep
+from tests.sweep_helpers import PROJECT_ROOT, child_env, processes_of
+
+SCRIPT = PROJECT_ROOT / "scripts" / "gpu_reference.sh"
+PARTS_DIR = PROJECT_ROOT / "scripts" / "gpu_reference"
+PARTS = ["part1_smoke", "part2_mfu", "part3_gpt2_sweep", "part4_fidelity"]
+ARCHIVE_LIMIT = 16 * 2**20
+
+
+def script_env(**extra: str) -> dict[str, str]:
+    """The scripts call `python3` (the GPU machine has no venv): this interpreter's comes first.
+    No GPU is visible, so estimates use the default GPU's figures on any machine."""
+    env = child_env(CUDA_VISIBLE_DEVICES="", **extra)
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    return env
+
+
+def bash(*args: str, timeout: float = 300, **extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", *args], cwd=PROJECT_ROOT, env=script_env(**extra), capture_output=True,
+                          text=True, timeout=timeout)
+
+
+# --- the dry run ---------------------------------------------------------------------------------
+
+TABLE_ROW = re.compile(r"^(part\d+_\S+|total)\s+(\d+)\s+(\d+\.\d)(\s+over .*)?$")
+
+
+def table(stdout: str) -> dict[str, tuple[int, float, bool]]:
+    """The dry run's closing table: name -> (cases, minutes, over its limit)."""
+    return {m[1]: (int(m[2]), float(m[3]), bool(m[4])) for m in map(TABLE_ROW.match, stdout.splitlines()) if m}
+
+
+@pytest.fixture(scope="module")
+def dry_run():
+    return bash(str(SCRIPT), "--dry-run", timeout=600)
+
+
+def test_dry_run_gives_every_part_in_order_within_its_limits(dry_run):
+    assert dry_run.returncode == 0, dry_run.stdout + dry_run.stderr
+    rows = table(dry_run.stdout)
+    assert list(rows) == [*PARTS, "total"]
+    for part in PARTS:
+        cases, minutes, over = rows[part]
+        assert cases > 0 and 0 < minutes <= 8 and not over, (part, rows[part])
+    assert rows["total"][1] <= 25 and not rows["total"][2]
+    assert rows["total"][0] == sum(rows[p][0] for p in PARTS)
+    assert rows["total"][1] == pytest.approx(sum(rows[p][1] for p in PARTS), abs=0.2)
+    assert "limits: 8 min per part, 25 min in all" in dry_run.stdout
+    assert "H100 SXM's published peak" in dry_run.stdout  # the default GPU's figures, no GPU here
+
+
+def test_dry_run_schedules_no_case_that_would_be_skipped(dry_run):
+    assert "would be skipped" not in dry_run.stdout + dry_run.stderr
+
+
+def test_dry_run_minutes_are_the_projects_estimate():
+    """Part 2's seconds are exactly what analysis.duration gives its cases: not typed by hand."""
+    proc = bash(str(PARTS_DIR / "part2_mfu.sh"), "--dry-run")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    seconds = int(re.search(r"^part2_mfu: 3 case\(s\), [\d.]+ min \((\d+) s\)$", proc.stdout, re.M)[1])
+    sweep = parse_sweep({"device": "cuda", "nproc": "1", "model": "llama3_1b", "seq-len": "2048",
+                         "strategies": "fsdp2", "precision": "bf16", "compile": "on", "optimizer-impl": "fused",
+                         "batch-sizes": "2,4,8", "grad-accum": "1", "steps": "20", "warmup": "5"}, plan_only=True)
+    expected = SESSION_S + sum(case_seconds(case) for case in sweep.cases())
+    assert abs(seconds - expected) <= 1, (seconds, expected)
+
+
+def test_dry_run_says_when_a_gpu_breaks_the_limits():
+    proc = bash(str(SCRIPT), "--dry-run", "--gpu-name", "T4", "2", timeout=120)  # fp32 rate for bf16: far too slow
+    assert proc.returncode == 1
+    assert table(proc.stdout)["part2_mfu"][2] and "over 8 min" in proc.stdout
+    assert "T4's published peak" in proc.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["9"], "no part '9'"),
+    (["--dry-run", "--bogus"], "unknown option '--bogus'"),
+    (["1"], "--out DIR is required"),
+    (["--out"], "--out needs a value"),
+])
+def test_bad_arguments_are_one_line_and_exit_2(args, message):
+    proc = bash(str(SCRIPT), *args, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stdout == "" and len(proc.stderr.strip().splitlines()) == 1 and message in proc.stderr
+
+
+def test_a_part_without_out_is_one_line_and_exit_2(tmp_path):
+    proc = bash(str(PARTS_DIR / "part1_smoke.sh"), timeout=60)
+    assert proc.returncode == 2 and "--out DIR is required" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_every_part_uses_common_and_hides_no_failure():
+    parts = sorted(PARTS_DIR.glob("part*.sh"))
+    assert [p.stem for p in parts] == PARTS
+    assert "--bench-resume" in (PARTS_DIR / "common.sh").read_text()
+    for script in [*parts, PARTS_DIR / "common.sh", PARTS_DIR / "steps.sh", SCRIPT]:
+        text = script.read_text()
+        # no failure hidden, and none that ends a part before its archive (set -e)
+        assert "|| true" not in text and not re.search(r"^set -[a-z]*e", text, re.M), script
+    for part in parts:
+        text = part.read_text()
+        assert 'source "$(dirname "$0")/common.sh"' in text and "\nstart_part " in text, part
+        assert text.rstrip().endswith("finish"), part
+
+
+# --- robustness on CPU (stand-in cases) ----------------------------------------------------------
+
+def archive_members(path: Path) -> list[str]:
+    with tarfile.open(path) as tar:
+        return tar.getnames()
+
+
+def archive_text(path: Path, member: str) -> str:
+    with tarfile.open(path) as tar:
+        return tar.extractfile(member).read().decode()
+
+
+def start_part(part: str, tmp_path: Path, *wrapper: str) -> subprocess.Popen:
+    """The part as a user starts it: its own process group, SIGINT not ignored (a shell started
+    in the background would otherwise pass its ignored SIGINT on)."""
+    return subprocess.Popen([*wrapper, "bash", str(PARTS_DIR / f"{part}.sh"), "--out", str(tmp_path / "out"),
+                             "--results", str(tmp_path / "results")],
+                            cwd=PROJECT_ROOT, env=script_env(FSDP_BENCH_REFERENCE_STANDIN="cpu"),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+
+def wait_for_first_case(tmp_path: Path, part: str, timeout_s: float = 180) -> None:
+    """Until the part's first run has a finished case (so the stop lands inside a pytest run)."""
+    deadline = time.monotonic() + timeout_s
+    while not list((tmp_path / "results" / part).glob("*/cases/*.json")):
+        if time.monotonic() > deadline:
+            raise AssertionError("no case finished in time")
+        time.sleep(0.2)
+
+
+RESULT = r"{part}/{run}/cases/[^/]+\.json"  # a case's merged result in the archive
+
+
+def check_archive(tmp_path: Path, part: str) -> list[str]:
+    archive = tmp_path / "out" / f"{part}.tar.gz"
+    assert archive.is_file()
+    assert archive.stat().st_size < ARCHIVE_LIMIT
+    members = archive_members(archive)
+    assert f"{part}.log" in members
+    assert not any(m.endswith((".pid", ".lock")) for m in members)
+    return members
+
+
+@pytest.mark.slow
+def test_sigint_leaves_the_archive_and_a_rerun_continues(tmp_path):
+    proc = start_part("part3_gpt2_sweep", tmp_path)
+    try:
+        wait_for_first_case(tmp_path, "part3_gpt2_sweep")
+        proc.send_signal(signal.SIGINT)  # Ctrl-C
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, out[-3000:]
+    members = check_archive(tmp_path, "part3_gpt2_sweep")
+    assert any(re.fullmatch(RESULT.format(part="part3_gpt2_sweep", run="gpt2-124m-sweep"), m) for m in members)
+    log = archive_text(tmp_path / "out" / "part3_gpt2_sweep.tar.gz", "part3_gpt2_sweep.log")
+    assert "INT received" in log and "with status 130" in log
+    assert processes_of(tmp_path / "results") == []
+
+    proc = start_part("part3_gpt2_sweep", tmp_path)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out[-3000:]
+    assert "--bench-resume" in out and "with status 0" in out
+    members = check_archive(tmp_path, "part3_gpt2_sweep")
+    results = [m for m in members if re.fullmatch(RESULT.format(part="part3_gpt2_sweep", run="gpt2-124m-sweep"), m)]
+    assert len(results) == 4  # ddp, fsdp1_no_shard, fsdp2, fsdp2_no_reshard (the others need CUDA)
+    log = archive_text(tmp_path / "out" / "part3_gpt2_sweep.tar.gz", "part3_gpt2_sweep.log")
+    assert log.count("== part3_gpt2_sweep: ended") == 2  # the log goes on across runs
+
+
+@pytest.mark.slow
+def test_timeout_leaves_the_archive(tmp_path):
+    """`timeout` as a GPU lease uses it: SIGTERM to the part's whole process group, mid-part."""
+    proc = start_part("part1_smoke", tmp_path, "timeout", "-s", "TERM", "15")
+    out, _ = proc.communicate(timeout=180)
+    assert proc.returncode == 124, out[-3000:]  # timeout's own status: it did stop the part
+    check_archive(tmp_path, "part1_smoke")
+    log = archive_text(tmp_path / "out" / "part1_smoke.tar.gz", "part1_smoke.log")
+    assert "TERM received" in log and "with status 143" in log
+    assert processes_of(tmp_path / "results") == []
+
+
+FAKE_PART = """
+source {common}
+start_part "a failing step, then one that works, then traces and snapshots to trim"
+run broken --bench-strategies=zero4
+step after-the-failure echo still running
+mkdir -p "$results/$part/profiled/cases/c/tb_profile"
+for i in 1 2 3; do head -c $((6 * 2**20)) /dev/urandom >"$results/$part/profiled/cases/c/tb_profile/rank0.$i.pt.trace.json"; done
+for i in 0 1; do head -c $((6 * 2**20)) /dev/urandom >"$results/$part/profiled/cases/c/memory_snapshot_rank$i.pickle"; done
+echo 1234 >"$results/$part/profiled/cases/c/rank-0.pid"
+finish
+"""
+
+
+def test_a_failing_step_is_reported_and_the_archive_is_trimmed_under_16_mib(tmp_path):
+    part = tmp_path / "part9_fake.sh"
+    part.write_text(FAKE_PART.format(common=PARTS_DIR / "common.sh"))
+    proc = bash(str(part), "--out", str(tmp_path / "out"), "--results", str(tmp_path / "results"), timeout=120,
+                FSDP_BENCH_REFERENCE_STANDIN="cpu")
+    assert proc.returncode == 4, proc.stdout + proc.stderr  # pytest's usage error, kept as the exit status
+    assert "!! broken: exited 4" in proc.stderr + proc.stdout and "still running" in proc.stdout
+    members = check_archive(tmp_path, "part9_fake")
+    traces = [m for m in members if m.endswith(".pt.trace.json")]
+    snapshots = [m for m in members if m.endswith(".pickle")]
+    # 2 traces + 1 snapshot of incompressible 6 MiB each would be 18 MiB: one trace is dropped
+    assert (len(traces), len(snapshots)) == (1, 1), members
+    log = archive_text(tmp_path / "out" / "part9_fake.tar.gz", "part9_fake.log")
+    assert "unknown value 'zero4'" in log and "still running" in log
+
+
+@pytest.mark.slow
+def test_a_stop_of_the_whole_plan_ends_after_the_running_parts_archive(tmp_path):
+    """gpu_reference.sh passes the stop to the running part, which archives; no later part starts.
+    The SIGTERM goes to the plan's whole process group once part 3 has a result, as `timeout` sends it."""
+    proc = subprocess.Popen(["bash", str(SCRIPT), "--out", str(tmp_path / "out"), "--results",
+                             str(tmp_path / "results"), "3", "1"],
+                            cwd=PROJECT_ROOT, env=script_env(FSDP_BENCH_REFERENCE_STANDIN="cpu"),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        wait_for_first_case(tmp_path, "part3_gpt2_sweep")
+        os.killpg(proc.pid, signal.SIGTERM)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 143, out[-3000:]
+    check_archive(tmp_path, "part3_gpt2_sweep")
+    assert "part3_gpt2_sweep: ended" in out and "with status 143" in out
+    assert not (tmp_path / "out" / "part1_smoke.tar.gz").exists() and "part1_smoke" not in out
+    assert processes_of(tmp_path / "results") == []
