@@ -1,0 +1,40 @@
+"""The docs' metrics table is the registry's: adding, renaming or re-documenting a metric is one
+row in fsdp_bench/results/metrics.py, and this fails until the docs say the same."""
+
+import re
+from pathlib import Path
+
+from fsdp_bench.results.metrics import METRICS, markdown_table
+from fsdp_bench.report.table import REPORT_COLUMNS
+
+ROOT = Path(__file__).resolve().parent.parent
+START = "<!-- metrics table: generated from fsdp_bench/results/metrics.py"
+END = "<!-- end of metrics table -->"
+
+
+def _docs_table() -> str:
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        text = path.read_text()
+        if START in text:
+            body = text.split(START, 1)[1].split("\n", 1)[1]
+            return body.split(END, 1)[0].strip()
+    raise AssertionError("no file holds the generated metrics table")
+
+
+def test_docs_metrics_table_is_the_registry():
+    assert _docs_table() == markdown_table(), "run: python -m fsdp_bench.results.metrics, and paste its table"
+
+
+def test_every_registered_metric_has_a_unit_and_a_method():
+    for metric in METRICS:
+        assert metric.unit and metric.doc, metric.name
+        assert metric.better in (None, "higher", "lower"), metric.name
+        assert re.fullmatch(r"[a-z0-9_]+", metric.name), metric.name
+
+
+def test_report_table_shows_what_the_registry_says():
+    from fsdp_bench.results.metrics import TABLE, shown_in
+
+    shown = {m.name for m in shown_in(TABLE)}
+    metric_columns = {name for name, _ in REPORT_COLUMNS if name in {m.name for m in METRICS}}
+    assert metric_columns == shown
