@@ -58,23 +58,34 @@ class Unit:
         return sum(math.prod(s) for s in self.shapes)
 
 
+def _linear_units(c) -> list[Unit]:
+    d = c["dim"]
+    return [Unit("root", (), True)] + [Unit(f"blocks.{i}", ((d, d), (d,))) for i in range(c["n_layers"])]
+
+
+def _gpt_units(c) -> list[Unit]:
+    d, v, t = c["n_embd"], c["vocab_size"], c["block_size"]
+    block = ((d,), (d,), (3 * d, d), (3 * d,), (d, d), (d,), (d,), (d,), (4 * d, d), (4 * d,), (d, 4 * d), (d,))
+    root = Unit("root", ((v, d), (t, d), (d,), (d,)), True)
+    return [root] + [Unit(f"blocks.{i}", block) for i in range(c["n_layer"])]
+
+
+def _hf_units(flavor: ModelFlavor) -> list[Unit]:
+    root_shapes, layers = hf_shapes(load_config_dict(flavor))  # ValueError for a model_type without a shape model
+    return [Unit("root", root_shapes, True)] + [Unit(f"layers.{i}", s) for i, s in enumerate(layers)]
+
+
+# One parameter-shape model per flavor family (the builder's own shapes, checked against the modules).
+_UNITS = {"linear": lambda f: _linear_units(f.config), "gpt": lambda f: _gpt_units(f.config), "hf": _hf_units}
+
+
 def model_units(flavor: ModelFlavor) -> list[Unit]:
     """The units of a flavor, parameters in registration order, root first; tied weights once
     (the GPT head shares the token embedding). Hugging Face flavors: shapes from the config
     (analysis.hf_units). Checked against the real modules."""
-    c = flavor.config
-    if flavor.family == "linear":
-        d = c["dim"]
-        return [Unit("root", (), True)] + [Unit(f"blocks.{i}", ((d, d), (d,))) for i in range(c["n_layers"])]
-    if flavor.family == "gpt":
-        d, v, t = c["n_embd"], c["vocab_size"], c["block_size"]
-        block = ((d,), (d,), (3 * d, d), (3 * d,), (d, d), (d,), (d,), (d,), (4 * d, d), (4 * d,), (d, 4 * d), (d,))
-        root = Unit("root", ((v, d), (t, d), (d,), (d,)), True)
-        return [root] + [Unit(f"blocks.{i}", block) for i in range(c["n_layer"])]
-    if flavor.family == "hf":  # ValueError for a model_type without a shape model
-        root_shapes, layers = hf_shapes(load_config_dict(flavor))
-        return [Unit("root", root_shapes, True)] + [Unit(f"layers.{i}", s) for i, s in enumerate(layers)]
-    raise ValueError(f"no communication model for model family {flavor.family!r}")
+    if flavor.family not in _UNITS:
+        raise ValueError(f"no communication model for model family {flavor.family!r}")
+    return _UNITS[flavor.family](flavor)
 
 
 def fsdp2_padded_numel(unit: Unit, shard: int) -> int:

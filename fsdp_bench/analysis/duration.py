@@ -49,11 +49,11 @@ from typing import Iterable
 
 from fsdp_bench.analysis.comm_model import model_units
 from fsdp_bench.analysis.flops import PEAK_TFLOPS, flops_per_token, lookup_peak_tflops
-from fsdp_bench.analysis.hf_units import hf_dims
+from fsdp_bench.analysis.hf_units import attention_layers_and_width
 from fsdp_bench.plan.case import PROFILED_STEPS, PROFILER_WARMUP_STEPS, Case
 from fsdp_bench.plan.catalog import PRECISIONS
 from fsdp_bench.plan.catalog import strategy as catalog_strategy
-from fsdp_bench.plan.flavors import flavor_for, load_config_dict
+from fsdp_bench.plan.flavors import flavor_for
 
 CPU_FLOPS = 10e9  # per rank, see the module docstring
 DEFAULT_GPU_NAME = "H100 SXM"  # whose figures a CUDA estimate uses when no GPU is named or visible
@@ -99,14 +99,7 @@ def case_flops_per_token(case: Case) -> int:
     """Training FLOPs per token of the case's model at its sequence length (embeddings counted)."""
     flavor = flavor_for(case.model)
     n_params = sum(unit.numel for unit in model_units(flavor))
-    c = flavor.config
-    if flavor.family == "gpt":
-        layers, width = c["n_layer"], c["n_embd"]
-    elif flavor.family == "hf":
-        dims = hf_dims(load_config_dict(flavor))
-        layers, width = dims["layers"], dims["hidden"]
-    else:  # linear stacks have no attention
-        layers, width = 0, 0
+    layers, width = attention_layers_and_width(flavor)
     return flops_per_token(n_matmul_params=n_params, n_layers=layers, n_heads=1, head_dim=width,
                            seq_len=case.seq_len)
 

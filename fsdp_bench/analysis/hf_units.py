@@ -93,3 +93,14 @@ def hf_dims(config: Mapping[str, Any]) -> dict[str, int]:
                 "vocab": config["vocab_size"]}
     return {"hidden": config["hidden_size"], "intermediate": config["intermediate_size"],
             "layers": config["num_hidden_layers"], "vocab": config["vocab_size"]}
+
+
+def attention_layers_and_width(flavor) -> tuple[int, int]:
+    """(attention layers, model width) of a flavor; (0, 0) for the attention-free linear stack."""
+    from fsdp_bench.plan.flavors import load_config_dict
+
+    if flavor.from_hf_config:
+        dims = hf_dims(load_config_dict(flavor))
+        return dims["layers"], dims["hidden"]
+    c = flavor.config
+    return (c["n_layer"], c["n_embd"]) if flavor.takes_tokens else (0, 0)

@@ -10,7 +10,7 @@ import itertools
 from dataclasses import dataclass, field, fields
 from typing import Any, Iterable, Mapping
 
-from fsdp_bench.plan.catalog import PRECISIONS, STRATEGIES
+from fsdp_bench.plan.catalog import OPTIMIZER_TIMING_ROWS, PRECISIONS, STRATEGIES
 from fsdp_bench.plan.catalog import strategy as catalog_strategy
 from fsdp_bench.plan.flavors import MODEL_FLAVORS, hf_path_problem, is_hf_path
 
@@ -22,11 +22,8 @@ GRAD_SYNCS = ("every", "last")
 CHECKPOINTS = ("none", "full", "sharded")
 
 # Optimizer timing and its short form in case ids.
-OPTIMIZER_TIMINGS: dict[str, str] = {
-    "after_shard": "after",
-    "before_shard": "before",
-    "before_shard_fixed": "before_fixed",
-}
+# name -> short form in case ids (the rows are in plan.catalog.OPTIMIZER_TIMING_ROWS)
+OPTIMIZER_TIMINGS: dict[str, str] = {t.name: t.short for t in OPTIMIZER_TIMING_ROWS.values()}
 
 DEVICES = ("cpu", "cuda")
 
@@ -224,7 +221,7 @@ def validate_case(case: Case) -> None:
     _positive_int("min_num_params", case.min_num_params)
     if isinstance(case.forward_prefetch, bool) or not isinstance(case.forward_prefetch, int) or case.forward_prefetch < 0:
         raise CaseError(f"forward_prefetch must be a non-negative integer, got {case.forward_prefetch!r}")
-    if case.data and flavor is not None and flavor.family == "linear":
+    if case.data and flavor is not None and not flavor.takes_tokens:
         raise CaseError(f"data {case.data!r} needs a language model; {case.model} takes vectors, not tokens")
 
 
@@ -235,7 +232,7 @@ def applicable(case: Case) -> Case:
     row = catalog_strategy(case.strategy)
     if row.fixed_timing:
         changes["optimizer_timing"] = row.fixed_timing
-    if row.family != "fsdp1":
+    if not row.uses_wrap_policy:
         changes.update(wrap_policy="module", min_num_params=_DEFAULTS["min_num_params"])
     elif case.wrap_policy != "size_based":
         changes["min_num_params"] = _DEFAULTS["min_num_params"]
@@ -287,12 +284,11 @@ def skip_reason(case: Case) -> str | None:
                     "choice; CPU kernels for half matmuls are slow emulation, so its timings mean nothing")
         if row.cpu_skip_reason:
             return f"{case.strategy} {row.cpu_skip_reason}"
-    if (case.device == "cuda" and case.nproc == 1 and not case.simulate and row.family == "fsdp1"
-            and row.sharding != "replicated"):
+    if case.device == "cuda" and case.nproc == 1 and not case.simulate and row.degrades_to_no_shard_at_one_rank:
         return (f"{case.strategy} at 1 rank: FSDP1 switches every sharded strategy to NO_SHARD when the "
                 "world size is 1, so it would measure fsdp1_no_shard under this name; run it with "
                 "nproc >= 2 or simulate=True")
-    if row.family == "fsdp2" and case.backward_prefetch != "pre":
+    if row.uses_fsdp_knobs and not row.chooses_backward_prefetch and case.backward_prefetch != "pre":
         return (f"backward_prefetch={case.backward_prefetch} does not exist in FSDP2: fully_shard always "
                 "prefetches the next block in backward (only explicit deeper prefetch can be set)")
     return None

@@ -75,6 +75,73 @@ class Strategy:
         """Prefetch settings apply (FSDP1 and FSDP2 paths the suite configures itself)."""
         return self.family in ("fsdp1", "fsdp2")
 
+    @property
+    def uses_wrap_policy(self) -> bool:
+        """Units come from an auto-wrap policy (FSDP1); the others shard each block explicitly."""
+        return self.family == "fsdp1"
+
+    @property
+    def chooses_backward_prefetch(self) -> bool:
+        """BACKWARD_PRE/POST/none is a choice (FSDP1); FSDP2 always prefetches the next block."""
+        return self.family == "fsdp1"
+
+    @property
+    def checkpoints_before_sharding(self) -> bool:
+        """Activation checkpointing wraps the blocks before the strategy is applied (DDP, FSDP2);
+        FSDP1 gets its wrappers after wrapping, accelerate through its plugin."""
+        return self.family in ("ddp", "fsdp2")
+
+    @property
+    def prepares_optimizer(self) -> bool:
+        """The strategy takes model and optimizer together and re-points the optimizer itself
+        (accelerate's prepare), so the model must hold real parameters before the optimizer."""
+        return self.family == "accelerate"
+
+    @property
+    def owns_grad_scaler(self) -> bool:
+        """fp16's loss scaler comes with the strategy (accelerate's AcceleratedOptimizer steps it)."""
+        return self.family == "accelerate"
+
+    @property
+    def degrades_to_no_shard_at_one_rank(self) -> bool:
+        """FSDP1 runs every sharded strategy as NO_SHARD when the world size is 1."""
+        return self.family == "fsdp1" and self.sharding != "replicated"
+
+    @property
+    def is_baseline(self) -> bool:
+        """The reference others are compared with (loss parity, speed-ups): plain DDP."""
+        return self.family == "ddp" and not self.hybrid
+
+    def precision_mode(self) -> str:
+        """How low precision reaches a sharded model in this family (autocast is DDP's)."""
+        return "FSDP1 MixedPrecision" if self.family == "fsdp1" else "FSDP2 MixedPrecisionPolicy"
+
+
+@dataclass(frozen=True)
+class OptimizerTiming:
+    """When the optimizer is built, relative to sharding, and what that means."""
+
+    name: str
+    short: str  # in case ids: opt_<short>
+    label: str  # in charts and tables
+    line_style: str  # matplotlib's, one per timing
+    builds_before_shard: bool
+    repoints: bool  # the parameter re-pointing fix is applied after sharding
+    not_trained_reason: str | None = None  # why a case with this timing does not train (None: it does)
+
+
+OPTIMIZER_TIMING_ROWS: dict[str, OptimizerTiming] = {t.name: t for t in (
+    OptimizerTiming("after_shard", "after", "optimizer after sharding", "-", False, False),
+    OptimizerTiming("before_shard", "before", "optimizer before sharding (no fix)", "--", True, False,
+                    "optimizer built before sharding: parameters never changed"),
+    OptimizerTiming("before_shard_fixed", "before_fixed", "optimizer before sharding + fix", ":", True, True),
+)}
+INTENDED_TIMING = "after_shard"  # the way the PyTorch docs build it
+
+
+def optimizer_timing(name: str) -> OptimizerTiming:
+    return OPTIMIZER_TIMING_ROWS[name]
+
 
 _NEEDS_CUDA = "needs CUDA: "
 STRATEGIES: dict[str, Strategy] = {s.name: s for s in (

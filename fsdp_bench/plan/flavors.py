@@ -20,6 +20,23 @@ class ModelFlavor:
     max_seq_len: int | None  # longest sequence the model accepts (None: any)
     description: str
 
+    @property
+    def takes_tokens(self) -> bool:
+        """A language model (token ids in, next-token loss); the linear stack takes vectors."""
+        return self.family in ("gpt", "hf")
+
+    @property
+    def from_hf_config(self) -> bool:
+        """Built by transformers from a config (shipped or local): its tokenizer, vocab and shapes
+        come from there."""
+        return self.family == "hf"
+
+    @property
+    def built_on_meta(self) -> bool:
+        """Built on the meta device and materialized after sharding (big HF models never exist
+        whole on one rank)."""
+        return self.family == "hf"
+
 
 def _linear(name: str, dim: int, n_layers: int, description: str) -> ModelFlavor:
     return ModelFlavor(name, "linear", {"dim": dim, "n_layers": n_layers}, None, description)

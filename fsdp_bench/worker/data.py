@@ -21,7 +21,7 @@ def make_synthetic_batches(
     gen = torch.Generator().manual_seed(seed * 1_000_003 + rank)
     batches = []
     for _ in range(count):
-        if flavor.family in ("gpt", "hf"):
+        if flavor.takes_tokens:
             tokens = torch.randint(0, _vocab_size(flavor), (batch_size, seq_len + 1), generator=gen)
             x, y = tokens[:, :-1], tokens[:, 1:]
         else:
@@ -33,7 +33,7 @@ def make_synthetic_batches(
 
 
 def _vocab_size(flavor: ModelFlavor) -> int:
-    if flavor.family == "hf":
+    if flavor.from_hf_config:
         from fsdp_bench.worker.models.hf import vocab_size
 
         return vocab_size(flavor)
@@ -80,7 +80,7 @@ def make_batch_source(flavor: ModelFlavor, *, data: str, batch_size: int, seq_le
 
     corpus = read_text_folder(data)
     tokenizer = None
-    if flavor.family == "hf":
+    if flavor.from_hf_config:
         from fsdp_bench.worker.models.hf import local_tokenizer
 
         tokenizer = local_tokenizer(flavor)

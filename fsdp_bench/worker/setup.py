@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 
 from fsdp_bench.plan.case import Case
-from fsdp_bench.plan.catalog import PRECISIONS
+from fsdp_bench.plan.catalog import PRECISIONS, optimizer_timing
 from fsdp_bench.plan.catalog import sharding_word
 from fsdp_bench.plan.catalog import strategy as catalog_strategy
 from fsdp_bench.worker.record import StageTracker
@@ -101,7 +101,7 @@ def _build_model(case: Case, flavor, device: torch.device, record: dict[str, Any
     stages.enter("model")
     started = {"rss_before_bytes": rss_bytes(), "t0": time.perf_counter()}
     # Hugging Face models are built on the meta device and materialized after sharding.
-    model = build_model(flavor, seed=case.seed, device=device, meta=flavor.family == "hf")
+    model = build_model(flavor, seed=case.seed, device=device, meta=flavor.built_on_meta)
     record["n_params"] = count_parameters(model)
     first_param = next(model.parameters())
     record["dtype"] = str(first_param.dtype).removeprefix("torch.")
@@ -128,9 +128,9 @@ def effective_sharding(model: torch.nn.Module, row) -> str:
 
 
 def _construction_method(case: Case, flavor) -> str:
-    if flavor.family != "hf":
+    if not flavor.built_on_meta:
         return "full model per rank"
-    if catalog_strategy(case.strategy).family == "accelerate":
+    if catalog_strategy(case.strategy).prepares_optimizer:
         return "meta device, materialized before the optimizer and accelerate's sharding"
     return "meta device, materialized after sharding"
 
@@ -151,10 +151,11 @@ def _shard_and_build_optimizer(case: Case, flavor, model: torch.nn.Module, devic
     from fsdp_bench.worker.strategies import repoint_optimizer, shard_model
     from fsdp_bench.worker.training import build_optimizer, optimizer_matches_model, optimizer_tensors_not_in_model
 
+    row, timing = catalog_strategy(case.strategy), optimizer_timing(case.optimizer_timing)
     optimizer = None
-    if catalog_strategy(case.strategy).family == "accelerate":
+    if row.prepares_optimizer:
         _materialize_for_accelerate(model, device, case.seed)
-    if case.optimizer_timing != "after_shard":
+    if timing.builds_before_shard:
         stages.enter("optimizer")
         before = dict(model.named_parameters())
         optimizer = build_optimizer(model.parameters(), case)
@@ -165,11 +166,11 @@ def _shard_and_build_optimizer(case: Case, flavor, model: torch.nn.Module, devic
         "rss_before_bytes": started["rss_before_bytes"], "rss_after_bytes": rss_bytes(),
         "peak_rss_bytes": peak_rss_bytes(), "build_and_shard_s": time.perf_counter() - started["t0"]}
     stages.done("shard")
-    record["effective_sharding"] = effective_sharding(model, catalog_strategy(case.strategy))
-    if case.optimizer_timing == "after_shard":
+    record["effective_sharding"] = effective_sharding(model, row)
+    if not timing.builds_before_shard:
         stages.enter("optimizer")
         optimizer = build_optimizer(model.parameters(), case)
-    elif case.optimizer_timing == "before_shard_fixed" and catalog_strategy(case.strategy).family != "accelerate":
+    elif timing.repoints and not row.prepares_optimizer:  # accelerate re-points its own
         record["optimizer_params_repointed"] = repoint_optimizer(optimizer, before, model)
     stages.done("optimizer")
     record["optimizer_params_match_model"] = optimizer_matches_model(optimizer, model)

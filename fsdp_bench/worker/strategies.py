@@ -211,7 +211,7 @@ def prepare_blocks(model: nn.Module, case: Case) -> tuple[nn.Module, list[nn.Mod
     if case.compile:
         for block in blocks:
             block.compile()
-    if case.act_ckpt and catalog_strategy(case.strategy).family in ("ddp", "fsdp2"):
+    if case.act_ckpt and catalog_strategy(case.strategy).checkpoints_before_sharding:
         blocks = _checkpoint_blocks(model, blocks)
     return model, blocks
 

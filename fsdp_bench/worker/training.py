@@ -53,9 +53,9 @@ class Trainer:
         self.autocast = self.dtype != torch.float32 and not _is_fsdp(model)
         # accelerate brings its own fp16 scaler inside its AcceleratedOptimizer (whose step() steps
         # and updates it); a second scaler around it would unscale the gradients twice.
-        accelerate = catalog_strategy(case.strategy).family == "accelerate"
-        self.accelerate_scaler = getattr(optimizer, "scaler", None) if accelerate else None
-        self.scaler = _grad_scaler(model, device) if case.precision == "fp16" and not accelerate else None
+        owned = catalog_strategy(case.strategy).owns_grad_scaler
+        self.accelerate_scaler = getattr(optimizer, "scaler", None) if owned else None
+        self.scaler = _grad_scaler(model, device) if case.precision == "fp16" and not owned else None
         self.grad_norms: list[float] = []
         self.output_dtype: str | None = None
         self._probe = _first_block_output_probe(model, self)
@@ -127,8 +127,7 @@ class Trainer:
             param, reduce, mode = "float32", "float32", "autocast (params and gradient all-reduce stay fp32)"
         else:
             param = reduce = str(self.dtype).removeprefix("torch.")
-            fsdp1 = catalog_strategy(self.case.strategy).family == "fsdp1"
-            mode = "FSDP1 MixedPrecision" if fsdp1 else "FSDP2 MixedPrecisionPolicy"
+            mode = catalog_strategy(self.case.strategy).precision_mode()
         return {"precision": {"mode": mode, "param_dtype": param, "reduce_dtype": reduce,
                               "output_dtype": self.output_dtype,
                               "grad_scaler": type(self.scaler).__name__ if self.scaler is not None else None},

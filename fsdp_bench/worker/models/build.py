@@ -24,7 +24,7 @@ def build_model(flavor: ModelFlavor, *, seed: int, device: torch.device | str = 
     `meta=True` (Hugging Face flavors) leaves parameters on the meta device; `materialize_*`
     gives them their values after sharding.
     """
-    if flavor.family == "hf":
+    if flavor.from_hf_config:
         from fsdp_bench.worker.models.hf import build_hf_model
 
         model = build_hf_model(flavor, meta=meta)
