@@ -71,7 +71,19 @@ def init_process_group(case: Case, device: torch.device) -> bool:
 def build_rank(case: Case, *, device: torch.device, rank: int, world_size: int,
                record: dict[str, Any] | None = None, stages: StageTracker | None = None) -> Rank:
     """Data, model, strategy and optimizer for one rank, in the order the case says; what was
-    built and how goes into `record` (a throwaway dict when None)."""
+    built and how goes into `record` (a throwaway dict when None).
+
+    The whole set-up order, step by step (the numbers recur as comments where each happens):
+      1. the batches (synthetic or packed text), made before the model so memory reads apart;
+      2. the model: Hugging Face flavors on the meta device, the others whole on the device;
+      3. accelerate only: the model materialized, since it re-points the optimizer by data_ptr;
+      4. the optimizer, when the case builds it before sharding (stale unless re-pointed);
+      5. each block compiled, then wrapped for activation checkpointing (DDP, FSDP2);
+      6. the strategy applied: blocks first, then the root; meta parameters materialized sharded;
+      7. FSDP1 only: activation-checkpoint wrappers on its wrapped units;
+      8. the optimizer after sharding, or the early one's references re-pointed;
+      9. the trainer: the step with the case's precision, accumulation and clipping.
+    """
     from fsdp_bench.worker.data import make_batch_source
     from fsdp_bench.worker.models.build import get_flavor
     from fsdp_bench.worker.training import Trainer
@@ -79,16 +91,16 @@ def build_rank(case: Case, *, device: torch.device, rank: int, world_size: int,
     record = {} if record is None else record
     stages = stages or StageTracker(record, case, rank)
     flavor = get_flavor(case.model)
-    stages.enter("data")
+    stages.enter("data")  # 1
     source = make_batch_source(flavor, data=case.data, batch_size=case.batch_size, seq_len=case.seq_len,
                                grad_accum=case.grad_accum, seed=case.seed, rank=rank,
                                world_size=world_size, device=device)
     record["data"] = source.info
     stages.done("data")
-    model, started = _build_model(case, flavor, device, record, stages)
-    model, optimizer = _shard_and_build_optimizer(case, flavor, model, device, record, stages, started)
+    model, started = _build_model(case, flavor, device, record, stages)  # 2
+    model, optimizer = _shard_and_build_optimizer(case, flavor, model, device, record, stages, started)  # 3-8
     return Rank(case=case, device=device, rank=rank, world_size=world_size, source=source, model=model,
-                optimizer=optimizer, trainer=Trainer(case, model, optimizer, device=device))
+                optimizer=optimizer, trainer=Trainer(case, model, optimizer, device=device))  # 9
 
 
 def _build_model(case: Case, flavor, device: torch.device, record: dict[str, Any],
@@ -153,21 +165,21 @@ def _shard_and_build_optimizer(case: Case, flavor, model: torch.nn.Module, devic
 
     row, timing = catalog_strategy(case.strategy), optimizer_timing(case.optimizer_timing)
     optimizer = None
-    if row.prepares_optimizer:
+    if row.prepares_optimizer:  # 3
         _materialize_for_accelerate(model, device, case.seed)
-    if timing.builds_before_shard:
+    if timing.builds_before_shard:  # 4
         stages.enter("optimizer")
         before = dict(model.named_parameters())
         optimizer = build_optimizer(model.parameters(), case)
     stages.enter("shard")
-    model, optimizer = shard_model(case, model, optimizer, device=device)
+    model, optimizer = shard_model(case, model, optimizer, device=device)  # 5-7
     record["construction"] = {
         "method": _construction_method(case, flavor),
         "rss_before_bytes": started["rss_before_bytes"], "rss_after_bytes": rss_bytes(),
         "peak_rss_bytes": peak_rss_bytes(), "build_and_shard_s": time.perf_counter() - started["t0"]}
     stages.done("shard")
     record["effective_sharding"] = effective_sharding(model, row)
-    if not timing.builds_before_shard:
+    if not timing.builds_before_shard:  # 8
         stages.enter("optimizer")
         optimizer = build_optimizer(model.parameters(), case)
     elif timing.repoints and not row.prepares_optimizer:  # accelerate re-points its own

@@ -25,18 +25,34 @@ class StrategyUnavailable(RuntimeError):
     """The strategy cannot run here (backend, device or torch version); the case is skipped."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
+class Knobs:
+    """The case's knobs a strategy verb reads, typed, with the case's own defaults."""
+
+    precision: str = Case.__dataclass_fields__["precision"].default
+    wrap_policy: str = Case.__dataclass_fields__["wrap_policy"].default
+    min_num_params: int = Case.__dataclass_fields__["min_num_params"].default
+    forward_prefetch: int = Case.__dataclass_fields__["forward_prefetch"].default
+    backward_prefetch: str = Case.__dataclass_fields__["backward_prefetch"].default
+    act_ckpt: bool = Case.__dataclass_fields__["act_ckpt"].default
+    mesh: str = Case.__dataclass_fields__["mesh"].default
+
+    @classmethod
+    def of(cls, case: Case | None) -> "Knobs":
+        if case is None:
+            return cls()
+        return cls(**{name: getattr(case, name) for name in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True, kw_only=True)
 class ShardContext:
     """What every strategy needs besides the model."""
 
     device: torch.device
     blocks: list[nn.Module]
     row: Strategy  # the strategy's catalog row
-    case: Case | None = None  # the knobs; None: every knob at its default
+    knobs: Knobs = Knobs()
     seed: int = 0
-
-    def knob(self, name: str) -> Any:
-        return getattr(self.case, name) if self.case is not None else Case.__dataclass_fields__[name].default
 
 
 def compute_dtype(precision: str) -> torch.dtype:
@@ -56,7 +72,7 @@ def build_hybrid_mesh(ctx: ShardContext):
 
     world = dist.get_world_size()
     per_node = int(os.environ.get("LOCAL_WORLD_SIZE", world))
-    shape = hybrid_mesh_shape(ctx.knob("mesh"), world_size=world, ranks_per_node=per_node)
+    shape = hybrid_mesh_shape(ctx.knobs.mesh, world_size=world, ranks_per_node=per_node)
     return init_device_mesh(ctx.device.type, shape, mesh_dim_names=("replicate", "shard"))
 
 
@@ -100,14 +116,14 @@ def apply_fsdp1(model: nn.Module, *, ctx: ShardContext) -> nn.Module:
 
     from fsdp_bench.worker.models.build import has_meta_params, param_init_fn
 
-    policy = ctx.knob("wrap_policy")
+    policy = ctx.knobs.wrap_policy
     if policy == "module":
         auto_wrap = ModuleWrapPolicy({type(b) for b in ctx.blocks})
     elif policy == "size_based":
-        auto_wrap = functools.partial(size_based_auto_wrap_policy, min_num_params=ctx.knob("min_num_params"))
+        auto_wrap = functools.partial(size_based_auto_wrap_policy, min_num_params=ctx.knobs.min_num_params)
     else:
         auto_wrap = None  # one flat parameter for the whole model
-    dtype = compute_dtype(ctx.knob("precision"))
+    dtype = compute_dtype(ctx.knobs.precision)
     mixed = fsdp1_mixed_precision(dtype)
     prefetch = {"pre": BackwardPrefetch.BACKWARD_PRE, "post": BackwardPrefetch.BACKWARD_POST, "none": None}
     hybrid = {"device_mesh": build_hybrid_mesh(ctx)} if ctx.row.hybrid else {}
@@ -121,8 +137,8 @@ def apply_fsdp1(model: nn.Module, *, ctx: ShardContext) -> nn.Module:
         use_orig_params=True,
         mixed_precision=mixed,
         cpu_offload=CPUOffload(offload_params=True) if ctx.row.offload else None,
-        forward_prefetch=ctx.knob("forward_prefetch") > 0,
-        backward_prefetch=prefetch[ctx.knob("backward_prefetch")],
+        forward_prefetch=ctx.knobs.forward_prefetch > 0,
+        backward_prefetch=prefetch[ctx.knobs.backward_prefetch],
         # Meta-built models: each wrapped unit is materialized as FSDP reaches it, then sharded.
         param_init_fn=param_init_fn(model, ctx.device, ctx.seed) if has_meta_params(model) else None,
         **hybrid,
@@ -134,7 +150,7 @@ def apply_fsdp2(model: nn.Module, *, ctx: ShardContext) -> nn.Module:
 
     from fsdp_bench.worker.models.build import has_meta_params, materialize_fsdp2
 
-    dtype = compute_dtype(ctx.knob("precision"))
+    dtype = compute_dtype(ctx.knobs.precision)
     kwargs: dict[str, Any] = {"reshard_after_forward": ctx.row.reshard_after_forward}
     if dtype != torch.float32:
         kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=dtype)
@@ -145,7 +161,7 @@ def apply_fsdp2(model: nn.Module, *, ctx: ShardContext) -> nn.Module:
     for block in ctx.blocks:
         fully_shard(block, **kwargs)
     fully_shard(model, **kwargs)
-    depth = ctx.knob("forward_prefetch")
+    depth = ctx.knobs.forward_prefetch
     if depth > 0:  # explicit prefetch: gather the next `depth` blocks' params ahead of need
         for i, block in enumerate(ctx.blocks):
             if ctx.blocks[i + 1:i + 1 + depth]:
@@ -169,7 +185,7 @@ def apply_accelerate_fsdp2(model: nn.Module, optimizer: torch.optim.Optimizer | 
 
     from torch.distributed.fsdp import MixedPrecisionPolicy
 
-    dtype = compute_dtype(ctx.knob("precision"))
+    dtype = compute_dtype(ctx.knobs.precision)
     # accelerate's own policy also sets output_dtype to the low dtype: the root then casts the loss
     # the model computed in fp32 to bf16/fp16 before anyone reads it ([6.21875, 5.9375] against
     # fp32's [6.2254, 5.9517]). apply_fsdp2's policy instead: no output cast at all (an fp32
@@ -179,10 +195,10 @@ def apply_accelerate_fsdp2(model: nn.Module, optimizer: torch.optim.Optimizer | 
         fsdp_version=2, reshard_after_forward=ctx.row.reshard_after_forward,
         auto_wrap_policy="transformer_based_wrap",
         transformer_cls_names_to_wrap=sorted({type(b).__name__ for b in ctx.blocks}),
-        activation_checkpointing=bool(ctx.knob("act_ckpt")),
+        activation_checkpointing=bool(ctx.knobs.act_ckpt),
         mixed_precision_policy=policy,
     )
-    precision = {"fp32": "no", "bf16": "bf16", "fp16": "fp16"}[ctx.knob("precision")]
+    precision = {"fp32": "no", "bf16": "bf16", "fp16": "fp16"}[ctx.knobs.precision]
     accelerator = make_accelerator(plugin, precision, ctx.device)
     prepared = accelerator.prepare(model, optimizer) if optimizer is not None else (accelerator.prepare(model),)
     if not any(isinstance(p, DTensor) for p in prepared[0].parameters()):
@@ -230,9 +246,9 @@ def _checkpoint_blocks(model: nn.Module, blocks: list[nn.Module]) -> list[nn.Mod
 def shard_model(case: Case, model: nn.Module, optimizer: torch.optim.Optimizer | None, *,
                 device: torch.device) -> tuple[nn.Module, torch.optim.Optimizer | None]:
     """Apply the case's strategy and knobs; returns the model to train (and accelerate's optimizer)."""
-    model, blocks = prepare_blocks(model, case)
+    model, blocks = prepare_blocks(model, case)  # 5 (setup.build_rank lists the whole order)
     row = catalog_strategy(case.strategy)
-    ctx = ShardContext(device=device, blocks=blocks, row=row, case=case, seed=case.seed)
+    ctx = ShardContext(device=device, blocks=blocks, row=row, knobs=Knobs.of(case), seed=case.seed)
     if row.family == "accelerate":
         from fsdp_bench.worker.models.build import has_meta_params, materialize_module
 
@@ -244,8 +260,8 @@ def shard_model(case: Case, model: nn.Module, optimizer: torch.optim.Optimizer |
             if _is_platform_refusal(exc):
                 raise StrategyUnavailable(f"accelerate_fsdp2 on {device.type}: {exc}") from exc
             raise
-    model = apply_strategy(model, ctx=ctx)
-    if case.act_ckpt and row.family == "fsdp1":
+    model = apply_strategy(model, ctx=ctx)  # 6
+    if case.act_ckpt and not row.checkpoints_before_sharding:  # 7: FSDP1 (accelerate returned above)
         _checkpoint_blocks(model, [m for m in model.modules() if type(m) in {type(b) for b in blocks}])
     return model, optimizer
 
