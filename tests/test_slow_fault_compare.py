@@ -1,7 +1,7 @@
 """Issue #25: a pair of real sweeps whose second run is slowed on purpose
 (FSDP_BENCH_FAULTS=slow@measure:0,slow@measure:1: each rank sleeps 30% of every measured step)
 compares as a regression naming the slowed cases; the same pair without the fault does not.
-Tiny grid: gpt_tiny, 2 gloo ranks, ddp and fsdp2, 2 repeats each (the run-to-run noise)."""
+Tiny grid: gpt_tiny, 2 gloo ranks, ddp and fsdp2, 3 repeats each (the run-to-run noise), each measuring steps until its median is within +-3% or 2 s."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from tests.sweep_helpers import PROJECT_ROOT, child_env, pytest_cmd, run_dirs, w
 GRID = ["--bench-model", "gpt_tiny", "--bench-strategies", "ddp,fsdp2", "--bench-batch-sizes", "2",
         "--bench-grad-accum", "1", "--bench-steps", "6", "--bench-warmup", "1", "--bench-seq-len", "32",
         "--bench-nproc", "2", "--bench-device", "cpu", "--bench-no-report", "--bench-no-probes",
-        "--bench-repeats", "2", "--bench-target-ci-pct", "0"]
+        "--bench-repeats", "3", "--bench-target-ci-pct", "3", "--bench-measure-cap-s", "2"]
 
 
 def sweep(tmp_path, name: str, **env: str):
