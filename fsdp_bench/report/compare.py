@@ -243,8 +243,9 @@ def _plot_changes(comparison: Comparison, path: Path, threshold_pct: float) -> b
     fig, ax = plt.subplots(figsize=(8, 0.35 * len(rows) + 1.6))
     values = [r["tokens_per_s_per_device_change_pct"] for r in rows]
     errors = [[0.0, 0.0] if r["step_time_change_ci_low_pct"] is None else
-              [v - _throughput_change(r["step_time_change_ci_high_pct"]),
-               _throughput_change(r["step_time_change_ci_low_pct"]) - v] for r, v in zip(rows, values)]
+              [max(0.0, v - _throughput_change(r["step_time_change_ci_high_pct"])),  # a bar's own
+               max(0.0, _throughput_change(r["step_time_change_ci_low_pct"]) - v)]  # value may sit outside
+              for r, v in zip(rows, values)]
     ax.barh(range(len(values)), values, color=[VERDICT_COLORS[r["verdict"]] for r in rows],
             xerr=list(zip(*errors)), ecolor="black", capsize=2)
     ax.set_yticks(range(len(values)), [r["case_id"] for r in rows], fontsize=7)
