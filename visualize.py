@@ -92,13 +92,16 @@ def compare_main(args: argparse.Namespace) -> int:
         print(f"visualize.py: warning: runs differ: {line}", file=sys.stderr)
     for path in write_comparison(comparison, out, base=base, new=new, threshold_pct=args.threshold):
         print(path)
+    from fsdp_bench.report.compare import noise_sentence
+
     print(f"{len(comparison.rows)} case(s) in both runs, {len(comparison.only_base)} only in base, "
           f"{len(comparison.only_new)} only in new, {len(comparison.regressions)} regression(s) "
           f"beyond {args.threshold:g}%")
-    noise = [r["case_id"] for r in comparison.rows if r.get("verdict") == "within noise"]
-    if noise:
-        print(f"{len(noise)} case(s) changed by more than {args.threshold:g}% but within noise "
-              f"(step-time median CIs overlap): {', '.join(noise)}")
+    print(noise_sentence(comparison))
+    for verdict in ("faster", "within noise", "inconclusive"):
+        ids = [r["case_id"] for r in comparison.rows if r.get("verdict") == verdict]
+        if ids:
+            print(f"{len(ids)} case(s) {verdict}: {', '.join(ids)}")
     noisy = [r["case_id"] for r in comparison.rows if r.get("noisy")]
     if noisy:
         print(f"noisy (step-time CV > {NOISY_CV_PCT:g}%): {', '.join(noisy)}")

@@ -21,7 +21,7 @@ def test_case(bench_case, bench_run):
 
 # Small enough for a 2-core CI machine, big enough to time and train.
 TINY = ["--bench-model=gpt_tiny", "--bench-steps=3", "--bench-warmup=1", "--bench-seq-len=32",
-        "--bench-nproc=2", "--bench-device=cpu", "--bench-timeout=240"]
+        "--bench-nproc=2", "--bench-device=cpu", "--bench-timeout=240", "--bench-target-ci-pct=0"]
 
 
 def make_sweep_project(pytester: pytest.Pytester) -> None:
@@ -42,7 +42,7 @@ def load_results(run: Path) -> dict[str, dict]:
 # The smallest real cases: 2 gloo ranks of gpt_tiny, 2 steps after 1 warmup step.
 SMALL = ["--bench-model", "gpt_tiny", "--bench-strategies", "ddp", "--bench-grad-accum", "1",
          "--bench-steps", "2", "--bench-warmup", "1", "--bench-seq-len", "32", "--bench-nproc", "2",
-         "--bench-device", "cpu", "--bench-no-report"]
+         "--bench-device", "cpu", "--bench-no-report", "--bench-target-ci-pct", "0"]
 
 
 def write_sweep_project(path: Path) -> None:

@@ -38,6 +38,9 @@ def aggregate_rank_metrics(*, tokens_per_step: int, samples_per_step: int, world
         metrics["tokens_per_s_per_device"] = tokens_per_step / median / world_size
         metrics["samples_per_s"] = samples_per_step / median
         metrics["steps_measured"] = len(steps)
+        reasons = {r.get("measurement_stop_reason") for r in ranks} - {None}
+        if len(reasons) == 1:  # every rank decided alike (analysis.adaptive); records before it have none
+            metrics["measurement_stop_reason"] = reasons.pop()
     losses = [r["losses"] for r in ranks if r.get("losses")]
     if losses and len(losses) == len(ranks):
         curve = mean_across_ranks(losses)

@@ -47,6 +47,7 @@ import os
 from dataclasses import dataclass
 from typing import Iterable
 
+from fsdp_bench.analysis.adaptive import max_measured_steps
 from fsdp_bench.analysis.comm_model import model_units
 from fsdp_bench.analysis.flops import PEAK_TFLOPS, flops_per_token, lookup_peak_tflops
 from fsdp_bench.analysis.hf_units import attention_layers_and_width
@@ -135,10 +136,16 @@ def step_seconds(case: Case, gpu_name: str = DEFAULT_GPU_NAME) -> float:
 
 
 def case_seconds(case: Case, gpu_name: str = DEFAULT_GPU_NAME) -> float:
-    """The whole case: start-up plus warmup, measured, probe and profiled steps."""
+    """The whole case: start-up plus warmup, measured, probe and profiled steps. With adaptive
+    measurement (`case.target_ci_pct`) the measured steps are counted at their most: up to the
+    case's time cap or MAX_STEPS steps, never fewer than `case.steps` (so the estimate errs long)."""
     probes = PROBE_STEP_EQUIVALENTS if case.probes else 0
-    steps = case.warmup + case.steps + probes + (PROFILED_STEPS + PROFILER_WARMUP_STEPS if case.profile else 0)
-    return fixed_seconds(case) + steps * step_seconds(case, gpu_name)
+    step = step_seconds(case, gpu_name)
+    steps = case.warmup + probes + (PROFILED_STEPS + PROFILER_WARMUP_STEPS if case.profile else 0)
+    measured = case.steps * step
+    if case.target_ci_pct > 0:
+        measured = max(measured, min(case.measure_cap_s + step, max_measured_steps(case.steps, case.target_ci_pct) * step))
+    return fixed_seconds(case) + steps * step + measured
 
 
 def fixed_seconds(case: Case) -> float:

@@ -48,6 +48,10 @@ class Case:
     seq_len: int = 128
     steps: int = 10  # measured optimizer steps
     warmup: int = 3  # optimizer steps run before measuring, excluded from statistics
+    # Adaptive measurement (analysis.adaptive): > 0 keeps measuring past `steps` until the
+    # median's interval is within +-target_ci_pct %, or the measured steps took measure_cap_s.
+    target_ci_pct: float = 0.0
+    measure_cap_s: float = 60.0
     nproc: int = 2
     device: str = "cpu"
     seed: int = 0
@@ -134,7 +138,7 @@ PROFILER_WARMUP_STEPS = 1
 # they differ from their default. Measurement settings never appear: they do not change
 # what is being compared, and resuming a run must find the same ids.
 _ID_AXES = frozenset({"strategy", "model", "nproc", "batch_size", "grad_accum", "optimizer_timing"})
-_NOT_IN_ID = frozenset({"steps", "warmup", "device", "pg_timeout_s", "suite", "scaled_down", "profile",
+_NOT_IN_ID = frozenset({"steps", "warmup", "target_ci_pct", "measure_cap_s", "device", "pg_timeout_s", "suite", "scaled_down", "profile",
                         "memory_snapshot", "probes"})
 _ID_PREFIX = {"seq_len": "sl", "seed": "seed", "lr": "lr", "precision": "", "act_ckpt": "ac",
               "compile": "compiled", "optimizer_impl": "adamw_", "grad_clip": "clip", "wrap_policy": "wrap_",
@@ -185,6 +189,10 @@ def validate_case(case: Case) -> None:
         _positive_int(name, getattr(case, name))
     if isinstance(case.warmup, bool) or not isinstance(case.warmup, int) or case.warmup < 0:
         raise CaseError(f"warmup must be a non-negative integer, got {case.warmup!r}")
+    for name in ("target_ci_pct", "measure_cap_s"):
+        value = getattr(case, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or value != value:
+            raise CaseError(f"{name} must be a non-negative number, got {value!r}")
     if not isinstance(case.seed, int) or isinstance(case.seed, bool):
         raise CaseError(f"seed must be an integer, got {case.seed!r}")
     if not (isinstance(case.lr, (int, float)) and case.lr > 0):

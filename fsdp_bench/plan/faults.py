@@ -11,7 +11,10 @@ KIND is one of:
           timeout; SIGTERM still stops it;
   stuck   like hang, but SIGTERM is ignored, as by a rank stuck in native code: only SIGKILL
           (torchrun's or the runner's, after their grace periods) ends it;
-  kill    SIGKILL to itself, as the kernel's OOM killer or a segfault would end it.
+  kill    SIGKILL to itself, as the kernel's OOM killer or a segfault would end it;
+  slow    only `slow@measure:RANK`: the rank sleeps SLOW_FRACTION (30%) of each measured step's
+          own time inside the timed step, so the case is really slower (a synchronous step ends
+          with its slowest rank): what a regression looks like, for testing `--compare`.
 STAGE is a worker stage name (`fsdp_bench.results.schema.STAGES`), or `probe_step`: part-way
 through the first untimed probe step (after its first forward), where a probe's failure must stay
 the probe's. Without a case substring the fault
@@ -27,7 +30,9 @@ from dataclasses import dataclass
 from fsdp_bench.results.schema import STAGES
 
 ENV_VAR = "FSDP_BENCH_FAULTS"
-KINDS = ("raise", "oom", "hang", "stuck", "kill")
+KINDS = ("raise", "oom", "hang", "stuck", "kill", "slow")
+SLOW_FRACTION = 0.3  # `slow`: the share of a measured step's time added as sleep
+SLOW_STAGES = ("measure",)  # `slow` acts on timed steps, so only where they are
 # Where a fault can fire: at the start of a stage, or inside the first probe step.
 POINTS = (*STAGES, "probe_step")
 
@@ -54,6 +59,9 @@ def parse_faults(spec: str, *, stages: tuple[str, ...] | None = None) -> list[Fa
             raise ValueError(f"{ENV_VAR}: unknown fault kind {fault.kind!r}; known: {', '.join(KINDS)}")
         if stages is not None and fault.stage not in stages:
             raise ValueError(f"{ENV_VAR}: unknown stage {fault.stage!r} in {item!r}; known: {', '.join(stages)}")
+        if fault.kind == "slow" and stages is not None and fault.stage not in SLOW_STAGES:
+            raise ValueError(f"{ENV_VAR}: fault kind 'slow' acts on timed steps: only slow@measure:RANK, "
+                             f"got {item!r}")
         if fault.rank < 0:
             raise ValueError(f"{ENV_VAR}: rank must be >= 0 in {item!r}")
         faults.append(fault)

@@ -26,6 +26,7 @@ from fsdp_bench.plan.text_data import data_folder_problem
 from fsdp_bench.results.layout import RunLayout
 
 _CASE_DEFAULTS = {f.name: f.default for f in fields(Case) if f.name != "strategy"}
+CPU_TARGET_CI_PCT = 2.0  # --bench-target-ci-pct's default on CPU
 
 
 # how cases run or where results go, not what they measure: a resume may change these
@@ -82,6 +83,10 @@ class Sweep:
     suite: str | None = None
     allow_slow_cpu: bool = False  # run CPU cases whose first step is estimated over a minute
     repeats: int = 1  # each case run this many times, each in a fresh process tree
+    # Adaptive measurement (issue 25, analysis.adaptive): None = CPU_TARGET_CI_PCT on CPU, where
+    # shared cores make 10 steps too few to rank strategies, and off (exactly --bench-steps) on CUDA.
+    target_ci_pct: float | None = None
+    measure_cap_s: float = 10.0  # per case: measured seconds after which an adaptive case stops
     gpu_name: str | None = None  # whose published figures the duration estimate uses (None: the visible GPU)
 
     def fingerprint(self) -> dict[str, Any]:
@@ -113,11 +118,18 @@ class Sweep:
                 base={"model": model, "seq_len": self.seq_len, "steps": self.steps, "warmup": self.warmup,
                       "device": device, "nproc": nproc, "pg_timeout_s": self.process_group_timeout_s(),
                       "data": self.data, "profile": self.profile, "memory_snapshot": self.memory_snapshot,
-                      "probes": not self.skip_probes, **({"simulate": True} if simulate else {}), **self.extra},
+                      "probes": not self.skip_probes, **({"simulate": True} if simulate else {}),
+                      **self.measurement(device), **self.extra},
                 knobs=self.knobs,
             )
             for model in self.models
         ]
+
+    def measurement(self, device: str) -> dict[str, float]:
+        """The cases' adaptive-measurement settings on `device` (see `target_ci_pct`)."""
+        target = self.target_ci_pct if self.target_ci_pct is not None else (
+            CPU_TARGET_CI_PCT if device == "cpu" else 0.0)
+        return {"target_ci_pct": target, "measure_cap_s": self.measure_cap_s}
 
     def cases(self) -> list[Case]:
         """Every case, in the same order on every node. `nproc` is ranks per node, so a case's
@@ -236,6 +248,13 @@ def _positive_float(option: str, text: str) -> float:
     if not value > 0:
         raise CaseError(f"{option}: {text!r} is not a positive number of seconds")
     return value
+
+
+def _non_negative_float_value(option: str, text: str) -> float:
+    values = _non_negative_floats(option, text)
+    if len(values) != 1:
+        raise CaseError(f"{option}: expected one number, got {text!r}")
+    return values[0]
 
 
 def _names(option: str, raw: str, known: Mapping[str, Any] | tuple[str, ...]) -> tuple[str, ...]:
@@ -434,6 +453,13 @@ OPTIONS: dict[str, tuple[str, Callable[[str, str], Any], str]] = {
     "repeats": ("repeats", _positive_int, "run each case this many times, each in a fresh torchrun; the step "
                 "times of all repeats make the case's statistics, the report shows the spread between "
                 "repeats (default: 1)"),
+    # Adaptive measurement (issue 25): self-contained, parsed by the shared number parsers.
+    "target-ci-pct": ("target_ci_pct", _non_negative_float_value,
+                      f"keep measuring steps past --bench-steps until the step-time median's confidence "
+                      f"interval (analysis.stats.CONFIDENCE) is within +-PCT %, or --bench-measure-cap-s; 0 = exactly --bench-steps "
+                      f"(default: {CPU_TARGET_CI_PCT:g} on CPU, 0 on CUDA)"),
+    "measure-cap-s": ("measure_cap_s", _positive_float, "per case: measured seconds after which adaptive "
+                      f"measurement stops short of its target (default: {Sweep.measure_cap_s:g})"),
     "gpu-name": ("gpu_name", _text, "GPU whose published peak FLOPs the duration estimate uses, e.g. H100, H200 "
                  "(default: the visible GPU, else H100 SXM); lets `--collect-only` plan a CUDA sweep on a "
                  "machine without one"),

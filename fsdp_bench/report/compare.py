@@ -16,6 +16,7 @@ from fsdp_bench.report.writer import load_report_inputs
 from fsdp_bench.results.io import write_text_atomic
 from fsdp_bench.report.table import build_table
 from fsdp_bench.results.metrics import M
+from fsdp_bench.analysis.stats import CONFIDENCE_PCT
 
 # Metric -> True when higher is better. These are the numbers a regression is judged on.
 COMPARED = {
@@ -35,6 +36,7 @@ class Comparison:
     only_new: list[str]
     env_differences: list[str]
     regressions: list[str] = field(default_factory=list)
+    noise: Any = None  # analysis.run_noise.RunNoise, or None: no repeats, run-to-run noise unknown
 
 
 def relative_change_pct(base: float | None, new: float | None) -> float | None:
@@ -57,56 +59,93 @@ def env_differences(base: dict[str, Any] | None, new: dict[str, Any] | None) -> 
 
 
 TIMED = frozenset({M.tokens_per_s_per_device, M.step_time_s_median, M.mfu_pct})  # all from step times
-CI = (M.step_time_s_median_ci_low, M.step_time_s_median_ci_high)
+MEMORY = tuple(m for m in COMPARED if m not in TIMED)
+# One colour per verdict, in compare.png and nowhere else: the text verdict decides the colour.
+VERDICT_COLORS = {"regression": "#c0392b", "failed": "#c0392b", "faster": "#27ae60", "within noise": "#95a5a6",
+                  "inconclusive": "#f0b27a", "ok": "#2e86c1"}
 
 
-def _ci(row: dict[str, Any]) -> tuple[float, float] | None:
-    low, high = (_number(row.get(k)) for k in CI)
-    return None if low is None or high is None else (low, high)
+def repeat_medians(result: dict[str, Any]) -> list[float]:
+    """A case's step-time median per repeat (one value without --bench-repeats)."""
+    metrics = result.get("metrics") or {}
+    medians = metrics.get("repeat_step_time_s_medians") or [metrics.get(M.step_time_s_median)]
+    return [m for m in medians if isinstance(m, (int, float))]
 
 
-def judge_case(b: dict[str, Any], n: dict[str, Any], threshold_pct: float) -> tuple[dict[str, Any], str | None]:
-    """One case's row and, when it regressed, its one regression line. A timing change counts
-    only when it passes the threshold AND the two medians' confidence intervals do not overlap;
-    otherwise it is "within noise". Memory is judged on the threshold alone."""
-    from fsdp_bench.analysis.stats import NOISY_CV_PCT, intervals_overlap
+def _timing_verdict(change, threshold_pct: float) -> str:
+    if change is None:
+        return "ok"
+    if change.low_pct is None:
+        return "inconclusive"
+    if not change.significant:
+        return "within noise"
+    if abs(change.change_pct) <= threshold_pct:
+        return "ok"
+    return "regression" if change.change_pct > 0 else "faster"
+
+
+def judge_case(b: dict[str, Any], n: dict[str, Any], threshold_pct: float, change=None) -> tuple[dict[str, Any], str | None]:
+    """One case's row and, when it regressed, its one regression line. `change`: the step-time
+    change with its run-to-run interval (analysis.run_noise); a timing regression needs that
+    interval to exclude zero AND the change to pass the threshold. Memory is judged on the
+    threshold alone (it does not vary from run to run)."""
+    from fsdp_bench.analysis.stats import NOISY_CV_PCT
 
     row: dict[str, Any] = {"case_id": b["case_id"], "status_base": b.get("status"), "status_new": n.get("status")}
-    base_ci, new_ci = _ci(b), _ci(n)
-    noise = base_ci is not None and new_ci is not None and intervals_overlap(base_ci, new_ci)
-    worse, masked = [], False
     for metric in COMPARED:
         old, cur = _number(b.get(metric)), _number(n.get(metric))
-        change = relative_change_pct(old, cur)
-        row[f"{metric}_base"], row[f"{metric}_new"], row[f"{metric}_change_pct"] = old, cur, change
-        if is_regression(metric, change, threshold_pct):
-            if metric in TIMED and noise:
-                masked = True
-            else:
-                worse.append(f"{metric} {old:.4g} -> {cur:.4g} ({change:+.1f}%)")
+        row[f"{metric}_base"], row[f"{metric}_new"] = old, cur
+        row[f"{metric}_change_pct"] = relative_change_pct(old, cur)
+    row["step_time_change_ci_low_pct"] = change.low_pct if change else None
+    row["step_time_change_ci_high_pct"] = change.high_pct if change else None
+    verdict = _timing_verdict(change, threshold_pct)
+    worse = []
+    if verdict == "regression":
+        worse += [f"step_time_s_median {row[f'{M.step_time_s_median}_base']:.4g} -> "
+                  f"{row[f'{M.step_time_s_median}_new']:.4g} s ({change.change_pct:+.1f}%, "
+                  f"{CONFIDENCE_PCT}% interval {change.low_pct:+.1f}%..{change.high_pct:+.1f}%, beyond run-to-run noise); "
+                  f"tokens_per_s_per_device {_pct(row[f'{M.tokens_per_s_per_device}_change_pct'])}%"]
+    for metric in MEMORY:
+        if is_regression(metric, row[f"{metric}_change_pct"], threshold_pct):
+            worse.append(f"{metric} {row[f'{metric}_base']:.4g} -> {row[f'{metric}_new']:.4g} "
+                         f"({row[f'{metric}_change_pct']:+.1f}%)")
+            verdict = "regression"
     cvs = [_number(x.get(M.step_time_cv_pct)) for x in (b, n)]
     row["noisy"] = any(cv is not None and cv > NOISY_CV_PCT for cv in cvs)
     line = None
     if b.get("status") == "ok" and n.get("status") not in ("ok", None):
-        line = f"{b['case_id']}: was ok, now {n.get('status')}: {n.get('reason', '')}"
+        line, verdict = f"{b['case_id']}: was ok, now {n.get('status')}: {n.get('reason', '')}", "failed"
     elif worse:
         line = f"{b['case_id']}: " + "; ".join(worse)  # one line per case, not per correlated metric
-    row["verdict"] = "regression" if line else "within noise" if masked else "ok"
+    row["verdict"] = verdict
     row["regression"] = line is not None
     return row, line
 
 
-def compare_tables(base_df, new_df, *, threshold_pct: float) -> tuple[list[dict[str, Any]], list[str], list[str], list[str]]:
-    """Rows for the cases in both runs, the ids only in each, and the regressions found (pure)."""
+def compare_tables(base_df, new_df, *, threshold_pct: float, base_results=(), new_results=()):
+    """Rows for the cases in both runs, the ids only in each, the regressions found and the
+    run-to-run noise (None: unknown, no repeats) (pure)."""
+    from fsdp_bench.analysis.run_noise import pooled_run_noise, timing_change
+
     base = {r["case_id"]: r for r in base_df.to_dict("records")} if not base_df.empty else {}
     new = {r["case_id"]: r for r in new_df.to_dict("records")} if not new_df.empty else {}
+    medians = {}
+    for results, side in ((base_results, 0), (new_results, 1)):
+        for result in results:
+            case_id = result.get("case_id")
+            medians.setdefault(case_id, [[], []])[side] = repeat_medians(result)
+    both = sorted(base.keys() & new.keys())
+    timed = {c: tuple(medians.get(c, [[], []])) for c in both
+             if base[c].get("status") == "ok" and new[c].get("status") == "ok"}
+    noise = pooled_run_noise(timed)
     rows, regressions = [], []
-    for case_id in sorted(base.keys() & new.keys()):
-        row, line = judge_case(base[case_id], new[case_id], threshold_pct)
+    for case_id in both:
+        change = timing_change(*timed[case_id], noise) if case_id in timed else None
+        row, line = judge_case(base[case_id], new[case_id], threshold_pct, change)
         rows.append(row)
         if line:
             regressions.append(line)
-    return rows, sorted(base.keys() - new.keys()), sorted(new.keys() - base.keys()), regressions
+    return rows, sorted(base.keys() - new.keys()), sorted(new.keys() - base.keys()), regressions, noise
 
 
 def _number(value: Any) -> float | None:
@@ -119,9 +158,10 @@ def compare_runs(base_dir: Path, new_dir: Path, *, threshold_pct: float) -> tupl
     """Load both runs and compare them; also returns one line per unreadable file."""
     base_results, base_env, base_problems = load_report_inputs(base_dir)
     new_results, new_env, new_problems = load_report_inputs(new_dir)
-    rows, only_base, only_new, regressions = compare_tables(
-        build_table(base_results), build_table(new_results), threshold_pct=threshold_pct)
-    comparison = Comparison(rows, only_base, only_new, env_differences(base_env, new_env), regressions)
+    rows, only_base, only_new, regressions, noise = compare_tables(
+        build_table(base_results), build_table(new_results), threshold_pct=threshold_pct,
+        base_results=base_results, new_results=new_results)
+    comparison = Comparison(rows, only_base, only_new, env_differences(base_env, new_env), regressions, noise)
     return comparison, base_problems + new_problems
 
 
@@ -144,20 +184,34 @@ def write_comparison(comparison: Comparison, out_dir: Path, *, base: Path, new: 
     return written
 
 
+def noise_sentence(comparison: Comparison) -> str:
+    """How the timing verdicts were reached, in one sentence (compare.md and the terminal)."""
+    if comparison.noise is None:
+        return ("Run-to-run noise unknown: neither run has repeats (--bench-repeats 2 or more), and the steps of "
+                "one process cannot show what a fresh process changes, so no timing change is called a "
+                "regression; timing verdicts are 'inconclusive'.")
+    return (f"Run-to-run noise from the repeats: {100 * comparison.noise.sd_log:.1f}% per repeat "
+            f"({comparison.noise.dof} degrees of freedom); a step-time change counts when its {CONFIDENCE_PCT}% "
+            f"interval (for all {comparison.noise.cases} cases together) excludes zero.")
+
+
 def render_comparison(comparison: Comparison, *, base: Path, new: Path, threshold_pct: float) -> str:
     lines = [f"# Comparison: {base.name} -> {new.name}", "",
-             f"Regression threshold: {threshold_pct:g}% in the wrong direction "
-             f"({', '.join(COMPARED)}), and for timings beyond the noise too: the 95% confidence "
-             f"intervals of the two step-time medians must not overlap, else the change is 'within noise'. "
+             f"A regression: a step-time change beyond the run-to-run noise AND beyond {threshold_pct:g}% "
+             f"(tokens/s and MFU follow the step time), or peak memory up by more than {threshold_pct:g}%, "
+             f"or a case that was ok and now is not. {noise_sentence(comparison)} "
              f"Noisy: step-time CV above the documented bound in either run.", ""]
     if comparison.env_differences:
         lines += ["**Warning: the runs differ in machine or library versions; changes may not be the code's.**", ""]
         lines += [f"- {d}" for d in comparison.env_differences] + [""]
-    header = ["case"] + [f"{m} change %" for m in COMPARED] + ["verdict", "noisy"]
+    header = (["case"] + [f"{m} change %" for m in COMPARED]
+              + [f"step time change {CONFIDENCE_PCT}% interval %", "verdict", "noisy"])
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in comparison.rows:
         cells = [row["case_id"]] + [_pct(row[f"{m}_change_pct"]) for m in COMPARED]
-        cells.append("**regression**" if row["regression"] else row["verdict"])
+        low, high = row["step_time_change_ci_low_pct"], row["step_time_change_ci_high_pct"]
+        cells.append("unknown" if low is None else f"{_pct(low)}..{_pct(high)}")
+        cells.append(f"**{row['verdict']}**" if row["regression"] else row["verdict"])
         cells.append("noisy" if row["noisy"] else "")
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
@@ -170,26 +224,37 @@ def render_comparison(comparison: Comparison, *, base: Path, new: Path, threshol
 
 
 def _pct(value: float | None) -> str:
-    return "" if value is None else f"{value:+.1f}"
+    return "" if value is None or value != value else f"{value:+.1f}"
+
+
+def _throughput_change(step_change_pct: float | None) -> float | None:
+    """tokens/s change (%) for a step-time change (%): throughput is tokens per step / step time."""
+    return None if step_change_pct is None else 100 * (100 / (100 + step_change_pct) - 1)
 
 
 def _plot_changes(comparison: Comparison, path: Path, threshold_pct: float) -> bool:
+    """Throughput change per case with its run-to-run interval, coloured by the case's verdict."""
     from fsdp_bench.report.charts.style import pyplot, save_figure
 
-    points = [(r["case_id"], r["tokens_per_s_per_device_change_pct"]) for r in comparison.rows
-              if r["tokens_per_s_per_device_change_pct"] is not None]
-    if not points:
+    rows = [r for r in comparison.rows if r["tokens_per_s_per_device_change_pct"] is not None]
+    if not rows:
         return False
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(8, 0.35 * len(points) + 1.6))
-    labels, values = zip(*points)
-    colors = ["#c0392b" if v < -threshold_pct else "#2e86c1" for v in values]
-    ax.barh(range(len(values)), values, color=colors)
-    ax.set_yticks(range(len(values)), labels, fontsize=7)
+    fig, ax = plt.subplots(figsize=(8, 0.35 * len(rows) + 1.6))
+    values = [r["tokens_per_s_per_device_change_pct"] for r in rows]
+    errors = [[0.0, 0.0] if r["step_time_change_ci_low_pct"] is None else
+              [max(0.0, v - _throughput_change(r["step_time_change_ci_high_pct"])),  # a bar's own
+               max(0.0, _throughput_change(r["step_time_change_ci_low_pct"]) - v)]  # value may sit outside
+              for r, v in zip(rows, values)]
+    ax.barh(range(len(values)), values, color=[VERDICT_COLORS[r["verdict"]] for r in rows],
+            xerr=list(zip(*errors)), ecolor="black", capsize=2)
+    ax.set_yticks(range(len(values)), [r["case_id"] for r in rows], fontsize=7)
     ax.axvline(-threshold_pct, color="#c0392b", linestyle="--", linewidth=1, label=f"-{threshold_pct:g}% threshold")
     ax.axvline(0, color="black", linewidth=0.8)
-    ax.set_xlabel("tokens/s per device, change from base (%)")
-    ax.set_title("Throughput change per case (red: regression)")
+    for verdict in dict.fromkeys(r["verdict"] for r in rows):
+        ax.barh([0], [0], color=VERDICT_COLORS[verdict], label=verdict)
+    ax.set_xlabel(f"tokens/s per device, change from base (%), bars: {CONFIDENCE_PCT}% run-to-run interval")
+    ax.set_title("Throughput change per case, coloured by the verdict")
     ax.invert_yaxis()
     ax.legend(loc="lower right", fontsize=8)
     save_figure(fig, path)

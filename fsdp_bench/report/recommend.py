@@ -4,11 +4,12 @@ trained only; pure pandas, no matplotlib."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from fsdp_bench.report.table import trained_rows
 from fsdp_bench.results.metrics import M
+from fsdp_bench.analysis.stats import CONFIDENCE_PCT
 
 SPEED = M.tokens_per_s_per_device
 # The memory a budget is checked against: what the allocator holds when known, else RSS (CPU).
@@ -27,30 +28,48 @@ class Recommendation:
     budget_gib: float | None
     picks: list[dict[str, Any]]  # best first; at most two
     over_budget: int  # trained cases left out for exceeding the budget
-    unmeasured: int = 0  # trained cases left out for having no measurement of that memory
+    unmeasured: int = 0  # trained cases without a measurement of that memory (left out only under a budget)
+    tied: list[dict[str, Any]] = field(default_factory=list)  # the leaders within noise of the fastest
+    unmeasured_strategies: tuple[str, ...] = ()
 
 
 def recommend(df, budget_gib: float | None = None) -> list[Recommendation]:
-    """Per model, the two fastest trained configurations whose peak memory fits the budget."""
+    """Per model, the fastest trained configurations whose peak memory fits the budget, and the
+    ones whose throughput is within noise of the fastest. Without a budget a case with no
+    measured memory still competes (its memory shows as not measured); under a budget it cannot
+    be checked, so it is left out and counted."""
     memory = memory_column(df)
     ok = trained_rows(df)
     if memory is None or SPEED not in ok or ok.empty:
         return []
     out = []
     for model, every in ok.groupby("model"):
-        part = every[every[SPEED].notna() & every[memory].notna()]
-        fits = part if budget_gib is None else part[part[memory] <= budget_gib]
-        ranked = fits.sort_values([SPEED, memory], ascending=[False, True])
-        out.append(Recommendation(str(model), memory, budget_gib, ranked.head(2).to_dict("records"),
-                                  len(part) - len(fits), len(every) - len(part)))
+        timed = every[every[SPEED].notna()]
+        part = timed[timed[memory].notna()]
+        fits = timed if budget_gib is None else part[part[memory] <= budget_gib]
+        ranked = fits.sort_values([SPEED, memory], ascending=[False, True], na_position="last")
+        rows = ranked.to_dict("records")
+        tied = [r for r in rows if rows and speeds_overlap(rows[0], r)] if rows else []
+        missing = timed[timed[memory].isna()]
+        out.append(Recommendation(str(model), memory, budget_gib, rows[:2], len(part) - len(fits) if budget_gib
+                                  is not None else 0, len(missing), tied,
+                                  tuple(dict.fromkeys(missing["strategy"]))))
     return out
 
 
 def describe(row: dict[str, Any], memory: str) -> str:
     timing = "" if row.get("optimizer_timing") in (None, "after_shard") else f", optimizer {row['optimizer_timing']}"
+    value = row.get(memory)
+    mem = "not measured" if value is None or value != value else format_gib(value)
+    interval = speed_interval(row)
+    spread = "" if interval is None else f" ({_fmt_speed(interval[0])}-{_fmt_speed(interval[1])} at {CONFIDENCE_PCT}%)"
     return (f"{row['strategy']} batch {row['batch_size']} x accum {row['grad_accum']}{timing} "
-            f"({row[SPEED]:,.0f} tokens/s/device, step {row[M.step_time_s_median]:.3g} s, "
-            f"{memory.replace('_gib', '').replace('_', ' ')} {format_gib(row[memory])})")
+            f"({row[SPEED]:,.0f} tokens/s/device{spread}, step {row[M.step_time_s_median]:.3g} s, "
+            f"{memory.replace('_gib', '').replace('_', ' ')} {mem})")
+
+
+def _fmt_speed(value: float) -> str:
+    return f"{value:,.0f}"
 
 
 def format_gib(value: float) -> str:
@@ -69,9 +88,31 @@ def speed_interval(row: dict[str, Any]) -> tuple[float, float] | None:
 
 
 def speeds_overlap(best: dict[str, Any], second: dict[str, Any]) -> bool:
-    """Whether the runner-up's speed is within the measured noise of the best one's."""
+    """Whether the second's tokens/s interval reaches the best one's: within the measured noise
+    (a case without an interval cannot be told apart, so it counts as within noise)."""
+    if best is second or best.get("case_id") == second.get("case_id"):
+        return True
     a, b = speed_interval(best), speed_interval(second)
-    return a is not None and b is not None and a[0] <= b[1]
+    return a is None or b is None or a[0] <= b[1]
+
+
+SEPARATE = ("to separate them: a tighter --bench-target-ci-pct or a longer --bench-measure-cap-s (more steps), "
+            "and --bench-repeats 3 (run-to-run noise)")
+
+
+def _winner_text(rec: Recommendation, budget: str) -> str:
+    best = rec.picks[0]
+    if len(rec.tied) > 1:
+        names = "; ".join(describe(r, rec.memory) for r in rec.tied)
+        return (f"Recommendation ({rec.model}, {budget}): no single winner, {len(rec.tied)} configurations tied "
+                f"within noise (their tokens/s {CONFIDENCE_PCT}% intervals overlap the fastest's): {names}; {SEPARATE}")
+    text = f"Recommendation ({rec.model}, {budget}): {describe(best, rec.memory)}"
+    if len(rec.picks) > 1:
+        second = rec.picks[1]
+        slower = 100 * (1 - second[SPEED] / best[SPEED])
+        text += (f"; runner-up {describe(second, rec.memory)}, {slower:.0f}% slower, beyond noise "
+                 f"(the {CONFIDENCE_PCT}% tokens/s intervals do not overlap)")
+    return text
 
 
 def recommendation_lines(df, budget_gib: float | None = None) -> list[str]:
@@ -80,19 +121,15 @@ def recommendation_lines(df, budget_gib: float | None = None) -> list[str]:
         budget = "no memory budget" if rec.budget_gib is None else f"budget {rec.budget_gib:g} GiB/device"
         if not rec.picks:
             lines.append(f"Recommendation ({rec.model}, {budget}): no trained configuration fits "
-                         f"({rec.over_budget} over budget).")
+                         f"({rec.over_budget} over budget, {rec.unmeasured} without a measured {rec.memory}).")
             continue
-        best = rec.picks[0]
-        text = f"Recommendation ({rec.model}, {budget}): {describe(best, rec.memory)}"
-        if len(rec.picks) > 1:
-            second = rec.picks[1]
-            slower = 100 * (1 - second[SPEED] / best[SPEED])
-            verdict = (f"{slower:.0f}% slower, within noise (their step-time medians' confidence intervals overlap)"
-                       if speeds_overlap(best, second) else f"{slower:.0f}% slower")
-            text += f"; runner-up {describe(second, rec.memory)}, {verdict}"
+        text = _winner_text(rec, budget)
         if rec.over_budget:
             text += f"; {rec.over_budget} trained configuration(s) over the budget left out"
         if rec.unmeasured:
-            text += f"; {rec.unmeasured} trained configuration(s) without a measured {rec.memory} left out"
+            what = ", ".join(rec.unmeasured_strategies)
+            text += (f"; {rec.unmeasured} trained configuration(s) ({what}) have no measured {rec.memory}"
+                     + (" and are left out: the budget cannot be checked" if rec.budget_gib is not None
+                        else ", ranked by speed all the same"))
         lines.append(text + ".")
     return lines

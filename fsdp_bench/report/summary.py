@@ -12,7 +12,7 @@ from fsdp_bench.report.charts.style import TIMING_LABELS
 from fsdp_bench.results.schema import FAILED_STATUSES
 from fsdp_bench.report.table import ok_rows, trained_rows
 from fsdp_bench.plan.catalog import strategy_order
-from fsdp_bench.analysis.stats import NOISY_CV_PCT
+from fsdp_bench.analysis.stats import CONFIDENCE_PCT, NOISY_CV_PCT
 from fsdp_bench.results.metrics import M
 
 LOSS_MATCH_TOL = 1e-3
@@ -58,6 +58,19 @@ def largest_batch_that_fits(df) -> list[str]:
     return lines
 
 
+def _gain_text(best, second) -> str:
+    """"+N% over X" with the gain's range from the two tokens/s intervals, or "within noise"."""
+    from fsdp_bench.report.recommend import speed_interval, speeds_overlap
+
+    speed = M.tokens_per_s_per_device
+    gain = 100 * (best[speed] / second[speed] - 1)
+    if speeds_overlap(dict(best), dict(second)):
+        return f"{second['strategy']} within noise ({gain:+.0f}%, {CONFIDENCE_PCT}% tokens/s intervals overlap)"
+    a, b = speed_interval(dict(best)), speed_interval(dict(second))
+    return (f"+{gain:.0f}% over {second['strategy']} (at least +{100 * (a[0] / b[1] - 1):.0f}% at "
+            f"{CONFIDENCE_PCT}% confidence)")
+
+
 def fastest_per_batch(df) -> list[str]:
     lines = []
     for model, mdf in trained_rows(df).groupby("model"):
@@ -71,12 +84,14 @@ def fastest_per_batch(df) -> list[str]:
             best = ranked.iloc[0]
             text = f"batch {size}: {best['strategy']} ({_fmt(best[M.tokens_per_s_per_device])} tokens/s/device"
             if len(ranked) > 1:
-                second = ranked.iloc[1]
-                gain = 100 * (best[M.tokens_per_s_per_device] / second[M.tokens_per_s_per_device] - 1)
-                text += f", +{gain:.0f}% over {second['strategy']}"
+                text += ", " + _gain_text(best, ranked.iloc[1])
             items.append(text + ")")
         if items:
-            lines.append(f"Fastest strategy ({model}, cases that trained): {'; '.join(items)}.")
+            accums = sorted(set(mdf["grad_accum"]))
+            covers = f"grad accum {part['grad_accum'].min()}" + (
+                f" only (the run also has {', '.join(str(a) for a in accums if a != part['grad_accum'].min())})"
+                if len(accums) > 1 else "")
+            lines.append(f"Fastest strategy ({model}, cases that trained, {covers}): {'; '.join(items)}.")
     return lines
 
 

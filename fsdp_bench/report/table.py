@@ -31,7 +31,7 @@ _CASE_LABELS = {"strategy": "strategy", "batch_size": "batch", "grad_accum": "ac
                 "rank_in_group": "rank (same work)"}
 REPORT_COLUMN_ORDER = (
     "strategy", "batch_size", "grad_accum", "optimizer_timing", "status", M.tokens_per_s_per_device,
-    M.step_time_s_median, M.step_time_s_p90, M.peak_allocated_gib, M.peak_reserved_gib, M.peak_rss_gib, M.mfu_pct,
+    M.step_time_s_median, M.step_time_median_ci_halfwidth_pct, M.step_time_s_p90, M.peak_allocated_gib, M.peak_reserved_gib, M.peak_rss_gib, M.mfu_pct,
     M.comm_exposed_s_per_step, "effective_sharding", M.loss_first, M.loss_last, M.params_changed, M.repeats,
     M.repeat_spread_pct, "rank_in_group",
 )

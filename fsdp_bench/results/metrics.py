@@ -53,11 +53,16 @@ METRICS: tuple[Metric, ...] = (
     _m("step_time_s_median_ci_low", "s", "lower end of the median's distribution-free confidence interval "
        "(order statistics of the measured steps)"),
     _m("step_time_s_median_ci_high", "s", "upper end of the same interval"),
-    _m("step_time_median_ci_level_pct", "%", "the interval's actual confidence level"),
+    _m("step_time_median_ci_level_pct", "%", "the interval's confidence level: analysis.stats.CONFIDENCE (95) "
+       "when it reaches it, else the lower level its few steps reach"),
+    _m("step_time_median_ci_halfwidth_pct", "%", "the wider side of that interval in percent of the median",
+       LOWER, "median +- (%)", TABLE),
     _m("step_time_cv_pct", "%", "stdev / mean of the measured steps", LOWER, "step time CV (%)", LIVE),
     _m("time_per_optimizer_step_s", "s", "= step_time_s_median; one step = grad_accum micro-batches + one "
        "optimizer step", LOWER),
     _m("steps_measured", "count", "measured steps"),
+    _m("measurement_stop_reason", "label", "what ended the measured steps: ci_target (interval within "
+       "--bench-target-ci-pct), time_cap (--bench-measure-cap-s), max_steps, fixed_steps (no target)"),
     _m("loss_first", "loss", "rank-mean loss of the first step (warmup included)", None, "loss first", TABLE),
     _m("loss_last", "loss", "rank-mean loss of the last step", None, "loss last", TABLE),
     _m("loss_max_abs_dev_vs_ddp", "loss", "filled by the report: max over steps of abs(rank-mean loss minus the "

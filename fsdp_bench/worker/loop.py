@@ -47,7 +47,7 @@ def run(case: Case, *, record: dict[str, Any] | None = None, out_dir: Path | Non
 
             stages.enter("checkpoint")
             record["checkpoint"] = run_checkpoint_benchmark(
-                case.checkpoint, setup.model, setup.optimizer, setup.train_step, case.warmup + case.steps, device)
+                case.checkpoint, setup.model, setup.optimizer, setup.train_step, case.warmup + len(record["step_times_s"]), device)
         stages.enter("memory_probe")
         from fsdp_bench.worker.probes import run_probes
 
@@ -83,7 +83,10 @@ def run_timed_steps(setup: Rank, record: dict[str, Any], stages: StageTracker, *
     norms = UpdateNorms(setup.model)
     gpu_util = GpuUtilSampler(device)
     reset_peak(device)
-    for i in range(case.warmup + case.steps):
+    slow = stages.faults.get("measure") == "slow"  # FSDP_BENCH_FAULTS slow@measure:RANK
+    agreed: list[float] = []  # every rank's slowest-rank step times, for the stop decision
+    i = 0
+    while True:
         stage = "first_step" if i == 0 else ("warmup" if i < case.warmup else "measure")
         if stage != record["stage"]:
             stages.enter(stage)
@@ -104,6 +107,10 @@ def run_timed_steps(setup: Rank, record: dict[str, Any], stages: StageTracker, *
         t0 = time.perf_counter()
         loss = setup.train_step(i, on_phase)
         _sync(device)
+        if measured and slow:  # inside the timed step: the case is really slower
+            from fsdp_bench.plan.faults import SLOW_FRACTION
+
+            time.sleep(SLOW_FRACTION * (time.perf_counter() - t0))
         elapsed = time.perf_counter() - t0
         if measured:
             gpu_util.pause()
@@ -112,12 +119,19 @@ def run_timed_steps(setup: Rank, record: dict[str, Any], stages: StageTracker, *
         # .item() after the timed region: the device already finished this step.
         record["losses"].append(float(loss.item()))
         norms.after_step()
-        if i == 0:
-            stages.done("first_step")
-        if i == case.warmup - 1:
-            stages.done("warmup")
+        for done, at in (("first_step", 0), ("warmup", case.warmup - 1)):
+            if i == at:
+                stages.done(done)
+        i += 1
+        if measured and _stop_measuring(case, device, agreed, elapsed, record):
+            break
     gpu_util.__exit__(None, None, None)
     record["params_changed"] = param_fingerprint(setup.model) != fingerprint_before
+    _record_after_steps(setup, record, out_dir, norms=norms, gpu_util=gpu_util, timeline=timeline)
+
+
+def _record_after_steps(setup: Rank, record: dict[str, Any], out_dir: Path | None, *, norms, gpu_util,
+                        timeline) -> None:
     record["update_norms"] = norms.norms
     if norms.reason:
         record["update_norms_null_reason"] = norms.reason
@@ -125,6 +139,26 @@ def run_timed_steps(setup: Rank, record: dict[str, Any], stages: StageTracker, *
     if timeline.enabled:
         record["memory_timeline"] = timeline.samples
     _record_memory_after_steps(setup, record, out_dir)
+
+
+def _stop_measuring(case: Case, device: torch.device, agreed: list[float], elapsed: float,
+                    record: dict[str, Any]) -> bool:
+    """Whether this was the last measured step, decided alike on every rank: the step's slowest
+    rank time is agreed by an all_reduce (outside the timed region), so every rank sees the same
+    times and reaches the same verdict after the same step (a rank that stopped alone would
+    leave its peers waiting in the next step's collectives)."""
+    from fsdp_bench.analysis.adaptive import measurement_stop_reason
+
+    if case.target_ci_pct > 0 and dist.is_initialized() and dist.get_world_size() > 1:
+        slowest = torch.tensor([elapsed], dtype=torch.float64, device=device)
+        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+        elapsed = float(slowest.item())
+    agreed.append(elapsed)
+    reason = measurement_stop_reason(agreed, min_steps=case.steps, target_pct=case.target_ci_pct,
+                                     cap_s=case.measure_cap_s)
+    if reason is not None:
+        record["measurement_stop_reason"] = reason
+    return reason is not None
 
 
 def _record_memory_after_steps(setup: Rank, record: dict[str, Any], out_dir: Path | None) -> None:

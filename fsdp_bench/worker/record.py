@@ -56,7 +56,7 @@ class StageTracker:
         self.record.setdefault("stage_started_unix", {})[stage] = time.time()
         self.save_progress()
         kind = self.faults.get(stage)
-        if kind:
+        if kind and kind != "slow":  # `slow` acts inside each timed step (worker.loop), not here
             from fsdp_bench.worker.faults import inject
 
             inject(kind, stage, self.device)

@@ -16,7 +16,9 @@ def chart_pareto(run: RunData, path: Path) -> None:
     ok = trained_rows(run.df)
     if memory is None or SPEED not in ok:
         raise ChartSkipped("no case that trained has both tokens_per_s_per_device and a peak memory")
-    ok = ok[ok[SPEED].notna() & ok[memory].notna()]
+    timed = ok[ok[SPEED].notna()]
+    ok = timed[timed[memory].notna()]
+    missing = timed[timed[memory].isna()]  # named on the chart, never silently dropped
     models = sorted(ok["model"].unique())
     scale, unit = (1024, "MiB") if ok[memory].max() < 0.1 else (1, "GiB")
     picks = {r.model: r.picks[0]["case_id"] for r in recommend(run.df, run.budget_gib) if r.picks}
@@ -33,6 +35,11 @@ def chart_pareto(run: RunData, path: Path) -> None:
         if len(chosen):
             ax.scatter(x[chosen], y[chosen], s=220, facecolors="none", edgecolors="#c0392b", linewidths=2,
                        label="recommended")
+        gone = missing[missing["model"] == model]
+        if len(gone):
+            ax.text(0.01, 0.01, f"not shown, no measured {memory}: {len(gone)} case(s) "
+                    f"({', '.join(dict.fromkeys(gone['strategy']))})", transform=ax.transAxes, fontsize=7,
+                    va="bottom", color="#7f8c8d")
         if run.budget_gib is not None:
             ax.axvline(run.budget_gib * scale, color="#c0392b", linewidth=1, label="memory budget")
         ax.set_xlabel(f"{memory.replace('_gib', '').replace('_', ' ')} per device ({unit})")

@@ -1,0 +1,79 @@
+"""Run-to-run noise: is a step-time change between two runs more than a fresh process tree
+changes anyway? (pure, no torch)
+
+The steps of one process cannot tell: a new torchrun lands on other cores, another allocator
+state, another load from the machine's other users, and on a busy machine that moves a case's
+median by tens of percent while its within-run interval stays narrow. Only repeats
+(`--bench-repeats`, each a fresh process tree) show it, as pyperf's several processes do.
+
+The test, asv-style ("not significant" rather than a guess): per case the mean of the log step-time
+medians of its repeats in each run; the run-to-run standard deviation of one repeat's log median
+is pooled over every case with repeats in both runs (many cases, many degrees of freedom); the
+difference of the means is significant when it exceeds Student's t at `stats.CONFIDENCE` for the
+whole comparison (Bonferroni over the cases compared, so 24 cases do not give a false regression
+one time in twenty per case) times its standard error. Without repeats the noise is unknown and
+no timing change is significant.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+from fsdp_bench.analysis.stats import CONFIDENCE, t_quantile
+
+
+@dataclass(frozen=True)
+class RunNoise:
+    sd_log: float  # run-to-run standard deviation of one repeat's log step-time median
+    dof: int
+    cases: int  # cases compared (the Bonferroni factor)
+
+    @property
+    def t(self) -> float:
+        return t_quantile(1 - (1 - CONFIDENCE) / (2 * max(self.cases, 1)), self.dof)
+
+
+@dataclass(frozen=True)
+class TimingChange:
+    change_pct: float  # new vs base step-time median (mean of log repeat medians), + is slower
+    low_pct: float | None  # its interval at CONFIDENCE; None when the run-to-run noise is unknown
+    high_pct: float | None
+
+    @property
+    def significant(self) -> bool:
+        return self.low_pct is not None and (self.low_pct > 0 or self.high_pct < 0)
+
+
+def _logs(medians: Sequence[float]) -> list[float]:
+    return [math.log(m) for m in medians if isinstance(m, (int, float)) and m > 0]
+
+
+def pooled_run_noise(by_case: Mapping[str, tuple[Sequence[float], Sequence[float]]]) -> RunNoise | None:
+    """The run-to-run noise from every case's repeat medians (base, new); None when no case has
+    two repeats in either run."""
+    ss, dof = 0.0, 0
+    for base, new in by_case.values():
+        for medians in (_logs(base), _logs(new)):
+            if len(medians) > 1:
+                mean = statistics.fmean(medians)
+                ss += sum((x - mean) ** 2 for x in medians)
+                dof += len(medians) - 1
+    if dof == 0:
+        return None
+    return RunNoise(math.sqrt(ss / dof), dof, len(by_case))
+
+
+def timing_change(base: Sequence[float], new: Sequence[float], noise: RunNoise | None) -> TimingChange | None:
+    """The step-time change of one case and its interval (see the module docstring)."""
+    lb, ln = _logs(base), _logs(new)
+    if not lb or not ln:
+        return None
+    d = statistics.fmean(ln) - statistics.fmean(lb)
+    change = 100 * math.expm1(d)
+    if noise is None:
+        return TimingChange(change, None, None)
+    half = noise.t * noise.sd_log * math.sqrt(1 / len(lb) + 1 / len(ln))
+    return TimingChange(change, 100 * math.expm1(d - half), 100 * math.expm1(d + half))
