@@ -67,7 +67,10 @@ def test_hf_local_folder_and_activation_estimate(tmp_path):
     units = model_units(flavor_for(f"hf:{tmp_path}"))
     assert units[0].shapes == ((100, 64), (64,), (100, 64)) and len(units) == 3
     act = activation_bytes_per_sample(flavor_for(f"hf:{tmp_path}"), 16)
-    assert act == (2 * (10 * 64 + 4 * 128) + 3 * 100) * 16 * 4
+    # counted per tensor (analysis.activations): per layer 6h + 2q + 2kv + 4I + 2 + heads, rotary
+    # cos/sin 2 x seq x head_dim, final norm 3h + 1, log-probabilities (vocab), int64 ids and targets
+    per_layer = 6 * 64 + 2 * 64 + 2 * 32 + 4 * 128 + 2 + 4
+    assert act == (2 * per_layer * 16 + 2 * 16 * 16 + (3 * 64 + 1) * 16) * 4 + 100 * 16 * 4 + 2 * 16 * 8
 
 
 def test_fit_cli_accepts_hf_flavors_and_paths(tmp_path, capsys):

@@ -14,12 +14,14 @@ simulated measurements.
 
 from __future__ import annotations
 
+import math
+
 from typing import Any, Iterable, Mapping, Sequence
 
+from fsdp_bench.analysis.activations import Activations, estimate_activations
 from fsdp_bench.analysis.comm_model import Unit, model_units, padded_numel
 from fsdp_bench.analysis.model_state import allocated_model_state_bytes, shard_size
 from fsdp_bench.plan.catalog import strategy as catalog_strategy
-from fsdp_bench.analysis.hf_units import hf_dims
 from fsdp_bench.plan.flavors import ModelFlavor, flavor_for, load_config_dict
 from fsdp_bench.results.schema import GIB
 from fsdp_bench.results.metrics import M
@@ -28,71 +30,136 @@ WORLD_SIZES = (1, 8, 64, 512)
 
 
 def activation_bytes_per_sample(flavor: ModelFlavor, seq_len: int, dtype_bytes: int = 4) -> int:
-    """Estimated activations kept for backward per sample, without checkpointing.
-
-    GPT: 17 * d values per token per layer (Korthikanti et al. 2022 count 34 * d bytes in 16-bit,
-    with fused attention so no seq x seq term), plus logits, the loss's softmax and the logits'
-    gradient (3 x vocab per token).
-    Linear stack: input and ReLU output per layer, plus the target.
-    Hugging Face (llama/qwen2/mistral/gpt2, dims from the config): per token per layer
-    10 * hidden (norm inputs and outputs, q, k, v, attention output, o_proj and residual) plus
-    4 * intermediate (gate, up, activation, their product; gpt2: c_fc out, gelu out, counted
-    alike), plus 3 x vocab per token for logits, softmax and logits' gradient. An upper-bound
-    estimate (GQA's smaller k/v are counted at full width); calibrate with a measured run.
-    """
-    c = flavor.config
-    if flavor.family == "hf":
-        dims = hf_dims(load_config_dict(flavor))
-        per_token = dims["layers"] * (10 * dims["hidden"] + 4 * dims["intermediate"]) + 3 * dims["vocab"]
-        return per_token * seq_len * dtype_bytes
-    if flavor.family == "gpt":
-        per_token = 17 * c["n_embd"] * c["n_layer"] + 3 * c["vocab_size"]
-    else:
-        per_token = 2 * c["dim"] * c["n_layers"] + 2 * c["dim"]
-    return per_token * seq_len * dtype_bytes
+    """Activations one sample keeps for backward (analysis.activations: counted per tensor)."""
+    return estimate_activations(flavor, 1, seq_len, dtype_bytes=dtype_bytes).total
 
 
 def gathered_bytes(strategy: str, units: Sequence[Unit], world_size: int, dtype_bytes: int = 4, *,
                    mesh: tuple[int, int] | None = None) -> int:
-    """Unsharded parameter buffers alive at the peak, beyond the rank's own shards."""
+    """Unsharded parameter buffers alive at the top of backward, beyond the rank's own shards:
+    the unit being computed and the one prefetched (FSDP2: the root, holding the head, and the
+    last block), every unit when nothing is resharded after forward; DDP's reducer buckets (a
+    second copy of every gradient, alive for the whole step) are counted apart (`bucket_bytes`)."""
     row = catalog_strategy(strategy)
-    if row.family == "ddp":  # the reducer's flat gradient buckets: a second copy of every gradient
-        return sum(u.numel for u in units) * dtype_bytes
+    if not row.shards_parameters and row.layout == "whole":
+        return 0
     shard = shard_size(strategy, world_size, mesh)
-    if shard == 1 and (not row.shards_parameters or row.family == "fsdp1"):
+    if shard == 1 and (not row.shards_parameters or row.layout == "fsdp1_flat"):
         return 0  # the parameters are already whole (FSDP1 falls back to NO_SHARD on one rank)
-    full = sorted((padded_numel(row.layout, u, shard, dtype_bytes) * dtype_bytes for u in units), reverse=True)
-    return sum(full) if not row.reshard_after_forward else sum(full[:2])
+    full = [padded_numel(row.layout, u, shard, dtype_bytes) * dtype_bytes for u in units]
+    if not row.reshard_after_forward:
+        return sum(full)
+    root = next((f for u, f in zip(units, full) if u.is_root), 0)
+    blocks = [f for u, f in zip(units, full) if not u.is_root]
+    return root + (blocks[-1] if blocks else 0)
+
+
+def bucket_bytes(strategy: str, units: Sequence[Unit], dtype_bytes: int = 4) -> int:
+    """DDP's reducer buckets: a flat copy of every gradient, kept between steps."""
+    row = catalog_strategy(strategy)
+    return sum(u.numel for u in units) * dtype_bytes if row.layout == "whole" else 0
+
+
+def optimizer_temp_bytes(strategy: str, units: Sequence[Unit], world_size: int, *, impl: str = "auto",
+                         device: str = "cpu", mesh: tuple[int, int] | None = None, dtype_bytes: int = 4) -> int:
+    """AdamW's temporaries inside optimizer.step(), by implementation. The for-loop version
+    (torch's choice on CPU) builds `exp_avg_sq.sqrt() / bias_correction2_sqrt` for one
+    parameter at a time: two tensors the size of the largest local parameter. foreach (torch's
+    choice on CUDA) takes the square root of every state at once: one copy of all local
+    parameters. fused: none."""
+    impl = ("foreach" if device == "cuda" else "plain") if impl == "auto" else impl
+    if impl == "fused":
+        return 0
+    row = catalog_strategy(strategy)
+    shard = shard_size(strategy, world_size, mesh)
+    local = [_local_numel(row.layout, s, shard) for u in units for s in u.shapes]
+    if impl == "foreach":
+        return sum(local) * dtype_bytes
+    return 2 * max(local, default=0) * dtype_bytes
+
+
+def _local_numel(layout: str, shape: tuple[int, ...], shard: int) -> int:
+    """Rank 0's elements of one parameter (dim-0 shards; FSDP1's flat chunk approximated alike)."""
+    if layout == "whole" or shard == 1:
+        return math.prod(shape)
+    dim0 = shape[0] if shape else 1
+    return min(dim0, math.ceil(dim0 / shard)) * math.prod(shape[1:])
+
+
+PHASES = ("forward", "backward", "optimizer step")
 
 
 def predict_peak_bytes(strategy: str, flavor: ModelFlavor, world_size: int, batch_size: int, *, seq_len: int,
                        act_bytes_per_sample: float | None = None, mesh: tuple[int, int] | None = None,
-                       grad_accum: int = 1) -> dict[str, float]:
-    """The peak of one rank: parameters, optimizer state and gathered units, plus the larger of
-    the activations and the gradients (a step's gradients grow as its activations are freed).
-    With gradient accumulation the first micro-batches' gradients stay while the next one's
-    activations are built, so both count (the golden runs under-predicted grad-accum 2 cases by
-    up to 25 % without this)."""
+                       grad_accum: int = 1, optimizer_impl: str = "auto", device: str = "cpu",
+                       act_ckpt: bool = False) -> dict[str, Any]:
+    """The peak of one rank, from its parts, and the phase of the step where it falls.
+
+    forward/backward: parameters (own shards), AdamW state, DDP's buckets, the gathered units,
+    every activation of the micro-batch, the loss's two vocab-wide gradients (the top of
+    backward), and with gradient accumulation the gradients of the earlier micro-batches.
+    optimizer step: parameters, gradients, AdamW state, DDP's buckets and the step's temporaries.
+    `act_bytes_per_sample` (a calibration) replaces the counted activations, loss included."""
     units = model_units(flavor)
     states = allocated_model_state_bytes(strategy, units, world_size, mesh=mesh)
-    act = (act_bytes_per_sample if act_bytes_per_sample is not None
-           else activation_bytes_per_sample(flavor, seq_len)) * batch_size
+    acts = estimate_activations(flavor, batch_size, seq_len, act_ckpt=act_ckpt)
+    act, loss_temp = acts.total + acts.recompute, acts.loss_temp
+    if act_bytes_per_sample is not None:
+        act, loss_temp = act_bytes_per_sample * batch_size, 0
+    parts = {"params": states["params"], "grads": states["grads"], "optimizer": states["optimizer"],
+             "buckets": bucket_bytes(strategy, units), "gathered": gathered_bytes(strategy, units, world_size, mesh=mesh),
+             "activations": act, "loss_temp": loss_temp,
+             "optimizer_temp": optimizer_temp_bytes(strategy, units, world_size, impl=optimizer_impl,
+                                                    device=device, mesh=mesh)}
+    kept = parts["params"] + parts["optimizer"]
+    phases = {
+        # with accumulation the earlier micro-batches' gradients (and DDP's buckets) are alive
+        "backward": kept + parts["gathered"] + act + loss_temp
+        + (parts["grads"] + parts["buckets"] if grad_accum > 1 else 0),
+        "optimizer step": kept + parts["buckets"] + parts["grads"] + parts["optimizer_temp"],
+    }
+    if acts.per_layer and act_bytes_per_sample is None:
+        phases["backward"] = max(phases["backward"], kept + _last_block_backward_bytes(strategy, units, world_size, acts,
+                                                                                       mesh=mesh))
+    phase = max(phases, key=phases.get)
+    return {"peak_bytes": phases[phase], "phase": phase, "parts_bytes": parts, "phases_bytes": phases,
+            "model_state_bytes": states["total"], "gathered_bytes": parts["gathered"], "activation_bytes": act}
+
+
+def _last_block_backward_bytes(strategy: str, units: Sequence[Unit], world_size: int, acts: Activations, *,
+                                mesh: tuple[int, int] | None = None, dtype_bytes: int = 4) -> int:
+    """Inside the last block's backward on a sharded strategy: the root still gathered, the
+    block gathered, the next block prefetched, the block's unsharded gradients and the
+    reduce-scatter's padded input; the loss's tensors and the block's own activations are gone.
+    At hundreds of ranks every parameter's dim 0 pads up to the group size, so these buffers,
+    not the activations, make the peak."""
+    row = catalog_strategy(strategy)
+    shard = shard_size(strategy, world_size, mesh)
+    blocks = [u for u in units if not u.is_root]
+    if not row.shards_parameters or shard == 1 or row.layout != "fsdp2_dim0" or not blocks:
+        return 0
+    full = padded_numel(row.layout, blocks[-1], shard, dtype_bytes) * dtype_bytes
     gathered = gathered_bytes(strategy, units, world_size, mesh=mesh)
-    live = act + states["grads"] if grad_accum > 1 else max(act, states["grads"])
-    peak = states["params"] + states["optimizer"] + gathered + live
-    return {"peak_bytes": peak, "model_state_bytes": states["total"], "gathered_bytes": gathered,
-            "activation_bytes": act}
+    gathered += 2 * full if row.reshard_after_forward else full  # prefetch (if resharded) and reduce-scatter input
+    return gathered + blocks[-1].numel * dtype_bytes + acts.total - acts.per_layer[-1] - acts.logprobs
+
+
+# A "fits" answer must hold when measured: the predicted peak times (1 + FIT_MARGIN) must be
+# within the budget. The worst peak-prediction error scripts/measure_peak_prediction.py printed
+# was under this (see the README's memory-prediction paragraph); the budget applies to the
+# tensor peak (CUDA: max_memory_allocated; reserved memory sits above it by the allocator's gap).
+FIT_MARGIN = 0.07
 
 
 def largest_batch(strategy: str, flavor: ModelFlavor, world_size: int, device_bytes: float, *, seq_len: int,
-                  act_bytes_per_sample: float | None = None, limit: int = 1 << 16) -> int:
-    """The largest per-device batch whose predicted peak fits `device_bytes` (0: not even 1)."""
-    per_sample = (act_bytes_per_sample if act_bytes_per_sample is not None
-                  else activation_bytes_per_sample(flavor, seq_len))
-
+                  act_bytes_per_sample: float | None = None, limit: int = 1 << 16,
+                  margin: float = FIT_MARGIN) -> int:
+    """The largest per-device batch whose predicted peak, plus `margin`, fits `device_bytes`
+    (0: not even 1)."""
     def fits(bs: int) -> bool:
-        return predict_peak_bytes(strategy, flavor, world_size, bs, seq_len=seq_len,
-                                  act_bytes_per_sample=per_sample)["peak_bytes"] <= device_bytes
+        peak = predict_peak_bytes(strategy, flavor, world_size, bs, seq_len=seq_len,
+                                  act_bytes_per_sample=act_bytes_per_sample)["peak_bytes"]
+        return peak * (1 + margin) <= device_bytes
 
     if not fits(1):
         return 0
@@ -101,6 +168,16 @@ def largest_batch(strategy: str, flavor: ModelFlavor, world_size: int, device_by
         mid = (lo + hi + 1) // 2
         lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
     return lo
+
+
+def gib_text(value_bytes: float, budget_bytes: float | None = None) -> str:
+    """GiB with two decimals, or as many more as it takes not to read like the budget when the
+    two differ (0.30237 GiB against a 0.3 GiB budget is not "0.30 GiB")."""
+    digits = 2
+    while budget_bytes is not None and digits < 9 and value_bytes != budget_bytes and \
+            f"{value_bytes / GIB:.{digits}f}" == f"{budget_bytes / GIB:.{digits}f}":
+        digits += 1
+    return f"{value_bytes / GIB:.{digits}f} GiB"
 
 
 def fit_table(models: Iterable[str], strategies: Iterable[str], *, device_memory_gib: float, seq_len: int,
@@ -119,7 +196,8 @@ def fit_table(models: Iterable[str], strategies: Iterable[str], *, device_memory
                     "model": model, "strategy": strategy, "world_size": n, "seq_len": length, "batch_size": batch_size,
                     "model_state_gib": p["model_state_bytes"] / GIB, "gathered_gib": p["gathered_bytes"] / GIB,
                     "activation_gib": p["activation_bytes"] / GIB, M.predicted_peak_gib: p["peak_bytes"] / GIB,
-                    "fits": p["peak_bytes"] <= device_memory_gib * GIB, "device_memory_gib": device_memory_gib,
+                    "fits": p["peak_bytes"] * (1 + FIT_MARGIN) <= device_memory_gib * GIB, "fit_margin": FIT_MARGIN,
+                    "peak_phase": p["phase"], "device_memory_gib": device_memory_gib,
                     "max_batch_size": largest_batch(strategy, flavor, n, device_memory_gib * GIB, seq_len=length,
                                                     act_bytes_per_sample=per_sample),
                     "activation_source": "measured" if per_sample is not None else "estimate",

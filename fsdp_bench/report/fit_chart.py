@@ -13,7 +13,8 @@ import csv
 from pathlib import Path
 from typing import Any
 
-from fsdp_bench.analysis.fit import WORLD_SIZES, calibrate_from_results, fit_table
+from fsdp_bench.analysis.fit import WORLD_SIZES, calibrate_from_results, fit_table, gib_text
+from fsdp_bench.results.schema import GIB
 from fsdp_bench.plan.catalog import STRATEGIES
 from fsdp_bench.plan.case import CaseError
 from fsdp_bench.plan.options import parse_models
@@ -75,6 +76,12 @@ def main(argv: list[str] | None = None) -> int:
                          world_sizes=[int(n) for n in args.world_sizes.split(",")], calibration=calibration)
     except ValueError as exc:  # e.g. a Hugging Face model_type without a shape model
         parser.error(str(exc))
+    budget = args.device_memory_gib * GIB
+    for row in rows:  # enough digits that a peak just over the budget never prints as the budget
+        print(f"{row['model']} {row['strategy']} ws{row['world_size']} batch {row['batch_size']}: predicted peak "
+              f"{gib_text(row[M.predicted_peak_gib] * GIB, budget)} ({row['peak_phase']}) of "
+              f"{gib_text(budget)}, fits with a {row['fit_margin']:.0%} margin: {'yes' if row['fits'] else 'no'}; "
+              f"largest batch that fits: {row['max_batch_size']}")
     for path in write_fit(rows, args.out):
         print(path)
     return 0

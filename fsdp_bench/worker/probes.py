@@ -199,10 +199,12 @@ def predicted_memory(case: Case, world_size: int, rank: int) -> dict[str, Any]:
     if not found:
         return {"null_reason": f"no parameter-shape model for {case.model}"}
     p = predict_peak_bytes(case.strategy, flavor_for(case.model), world_size, case.batch_size,
-                           seq_len=case.seq_len, mesh=found["mesh"], grad_accum=case.grad_accum)
+                           seq_len=case.seq_len, mesh=found["mesh"], grad_accum=case.grad_accum,
+                           optimizer_impl=case.optimizer_impl, device=case.device, act_ckpt=case.act_ckpt)
     return {"peak_bytes": p["peak_bytes"], "model_state_bytes": p["model_state_bytes"],
             "activation_bytes": p["activation_bytes"], "gathered_bytes": p["gathered_bytes"],
-            "method": "analysis.fit.predict_peak_bytes (activation estimate, not calibrated)"}
+            "phase": p["phase"], "parts_bytes": p["parts_bytes"], "phases_bytes": p["phases_bytes"],
+            "method": "analysis.fit.predict_peak_bytes (parts counted from the config, not calibrated)"}
 
 
 def _probe_flops_and_state(case: Case, model, optimizer, step: Callable[[], Any], *, record: dict[str, Any],

@@ -1,0 +1,115 @@
+"""The peak model from its parts (analysis.activations, analysis.fit): the counted activations
+equal what autograd really saves, the predicted peak of real (simulated-rank) cases is within 5%
+of MemTracker's measured peak, and a "fits" answer measures within the budget.
+
+A fast subset of scripts/measure_peak_prediction.py: rank 0 on the fake process group, in-process
+(the way fsdp_bench.worker.simulate runs it), batch 2, seq 32.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fsdp_bench.plan.case import Case
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+CONFIGS = {p.parent.name: f"hf:{p.parent}" for p in (Path(__file__).parent / "data" / "hf_configs").glob("*/config.json")}
+SMALL = dict(batch_size=2, seq_len=32, steps=1, warmup=0)
+
+
+def _saved_bytes(model, x, y) -> int:
+    """Distinct storages autograd saves for backward in one forward (parameters left out)."""
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    seen: dict[int, int] = {}
+
+    def pack(t):
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in params:
+            seen[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model(x, y)
+    return sum(seen.values())
+
+
+@pytest.mark.parametrize("model", ["llama_odd_vocab", "mistral_gqa_tied", "gpt2_tiny", "gpt_tiny", "linear_tiny"])
+def test_counted_activations_equal_what_autograd_saves(model):
+    from fsdp_bench.analysis.activations import estimate_activations
+    from fsdp_bench.plan.flavors import flavor_for
+    from fsdp_bench.worker.models.build import build_model
+
+    flavor = flavor_for(CONFIGS.get(model, model))
+    net = build_model(flavor, seed=0)
+    b, t = 3, 17
+    if flavor.family == "linear":
+        x, y = torch.randn(b, t, flavor.config["dim"]), torch.randn(b, t, flavor.config["dim"])
+    else:
+        x = torch.randint(0, 500, (b, t))
+        y = x.clone()
+    saved = _saved_bytes(net, x, y)
+    assert estimate_activations(flavor, b, t).total == pytest.approx(saved, rel=0.002)
+
+
+def _simulated_rank0(case: Case) -> dict:
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    from fsdp_bench.analysis.simulation import simulated_environment
+    from fsdp_bench.worker.loop import run
+
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        for key, value in simulated_environment(case).items():
+            monkeypatch.setenv(key, value)
+        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=case.nproc)
+        try:
+            return run(case)
+        finally:
+            dist.destroy_process_group()
+
+
+# The issue's misses: DDP over-predicted (its buckets are not alive at the top of backward),
+# FSDP2 at 512 ranks under-predicted by a third (dim-0 padding of every gathered and
+# reduce-scattered buffer), the no-reshard and reshard FSDP2 cases in between.
+@pytest.mark.parametrize("name,strategy,n", [("llama_odd_vocab", "ddp", 2), ("llama_odd_vocab", "fsdp2", 2),
+                                             ("mistral_gqa_tied", "fsdp2", 512),
+                                             ("gpt2_small_odd", "fsdp2_no_reshard", 8)])
+def test_predicted_peak_within_5_percent_of_measured(name, strategy, n):
+    record = _simulated_rank0(Case(strategy=strategy, nproc=n, simulate=True, model=CONFIGS[name], **SMALL))
+    assert record["status"] == "ok"
+    measured = record["memory"]["peak_allocated_bytes"]
+    predicted = record["prediction"]["peak_bytes"]
+    print(name, strategy, n, predicted, measured, record["prediction"]["phase"])
+    assert abs(predicted - measured) / measured <= 0.05, (predicted, measured, record["prediction"])
+    assert record["prediction"]["phase"] in ("forward", "backward", "optimizer step")
+    assert set(record["prediction"]["parts_bytes"]) >= {"params", "grads", "optimizer", "activations",
+                                                         "gathered", "optimizer_temp", "loss_temp"}
+
+
+def test_largest_batch_that_fits_measures_within_the_budget():
+    """The fit answer at the predicted largest batch, run: its measured peak is within the budget."""
+    from fsdp_bench.analysis.fit import FIT_MARGIN, largest_batch, predict_peak_bytes
+    from fsdp_bench.plan.flavors import flavor_for
+
+    flavor = flavor_for(CONFIGS["llama_odd_vocab"])
+    budget = 6_000_000  # bytes: a few batches' worth above the model state
+    batch = largest_batch("fsdp2_no_reshard", flavor, 2, budget, seq_len=32)
+    assert batch >= 2
+    predicted = predict_peak_bytes("fsdp2_no_reshard", flavor, 2, batch, seq_len=32)["peak_bytes"]
+    assert predicted * (1 + FIT_MARGIN) <= budget
+    record = _simulated_rank0(Case(strategy="fsdp2_no_reshard", nproc=2, simulate=True, model=CONFIGS["llama_odd_vocab"],
+                                   batch_size=batch, seq_len=32, steps=1, warmup=0))
+    assert record["memory"]["peak_allocated_bytes"] <= budget
+
+
+def test_a_peak_just_over_the_budget_never_prints_as_the_budget():
+    from fsdp_bench.analysis.fit import gib_text
+    from fsdp_bench.results.schema import GIB
+
+    assert gib_text(0.30237 * GIB, 0.3 * GIB) == "0.302 GiB"
+    assert gib_text(0.3 * GIB, 0.3 * GIB) == "0.30 GiB"
+    assert gib_text(1.5 * GIB) == "1.50 GiB"
