@@ -181,3 +181,14 @@ def test_no_import_cycle_inside_a_subpackage():
                     seen.add(nxt)
                     stack.append((nxt, trail + [nxt]))
     assert not cycles, "\n".join(sorted(set(cycles)))
+
+
+def test_family_questions_go_to_the_catalog_and_the_flavor_rows():
+    """A `family ==` (or `in`, `!=`) comparison lives only in the strategy catalog, the flavor
+    rows and the strategy module that applies each family; everyone else asks a trait."""
+    allowed = {"plan/catalog.py", "plan/flavors.py", "worker/strategies.py"}
+    pattern = re.compile(r"""\bfamily\s*(==|!=)\s*["']|\bfamily\s+(not\s+)?in\s*[(\[{]\s*["']""")
+    offenders = [f"{p.relative_to(PACKAGE)}:{i}: {line.strip()}" for p in _modules()
+                 if str(p.relative_to(PACKAGE)) not in allowed
+                 for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line.split("#")[0])]
+    assert not offenders, "\n".join(offenders)

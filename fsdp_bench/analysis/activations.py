@@ -74,12 +74,12 @@ def _gpt2_layer(c: Mapping[str, Any], seq_len: int) -> tuple[int, int]:
 def _dims(flavor: ModelFlavor) -> dict[str, Any]:
     """hidden, vocab, layers, embedding dropout and the per-layer counts of the flavor."""
     c = flavor.config
-    if flavor.family == "gpt":
-        return {"h": c["n_embd"], "vocab": c["vocab_size"], "layers": c["n_layer"], "embd_drop": 0,
-                "layer": (16 * c["n_embd"] + 2 + c["n_head"], 0), "norm": (2, 2), "positions": True}
-    if flavor.family == "linear":
+    if not flavor.takes_tokens:
         return {"h": c["dim"], "vocab": 0, "layers": c["n_layers"], "embd_drop": 0, "layer": (c["dim"], 0),
                 "norm": (0, 0), "positions": False}
+    if not flavor.from_hf_config:  # the project's nanoGPT-style model
+        return {"h": c["n_embd"], "vocab": c["vocab_size"], "layers": c["n_layer"], "embd_drop": 0,
+                "layer": (16 * c["n_embd"] + 2 + c["n_head"], 0), "norm": (2, 2), "positions": True}
     cfg = load_config_dict(flavor)
     if cfg["model_type"] == "gpt2":
         return {"h": cfg["n_embd"], "vocab": cfg["vocab_size"], "layers": cfg["n_layer"], "cfg": cfg,
@@ -103,7 +103,7 @@ def estimate_activations(flavor: ModelFlavor, batch_size: int, seq_len: int, *, 
         d["layer"] = (_gpt2_layer if d.get("gpt2") else _llama_layer)(d["cfg"], seq_len)
     per_token, per_seq = d["layer"]
     layer = per_token * tokens * dtype_bytes
-    if flavor.family == "linear":  # input and target; each block keeps its ReLU output
+    if not flavor.takes_tokens:  # the linear stack: input and target; each block keeps its ReLU output
         return Activations(tuple([layer] * d["layers"]), 2 * layer, 0)
     h, vocab = d["h"], d["vocab"]
     widths, extras = d["norm"]  # final norm: hidden-wide tensors kept, per-token statistics

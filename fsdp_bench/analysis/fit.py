@@ -22,7 +22,7 @@ from fsdp_bench.analysis.activations import Activations, estimate_activations
 from fsdp_bench.analysis.comm_model import Unit, model_units, padded_numel
 from fsdp_bench.analysis.model_state import allocated_model_state_bytes, shard_size
 from fsdp_bench.plan.catalog import strategy as catalog_strategy
-from fsdp_bench.plan.flavors import ModelFlavor, flavor_for, load_config_dict
+from fsdp_bench.plan.flavors import ModelFlavor, flavor_for
 from fsdp_bench.results.schema import GIB
 from fsdp_bench.results.metrics import M
 
