@@ -7,7 +7,7 @@ import statistics
 from typing import Any, Sequence
 
 from fsdp_bench.analysis.stats import mean_across_ranks, slowest_rank_step_times, summarize_step_times
-from fsdp_bench.plan.catalog import sharding_word
+from fsdp_bench.plan.catalog import is_baseline, sharding_word
 from fsdp_bench.results.schema import GIB
 
 
@@ -185,16 +185,10 @@ def loss_max_abs_dev_vs_ddp(rows: Sequence[dict[str, Any]], curves: dict[str, Se
     `curves` maps case ids to their rank-mean loss per step.
     """
     axes = ("model", "nproc", "batch_size", "grad_accum", "seq_len", "seed", "lr", "precision")
-    ddp = {tuple(r.get(a) for a in axes): r["case_id"] for r in rows if _is_baseline(r.get("strategy"))}
+    ddp = {tuple(r.get(a) for a in axes): r["case_id"] for r in rows if is_baseline(r.get("strategy"))}
     out: dict[str, float | None] = {}
     for r in rows:
         ref = ddp.get(tuple(r.get(a) for a in axes))
         a, b = curves.get(r["case_id"]), curves.get(ref) if ref else None
         out[r["case_id"]] = max(abs(x - y) for x, y in zip(a, b)) if a and b else None
     return out
-
-
-def _is_baseline(strategy) -> bool:
-    from fsdp_bench.plan.catalog import STRATEGIES
-
-    return strategy in STRATEGIES and STRATEGIES[strategy].is_baseline

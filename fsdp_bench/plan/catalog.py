@@ -139,6 +139,12 @@ OPTIMIZER_TIMING_ROWS: dict[str, OptimizerTiming] = {t.name: t for t in (
 INTENDED_TIMING = "after_shard"  # the way the PyTorch docs build it
 
 
+def is_baseline(name: object) -> bool:
+    """Whether `name` is the baseline strategy others are compared with (False for unknown names,
+    as old or foreign rows may hold)."""
+    return name in STRATEGIES and STRATEGIES[name].is_baseline
+
+
 def optimizer_timing(name: str) -> OptimizerTiming:
     return OPTIMIZER_TIMING_ROWS[name]
 

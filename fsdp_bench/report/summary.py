@@ -11,7 +11,7 @@ from typing import Any, Callable, Sequence
 from fsdp_bench.report.charts.style import TIMING_LABELS
 from fsdp_bench.results.schema import FAILED_STATUSES
 from fsdp_bench.report.table import ok_rows, trained_rows
-from fsdp_bench.plan.catalog import strategy_order
+from fsdp_bench.plan.catalog import is_baseline, strategy_order
 from fsdp_bench.analysis.stats import CONFIDENCE_PCT, NOISY_CV_PCT
 from fsdp_bench.results.metrics import M
 
@@ -103,18 +103,18 @@ def memory_saved_vs_ddp(df) -> list[str]:
     lines = []
     for model, mdf in ok_rows(df).groupby("model"):
         part = _main_slice(mdf)
-        ddp = part[part["strategy"] == "ddp"]
+        ddp = part[part["strategy"].map(is_baseline)]
         if ddp.empty:
             continue
         size = int(ddp["batch_size"].max())
         at = part[part["batch_size"] == size]
-        base = at[at["strategy"] == "ddp"].iloc[0]
+        base = at[at["strategy"].map(is_baseline)].iloc[0]
         for column, label in _MEMORY_COLUMNS:
             if column not in at or base.get(column) is None or base[column] != base[column] or not base[column] > 0:
                 continue
             items = []
             for strategy in _strategies(at):
-                if strategy == "ddp":
+                if is_baseline(strategy):
                     continue
                 value = at[at["strategy"] == strategy].iloc[0].get(column)
                 if value is None or value != value:
@@ -164,7 +164,7 @@ def loss_agreement(df) -> list[str]:
     if M.loss_max_abs_dev_vs_ddp not in df:
         return []
     ok = ok_rows(df)
-    ok = ok[ok[M.loss_max_abs_dev_vs_ddp].notna() & (ok["strategy"] != "ddp")]
+    ok = ok[ok[M.loss_max_abs_dev_vs_ddp].notna() & ~ok["strategy"].map(is_baseline)]
     if ok.empty:
         return []
     off = ok[ok[M.loss_max_abs_dev_vs_ddp] > LOSS_MATCH_TOL]
