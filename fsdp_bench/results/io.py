@@ -78,16 +78,18 @@ def read_json(path: Path, *, max_bytes: int = MAX_JSON_BYTES) -> Any:
         raise ResultError(f"{path}: file not found") from None
     except OSError as exc:
         raise ResultError(f"{path}: cannot be read ({exc.strerror})") from None
-    with os.fdopen(fd, "rb") as fh:
-        st = os.fstat(fh.fileno())
+    try:
+        st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise ResultError(f"{path}: not a regular file")
         if st.st_size > max_bytes:
             raise ResultError(f"{path}: {st.st_size} bytes, over the {max_bytes} a result file may have")
-        try:
+        with os.fdopen(os.dup(fd), "rb") as fh:
             raw = fh.read(max_bytes + 1)
-        except OSError as exc:
-            raise ResultError(f"{path}: cannot be read ({exc.strerror})") from None
+    except OSError as exc:
+        raise ResultError(f"{path}: cannot be read ({exc.strerror})") from None
+    finally:
+        os.close(fd)
     if len(raw) > max_bytes:
         raise ResultError(f"{path}: over the {max_bytes} bytes a result file may have")
     try:
