@@ -18,8 +18,9 @@ from fsdp_bench.plan.case import Case, parse_mesh
 from fsdp_bench.plan.flavors import flavor_for
 from fsdp_bench.results.schema import GIB
 
-# One rank process before its model: torch + gloo + interpreter, about 0.35-0.45 GiB RSS measured
-# on the 2-core CPU test machine (gpt_tiny ranks); rounded up.
+# One rank process before its model: torch + gloo + interpreter. The golden CPU runs
+# (tests/data/golden/base, gpt_tiny, a few MB of model) record peak_rss_gib 0.316 per rank;
+# rounded up for torchrun's own process and allocator slack.
 RANK_FIXED_BYTES = 0.5 * GIB
 MEMINFO = Path("/proc/meminfo")
 
