@@ -64,7 +64,9 @@ _RANK_FIELD_TYPES = {"rank": int, "world_size": int, "pid": int, "host": str, "s
                      "n_params": int, "memory_breakdown_bytes": dict, "expected_model_state_bytes": dict,
                      "allocator": dict, "stage_started_unix": dict}
 _RANK_NUMBER_LISTS = ("warmup_step_times_s", "step_times_s", "losses")
-_RANK_NUMBER_MAPS = ("memory_breakdown_bytes", "expected_model_state_bytes", "stage_started_unix")
+# name -> number maps; expected_model_state_bytes also names its method and layout in text
+_RANK_NUMBER_MAPS = {"memory_breakdown_bytes": _NUMBER, "stage_started_unix": _NUMBER,
+                     "expected_model_state_bytes": (int, float, str)}
 
 
 def check_field_types(path: Path, data: dict[str, Any]) -> None:
@@ -102,8 +104,8 @@ def _check_rank(path: Path, rank: dict[str, Any]) -> None:
     for key in _RANK_NUMBER_LISTS:
         if any(not (v is None or _is(v, _NUMBER)) for v in rank.get(key) or []):
             raise ResultError(f"{path}: rank field {key!r} should hold numbers only")
-    for key in _RANK_NUMBER_MAPS:
-        if any(not (v is None or _is(v, _NUMBER)) for v in (rank.get(key) or {}).values()):
+    for key, kinds in _RANK_NUMBER_MAPS.items():
+        if any(not (v is None or _is(v, kinds)) for v in (rank.get(key) or {}).values()):
             raise ResultError(f"{path}: rank field {key!r} should map names to numbers")
     if any(not isinstance(s, dict) for s in rank.get("stages") or []):
         raise ResultError(f"{path}: rank field 'stages' should be a list of objects")
