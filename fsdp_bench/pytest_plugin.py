@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 
 from fsdp_bench.launch.bench_stats import record_benchmark_stats
+from fsdp_bench.launch.memory_guard import available_host_bytes, memory_refusal
 from fsdp_bench.launch.progress import BenchState, sigterm_as_interrupt, write_live_line
-from fsdp_bench.launch.session import DiskFull, SessionError
+from fsdp_bench.launch.session import DiskFull, SessionError, min_free_mib
 from fsdp_bench.plan import faults
 from fsdp_bench.plan.case import Case, CaseError, skip_reason
 from fsdp_bench.plan.options import OPTIONS, SWITCH_OPTIONS, parse_sweep
@@ -40,6 +41,7 @@ def pytest_configure(config: pytest.Config) -> None:
     try:
         sweep = parse_sweep(raw, no_report=config.getoption("bench_no_report"), plan_only=config.option.collectonly)
         faults.check_spec()
+        min_free_mib()
         if sweep.gpu_name is not None:
             from fsdp_bench.analysis.duration import check_gpu_name
 
@@ -129,6 +131,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     sweep = state.sweep
     estimate = estimate_sweep(cases, repeats=sweep.repeats, gpu_name=estimate_gpu_name(sweep.gpu_name, cases))
     refusal = None if sweep.allow_slow_cpu else slow_cpu_line(estimate)
+    if refusal is None and not sweep.allow_memory_overcommit:
+        refusal = memory_refusal(cases, available_host_bytes(), nnodes=sweep.launch().nnodes)
     if refusal is not None and not config.option.collectonly:
         raise pytest.UsageError(refusal)
     reporter = config.pluginmanager.get_plugin("terminalreporter")
@@ -162,16 +166,17 @@ def bench_run(request: pytest.FixtureRequest, benchmark: Any):
     def _run(case: Case) -> dict[str, Any]:
         config = request.config
         state = config.stash[_STATE_KEY]
-        opening = state.opening_line()
-        if opening:
-            _write_live(config, opening)
         try:
+            opening = state.opening_line()
+            if opening:
+                _write_live(config, opening)
             result = state.session.run(case)
         except DiskFull as exc:  # stop the sweep cleanly; the finished cases stay, resumable
             state.interrupted = True
             pytest.exit(f"fsdp-bench: {exc}", returncode=3)
-        except SessionError as exc:
-            raise pytest.UsageError(str(exc)) from None
+        except SessionError as exc:  # the run folder is unusable: one line, and no further case
+            state.interrupted = True
+            pytest.exit(f"fsdp-bench: {exc}", returncode=4)
         line = state.progress.finish_case(request.node.nodeid, case.id, result)
         if line:
             _write_live(config, line)
@@ -199,6 +204,11 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     state.interrupted |= exitstatus == pytest.ExitCode.INTERRUPTED  # Ctrl-C or SIGTERM
     session = state.session
     terminalreporter.write_sep("-", "fsdp-bench")
+    try:
+        session.check_run_dir()
+    except SessionError as exc:  # nothing to report into: writing would re-create the folder
+        terminalreporter.write_line(f"no report: {exc}")
+        return
     terminalreporter.write_line(f"results: {session.run_dir}")
     if not session.launch.owns_results:
         terminalreporter.write_line(f"node {session.launch.node_rank}: logs under "

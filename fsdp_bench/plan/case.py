@@ -28,6 +28,11 @@ OPTIMIZER_TIMINGS: dict[str, str] = {t.name: t.short for t in OPTIMIZER_TIMING_R
 DEVICES = ("cpu", "cuda")
 
 
+# A case id is a file and folder name (cases/<id>.json, cases/.attempts/<id>-repeatR.N): with
+# room for those suffixes it stays under the 255-byte name limit of Linux filesystems.
+MAX_CASE_ID_BYTES = 200
+
+
 class CaseError(ValueError):
     """A case (or an option that builds one) is invalid; the message is one line for the user."""
 
@@ -231,6 +236,9 @@ def validate_case(case: Case) -> None:
         raise CaseError(f"forward_prefetch must be a non-negative integer, got {case.forward_prefetch!r}")
     if case.data and flavor is not None and not flavor.takes_tokens:
         raise CaseError(f"data {case.data!r} needs a language model; {case.model} takes vectors, not tokens")
+    if len(case.id.encode()) > MAX_CASE_ID_BYTES:
+        raise CaseError(f"case id {case.id[:60]}... is {len(case.id.encode())} bytes; a file name holds "
+                        f"{MAX_CASE_ID_BYTES} at most here (a shorter hf: path gives a shorter id)")
 
 
 def applicable(case: Case) -> Case:

@@ -22,8 +22,8 @@ from fsdp_bench.plan.catalog import strategy as catalog_strategy
 from fsdp_bench.plan.flavors import MODEL_FLAVORS, hf_path_problem, is_hf_path
 from fsdp_bench.plan.nodes import Launch, LaunchError, validate_launch
 from fsdp_bench.plan.suites import SUITES, SuiteSettings, suite_cases
-from fsdp_bench.plan.text_data import data_folder_problem
-from fsdp_bench.results.layout import RunLayout
+from fsdp_bench.plan.text_data import usable_text_problem
+from fsdp_bench.results.layout import RunLayout, foreign_entries
 
 _CASE_DEFAULTS = {f.name: f.default for f in fields(Case) if f.name != "strategy"}
 CPU_TARGET_CI_PCT = 2.0  # --bench-target-ci-pct's default on CPU
@@ -31,7 +31,8 @@ CPU_TARGET_CI_PCT = 2.0  # --bench-target-ci-pct's default on CPU
 
 # how cases run or where results go, not what they measure: a resume may change these
 _NOT_MEASURED = frozenset({"timeout_s", "kill_grace_s", "results_dir", "resume", "report", "nnodes", "node_rank",
-                           "rdzv_endpoint", "run_id", "allow_slow_cpu", "gpu_name"})
+                           "rdzv_endpoint", "run_id", "allow_slow_cpu", "gpu_name",
+                           "allow_memory_overcommit"})
 
 
 def _jsonable(value: Any) -> Any:
@@ -82,6 +83,7 @@ class Sweep:
     data: str = _CASE_DEFAULTS["data"]
     suite: str | None = None
     allow_slow_cpu: bool = False  # run CPU cases whose first step is estimated over a minute
+    allow_memory_overcommit: bool = False  # run cases predicted to need more host memory than is available
     repeats: int = 1  # each case run this many times, each in a fresh process tree
     # Adaptive measurement (issue 25, analysis.adaptive): None = CPU_TARGET_CI_PCT on CPU, where
     # shared cores make 10 steps too few to rank strategies, and off (exactly --bench-steps) on CUDA.
@@ -304,10 +306,29 @@ def _non_negative_floats(option: str, raw: str) -> tuple[float, ...]:
 
 
 def _data_folder(option: str, raw: str) -> str:
-    problem = data_folder_problem(raw)
+    """A folder with usable text, read through once now (as the ranks will), so a folder of
+    malformed or empty files is one line before any case launches; '' is not 'synthetic'."""
+    if not raw.strip():
+        raise CaseError(f"{option}: empty value (leave the option out for synthetic tokens)")
+    _check_path_length(option, raw)
+    problem = usable_text_problem(raw)
     if problem:
         raise CaseError(f"{option}: {problem}")
     return str(Path(raw).expanduser().resolve())
+
+
+PATH_MAX_BYTES, NAME_MAX_BYTES = 4095, 255  # Linux's PATH_MAX (less its NUL) and NAME_MAX
+
+
+def _check_path_length(option: str, raw: str) -> None:
+    """Refuse a path the kernel would refuse (ENAMETOOLONG) before anything is created."""
+    full = os.fsencode(os.path.abspath(os.path.expanduser(raw)))
+    if len(full) > PATH_MAX_BYTES:
+        raise CaseError(f"{option}: path is {len(full)} bytes long; at most {PATH_MAX_BYTES} are allowed")
+    longest = max(full.split(b"/"), key=len)
+    if len(longest) > NAME_MAX_BYTES:
+        raise CaseError(f"{option}: a folder name in the path is {len(longest)} bytes; "
+                        f"at most {NAME_MAX_BYTES} are allowed")
 
 
 def _can_write_in(folder: Path) -> bool:
@@ -334,6 +355,9 @@ def _switch(option: str, text: str) -> bool:
 
 
 def _writable_dir(option: str, raw: str) -> Path:
+    if not raw.strip():
+        raise CaseError(f"{option}: empty value")
+    _check_path_length(option, raw)
     path = Path(raw)
     probe = path
     while not probe.exists() and probe != probe.parent:
@@ -367,6 +391,7 @@ def _text(option: str, raw: str) -> str:
 
 
 def _existing_run(option: str, raw: str) -> Path:
+    _check_path_length(option, raw)
     path = Path(raw)
     if not path.is_dir():
         raise CaseError(f"{option}: {raw!r} does not exist or is not a folder")
@@ -465,11 +490,14 @@ OPTIONS: dict[str, tuple[str, Callable[[str, str], Any], str]] = {
                  "machine without one"),
     "allow-slow-cpu": ("allow_slow_cpu", _switch, "start a CPU sweep even when a case's first step is estimated "
                        "over a minute (fsdp_bench/analysis/duration.py); without it such a sweep stops before any case"),
+    "allow-memory-overcommit": ("allow_memory_overcommit", _switch, "start even when a case's ranks are predicted "
+                                "to need more host memory than the machine has available (launch/memory_guard.py); "
+                                "without it such a sweep stops before any case"),
 }
 
 # Options that are switches: the pytest flag alone means "on" (`--bench-profile`); parse_sweep
 # also takes on/off text for them (what the flag stores, and what other callers may pass).
-SWITCH_OPTIONS = frozenset({"profile", "memory-snapshot", "no-probes", "allow-slow-cpu"})
+SWITCH_OPTIONS = frozenset({"profile", "memory-snapshot", "no-probes", "allow-slow-cpu", "allow-memory-overcommit"})
 
 
 def parse_sweep(raw: Mapping[str, str | None], *, no_report: bool = False, plan_only: bool = False) -> Sweep:
@@ -521,9 +549,11 @@ def _check_launch(sweep: Sweep) -> Sweep:
         raise CaseError("--bench-simulate-world-size: runs on one device; drop --bench-nnodes")
     if sweep.run_id is not None and sweep.resume is not None:
         raise CaseError("--bench-run-id: names a new run folder; use --bench-resume alone to continue one")
-    existing = RunLayout(sweep.results_dir / launch.run_id) if launch.run_id else None
-    if existing is not None and launch.owns_results and existing.cases_dir.exists():
-        raise CaseError(f"--bench-run-id: {existing.root} already holds results; choose a new run id")
+    existing = sweep.results_dir / launch.run_id if launch.run_id else None
+    taken = foreign_entries(existing) if existing is not None and launch.owns_results else []
+    if taken:  # a named run never adopts a folder with files in it: it would overwrite them
+        raise CaseError(f"--bench-run-id: {existing} already exists and holds {', '.join(taken[:3])}; "
+                        f"choose a new run id")
     return dataclasses.replace(sweep, run_id=launch.run_id)
 
 

@@ -175,7 +175,7 @@ def prediction_html(df) -> list[str]:
 def render_markdown(page: Page) -> str:
     out = [f"# fsdp-bench report: {page.run_name}", ""]
     out += ["## Summary", ""]
-    out += [f"- **{q}** {line}" for q, line in page.summary] or ["- No finished cases to summarize."]
+    out += [f"- **{_md_cell(q)}** {_md_cell(line)}" for q, line in page.summary] or ["- No finished cases to summarize."]
     out += [""]
     if page.problems:
         out += ["## Problems reading this run", ""] + [f"- {_md_cell(p)}" for p in page.problems] + [""]

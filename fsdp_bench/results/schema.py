@@ -53,21 +53,62 @@ _CASE_FIELD_TYPES = {"strategy": str, "model": str, "nproc": int, "batch_size": 
                      "seq_len": int, "steps": int, "warmup": int}
 
 
+_NUMBER = (int, float)
+# optional top-level fields and the types readers use them as
+_RESULT_FIELD_TYPES = {"returncode": int, "started_utc": str, "launched_unix": _NUMBER, "finished_unix": _NUMBER,
+                       "repeat": int}
+# rank fields the report and analysis read, and their types (None allowed for every one)
+_RANK_FIELD_TYPES = {"rank": int, "world_size": int, "pid": int, "host": str, "status": str, "stage": str,
+                     "error": dict, "started_utc": str, "ended_utc": str, "stages": list, "memory": dict,
+                     "warmup_step_times_s": list, "step_times_s": list, "losses": list, "device_name": str,
+                     "n_params": int, "memory_breakdown_bytes": dict, "expected_model_state_bytes": dict,
+                     "allocator": dict, "stage_started_unix": dict}
+_RANK_NUMBER_LISTS = ("warmup_step_times_s", "step_times_s", "losses")
+# name -> number maps; expected_model_state_bytes also names its method and layout in text
+_RANK_NUMBER_MAPS = {"memory_breakdown_bytes": _NUMBER, "stage_started_unix": _NUMBER,
+                     "expected_model_state_bytes": (int, float, str)}
+
+
 def check_field_types(path: Path, data: dict[str, Any]) -> None:
     """A case file's fields have the types the report reads them as (one line naming the first bad one)."""
-    for key, kind in _FIELD_TYPES.items():
+    for key, kind in {**_FIELD_TYPES, **_RESULT_FIELD_TYPES}.items():
         value = data.get(key)
-        if key in data and not (value is None and key in _MAY_BE_NULL) and not _is(value, kind):
+        if key in data and not (value is None and key in (*_MAY_BE_NULL, *_RESULT_FIELD_TYPES)) and not _is(value, kind):
             raise ResultError(f"{path}: field {key!r} should be {_kind_name(kind)}, got {type(value).__name__}")
     for key, kind in _CASE_FIELD_TYPES.items():
         if key in data["case"] and not _is(data["case"][key], kind):
             raise ResultError(f"{path}: case field {key!r} should be {_kind_name(kind)}, "
                               f"got {type(data['case'][key]).__name__}")
-    for name, value in data.get("metrics", {}).items():
-        if not (value is None or _is(value, (bool, int, float, str, list, dict))):
-            raise ResultError(f"{path}: metric {name!r} has type {type(value).__name__}")
+    _check_metrics(path, data.get("metrics", {}))
     if not all(isinstance(r, dict) for r in data.get("ranks", [])):
         raise ResultError(f"{path}: field 'ranks' should be a list of objects")
+    for rank in data.get("ranks", []):
+        _check_rank(path, rank)
+
+
+def _check_metrics(path: Path, metrics: dict[str, Any]) -> None:
+    from fsdp_bench.results.metrics import METRICS  # the registry names what must be a number
+
+    numeric = {m.name for m in METRICS}
+    for name, value in metrics.items():
+        allowed = (bool, int, float) if name in numeric else (bool, int, float, str, list, dict)
+        if not (value is None or _is(value, allowed)):
+            raise ResultError(f"{path}: metric {name!r} should be a number, got {type(value).__name__}")
+
+
+def _check_rank(path: Path, rank: dict[str, Any]) -> None:
+    for key, kind in _RANK_FIELD_TYPES.items():
+        value = rank.get(key)
+        if value is not None and not _is(value, kind):
+            raise ResultError(f"{path}: rank field {key!r} should be {_kind_name(kind)}, got {type(value).__name__}")
+    for key in _RANK_NUMBER_LISTS:
+        if any(not (v is None or _is(v, _NUMBER)) for v in rank.get(key) or []):
+            raise ResultError(f"{path}: rank field {key!r} should hold numbers only")
+    for key, kinds in _RANK_NUMBER_MAPS.items():
+        if any(not (v is None or _is(v, kinds)) for v in (rank.get(key) or {}).values()):
+            raise ResultError(f"{path}: rank field {key!r} should map names to numbers")
+    if any(not isinstance(s, dict) for s in rank.get("stages") or []):
+        raise ResultError(f"{path}: rank field 'stages' should be a list of objects")
 
 
 def _is(value: Any, kind: Any) -> bool:
