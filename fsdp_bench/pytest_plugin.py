@@ -18,7 +18,7 @@ from fsdp_bench.launch.progress import BenchState, sigterm_as_interrupt, write_l
 from fsdp_bench.launch.session import DiskFull, SessionError, min_free_mib
 from fsdp_bench.plan import faults
 from fsdp_bench.plan.case import Case, CaseError, skip_reason
-from fsdp_bench.plan.options import OPTIONS, SWITCH_OPTIONS, parse_sweep
+from fsdp_bench.plan.options import OPTIONS, SWITCH_OPTIONS, option_help, parse_sweep
 from fsdp_bench.results.metrics import M
 
 _STATE_KEY = pytest.StashKey[BenchState]()
@@ -26,11 +26,11 @@ _STATE_KEY = pytest.StashKey[BenchState]()
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("fsdp-bench", "fsdp-bench sweep (benchmarks/)")
-    for name, (_attr, _parse, help_text) in OPTIONS.items():
+    for name in OPTIONS:
         # A switch is a plain flag: `--bench-profile` turns it on (an optional value would
         # swallow a following test path).
         switch = {"action": "store_const", "const": "on"} if name in SWITCH_OPTIONS else {}
-        group.addoption(f"--bench-{name}", dest=f"bench_{name.replace('-', '_')}", default=None, help=help_text,
+        group.addoption(f"--bench-{name}", dest=f"bench_{name.replace('-', '_')}", default=None, help=option_help(name).replace("%", "%%"),
                         **switch)
     group.addoption("--bench-no-report", action="store_true", default=False,
                     help="do not write the table and charts at the end of the session")

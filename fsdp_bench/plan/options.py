@@ -416,55 +416,54 @@ def _grace(option: str, text: str) -> float:
 # option name (without --bench-) -> (Sweep field, parser, help)
 OPTIONS: dict[str, tuple[str, Callable[[str, str], Any], str]] = {
     "strategies": ("strategies", lambda o, r: _names(o, r, STRATEGIES),
-                   f"comma list of strategies (default: {', '.join(DEFAULT_STRATEGIES)}): {', '.join(STRATEGIES)}"),
+                   f"comma list of strategies: {', '.join(STRATEGIES)}"),
     "batch-sizes": ("batch_sizes", lambda o, r: tuple(_positive_int(o, s) for s in _split(o, r)),
-                    f"per-device micro-batch sizes (default: {','.join(map(str, Sweep.batch_sizes))})"),
+                    "per-device micro-batch sizes"),
     "grad-accum": ("grad_accums", lambda o, r: tuple(_positive_int(o, s) for s in _split(o, r)),
-                   f"gradient accumulation steps (default: {','.join(map(str, Sweep.grad_accums))})"),
+                   "gradient accumulation steps"),
     "optimizer-timing": ("optimizer_timings", lambda o, r: _names(o, r, OPTIMIZER_TIMINGS),
-                         f"when the optimizer is built: {', '.join(OPTIMIZER_TIMINGS)} (default: after_shard)"),
-    "model": ("models", _models, f"model flavor(s) (default: {Sweep.models[0]}): {', '.join(MODEL_FLAVORS)}, hf:PATH"),
-    "nproc": ("nproc", _positive_int, "ranks per case (default: all GPUs on cuda, 2 on cpu)"),
-    "steps": ("steps", _positive_int, f"measured optimizer steps (default: {Sweep.steps})"),
-    "warmup": ("warmup", _non_negative_int, f"warmup steps excluded from statistics (default: {Sweep.warmup})"),
-    "seq-len": ("seq_len", _positive_int, f"tokens per sample (default: {Sweep.seq_len})"),
-    "device": ("device", lambda o, r: _names(o, r, ("auto", *DEVICES))[0], "auto, cpu or cuda (default: auto)"),
-    "timeout": ("timeout_s", _positive_float, f"seconds per case before it is stopped (default: {Sweep.timeout_s:g})"),
+                         f"when the optimizer is built: {', '.join(OPTIMIZER_TIMINGS)}"),
+    "model": ("models", _models, f"model flavor(s): {', '.join(MODEL_FLAVORS)}, hf:PATH"),
+    "nproc": ("nproc", _positive_int, "ranks per case"),
+    "steps": ("steps", _positive_int, "measured optimizer steps"),
+    "warmup": ("warmup", _non_negative_int, "warmup steps excluded from statistics"),
+    "seq-len": ("seq_len", _positive_int, "tokens per sample"),
+    "device": ("device", lambda o, r: _names(o, r, ("auto", *DEVICES))[0], "auto, cpu or cuda"),
+    "timeout": ("timeout_s", _positive_float, "seconds per case before it is stopped"),
     "kill-grace": ("kill_grace_s", _grace,
-                   f"seconds torchrun gets after SIGTERM before everything of the case is SIGKILLed "
-                   f"(default: {Sweep.kill_grace_s:g})"),
-    "results-dir": ("results_dir", _writable_dir, "where run folders are created (default: results)"),
+                   "seconds torchrun gets after SIGTERM before everything of the case is SIGKILLed "),
+    "results-dir": ("results_dir", _writable_dir, "where run folders are created"),
     "resume": ("resume", _existing_run, "continue this run folder: keep its ok cases, re-run the rest"),
     "suite": ("suite", lambda o, r: _names(o, r, SUITES)[0],
               f"run one of the write-ups' experiments by name: {', '.join(SUITES)}"),
-    "data": ("data", _data_folder, "folder of .txt/.json/.jsonl text to train on (default: synthetic tokens)"),
+    "data": ("data", _data_folder, "folder of .txt/.json/.jsonl text to train on"),
     # Training knobs: comma lists crossed like the axes above; in case ids only when not default.
-    "precision": ("knobs.precision", lambda o, r: _names(o, r, PRECISIONS), f"{', '.join(PRECISIONS)} (default: fp32)"),
-    "act-ckpt": ("knobs.act_ckpt", _on_off, "activation checkpointing per block: off, on (default: off)"),
-    "compile": ("knobs.compile", _on_off, "torch.compile each block: off, on (default: off)"),
+    "precision": ("knobs.precision", lambda o, r: _names(o, r, PRECISIONS), f"{', '.join(PRECISIONS)}"),
+    "act-ckpt": ("knobs.act_ckpt", _on_off, "activation checkpointing per block: off, on"),
+    "compile": ("knobs.compile", _on_off, "torch.compile each block: off, on"),
     "optimizer-impl": ("knobs.optimizer_impl", lambda o, r: _names(o, r, OPTIMIZER_IMPLS),
-                       f"AdamW implementation: {', '.join(OPTIMIZER_IMPLS)} (default: auto)"),
-    "grad-clip": ("knobs.grad_clip", _non_negative_floats, "max global grad norm, 0 = off (default: 0)"),
+                       f"AdamW implementation: {', '.join(OPTIMIZER_IMPLS)}"),
+    "grad-clip": ("knobs.grad_clip", _non_negative_floats, "max global grad norm, 0 = off"),
     "wrap-policy": ("knobs.wrap_policy", lambda o, r: _names(o, r, WRAP_POLICIES),
-                    f"FSDP1 auto-wrap: {', '.join(WRAP_POLICIES)} (default: module)"),
+                    f"FSDP1 auto-wrap: {', '.join(WRAP_POLICIES)}"),
     "min-num-params": ("knobs.min_num_params", lambda o, r: tuple(_positive_int(o, s) for s in _split(o, r)),
-                       "FSDP1 size_based wrap threshold (default: 100000000)"),
+                       "FSDP1 size_based wrap threshold"),
     "forward-prefetch": ("knobs.forward_prefetch", lambda o, r: tuple(_non_negative_int(o, s) for s in _split(o, r)),
-                         "blocks prefetched ahead; FSDP1: >0 sets forward_prefetch (default: 0)"),
+                         "blocks prefetched ahead; FSDP1: >0 sets forward_prefetch"),
     "backward-prefetch": ("knobs.backward_prefetch", lambda o, r: _names(o, r, BACKWARD_PREFETCHES),
-                          f"FSDP1 backward prefetch: {', '.join(BACKWARD_PREFETCHES)} (default: pre)"),
+                          f"FSDP1 backward prefetch: {', '.join(BACKWARD_PREFETCHES)}"),
     "grad-sync": ("knobs.grad_sync", lambda o, r: _names(o, r, GRAD_SYNCS),
-                  "grad-accum reduction: every micro-step, or only the last (no_sync) (default: every)"),
+                  "grad-accum reduction: every micro-step, or only the last (no_sync)"),
     "checkpoint": ("knobs.checkpoint", lambda o, r: _names(o, r, CHECKPOINTS),
-                   f"checkpoint benchmark after the steps: {', '.join(CHECKPOINTS)} (default: none)"),
+                   f"checkpoint benchmark after the steps: {', '.join(CHECKPOINTS)}"),
 
 
-    "nnodes": ("nnodes", _positive_int, "nodes each case spans; run the same command on every node (default: 1)"),
-    "node-rank": ("node_rank", _non_negative_int, "this node's rank, 0..nnodes-1; node 0 writes the results (default: 0)"),
+    "nnodes": ("nnodes", _positive_int, "nodes each case spans; run the same command on every node"),
+    "node-rank": ("node_rank", _non_negative_int, "this node's rank, 0..nnodes-1; node 0 writes the results"),
     "rdzv-endpoint": ("rdzv_endpoint", _text, "HOST:PORT on node 0 for the c10d rendezvous (needed with --bench-nnodes > 1)"),
     "run-id": ("run_id", _text, "name of the run folder under --bench-results-dir, the same on every node "
-                                "(needed with --bench-nnodes > 1; default under Slurm: slurm-$SLURM_JOB_ID)"),
-    "mesh": ("mesh", _mesh, "hybrid strategies' REPLICATExSHARD mesh, e.g. 2x2 (default: the node boundary)"),
+                                "(needed with --bench-nnodes > 1)"),
+    "mesh": ("mesh", _mesh, "hybrid strategies' REPLICATExSHARD mesh, e.g. 2x2"),
     "simulate-world-size": ("simulate_world_sizes", lambda o, r: tuple(_positive_int(o, s) for s in _split(o, r)),
                             "simulate rank 0 of these world sizes on one device with a fake process group, "
                             "e.g. 8,64 (memory measured, communication modelled)"),
@@ -477,17 +476,15 @@ OPTIONS: dict[str, tuple[str, Callable[[str, str], Any], str]] = {
                   "CPU no peak memory; saves their time on big models"),
     "repeats": ("repeats", _positive_int, "run each case this many times, each in a fresh torchrun; the step "
                 "times of all repeats make the case's statistics, the report shows the spread between "
-                "repeats (default: 1)"),
+                "repeats"),
     # Adaptive measurement (issue 25): self-contained, parsed by the shared number parsers.
     "target-ci-pct": ("target_ci_pct", _non_negative_float_value,
-                      f"keep measuring steps past --bench-steps until the step-time median's confidence "
-                      f"interval (analysis.stats.CONFIDENCE) is within +-PCT %, or --bench-measure-cap-s; 0 = exactly --bench-steps "
-                      f"(default: {CPU_TARGET_CI_PCT:g} on CPU, 0 on CUDA)"),
+                      "keep measuring steps past --bench-steps until the step-time median's confidence "
+                      "interval (analysis.stats.CONFIDENCE) is within +-PCT %, or --bench-measure-cap-s; 0 = exactly --bench-steps "),
     "measure-cap-s": ("measure_cap_s", _positive_float, "per case: measured seconds after which adaptive "
-                      f"measurement stops short of its target (default: {Sweep.measure_cap_s:g})"),
-    "gpu-name": ("gpu_name", _text, "GPU whose published peak FLOPs the duration estimate uses, e.g. H100, H200 "
-                 "(default: the visible GPU, else H100 SXM); lets `--collect-only` plan a CUDA sweep on a "
-                 "machine without one"),
+                      "measurement stops short of its target"),
+    "gpu-name": ("gpu_name", _text, "GPU whose published peak FLOPs the duration estimate uses, e.g. H100, H200; lets "
+                 "`--collect-only` plan a CUDA sweep on a machine without one"),
     "allow-slow-cpu": ("allow_slow_cpu", _switch, "start a CPU sweep even when a case's first step is estimated "
                        "over a minute (fsdp_bench/analysis/duration.py); without it such a sweep stops before any case"),
     "allow-memory-overcommit": ("allow_memory_overcommit", _switch, "start even when a case's ranks are predicted "
@@ -497,6 +494,37 @@ OPTIONS: dict[str, tuple[str, Callable[[str, str], Any], str]] = {
 
 # Options that are switches: the pytest flag alone means "on" (`--bench-profile`); parse_sweep
 # also takes on/off text for them (what the flag stores, and what other callers may pass).
+# Defaults that are a rule rather than one value (the field holds None or ""), said in words;
+# None: the option has no default to state.
+_DEFAULT_IN_WORDS: dict[str, str | None] = {
+    "nproc": "all GPUs on cuda, 2 on cpu", "data": "synthetic tokens", "mesh": "the node boundary",
+    "run_id": "a new timestamped folder; under Slurm slurm-$SLURM_JOB_ID", "gpu_name": "the visible GPU, else H100 SXM",
+    "target_ci_pct": f"{CPU_TARGET_CI_PCT:g} on CPU, 0 on CUDA", "rdzv_endpoint": None, "resume": None,
+    "suite": None, "simulate_world_sizes": None,
+}
+
+
+def default_text(field_name: str) -> str | None:
+    """The default of a Sweep field (or `knobs.X`: of Case's X) as an option's help states it."""
+    if field_name in _DEFAULT_IN_WORDS:
+        return _DEFAULT_IN_WORDS[field_name]
+    owner, _, name = field_name.rpartition(".")
+    source = {f.name: f for f in fields(Case if owner == "knobs" else Sweep)}[name]
+    value = source.default_factory() if source.default_factory is not MISSING else source.default
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, (tuple, list)):
+        return ",".join(map(str, value))
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def option_help(name: str) -> str:
+    """An option's help with its default, generated from the dataclass that holds it."""
+    field_name, _parse, text = OPTIONS[name]
+    default = None if name in SWITCH_OPTIONS else default_text(field_name)
+    return text.rstrip() if default is None else f"{text.rstrip()} (default: {default})"
+
+
 SWITCH_OPTIONS = frozenset({"profile", "memory-snapshot", "no-probes", "allow-slow-cpu", "allow-memory-overcommit"})
 
 
@@ -553,7 +581,7 @@ def _check_launch(sweep: Sweep) -> Sweep:
     taken = foreign_entries(existing) if existing is not None and launch.owns_results else []
     if taken:  # a named run never adopts a folder with files in it: it would overwrite them
         raise CaseError(f"--bench-run-id: {existing} already exists and holds {', '.join(taken[:3])}; "
-                        f"choose a new run id")
+                        "choose a new run id")
     return dataclasses.replace(sweep, run_id=launch.run_id)
 
 
