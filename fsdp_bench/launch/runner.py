@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from fsdp_bench.analysis.aggregate import aggregate_rank_metrics
+from fsdp_bench.analysis.aggregate import case_metrics
 from fsdp_bench.launch.outcome import Outcome, classify_outcome
 from fsdp_bench.launch.processes import TORCHRUN_GRACE_S, build_env, stop_case
 from fsdp_bench.launch.commands import build_command, ranks_per_node
@@ -173,13 +173,9 @@ def _merged_result(case: Case, outcome: Outcome, ranks: list[dict[str, Any]], *,
         "launched_unix": started["unix"],
         "finished_unix": time.time(),
         "log_tail": log_tail if outcome.status != "ok" else log_tail[-500:],
-        "metrics": aggregate_rank_metrics(
-            tokens_per_step=case.tokens_per_step, samples_per_step=case.global_batch_size,
-            world_size=case.nproc, ranks=ranks,
-        ) if ranks else {},
+        "metrics": case_metrics(case, ranks, ranks[0].get("simulation") if case.simulate and ranks else None),
         "ranks": ranks,
     }
     if case.simulate and ranks and ranks[0].get("simulation"):
         result["simulation"] = ranks[0]["simulation"]
-        result["metrics"].update(ranks[0]["simulation"].get("metrics", {}))
     return result

@@ -8,6 +8,7 @@ from typing import Any
 
 from fsdp_bench.results.io import read_json
 from fsdp_bench.results.layout import RunLayout
+from fsdp_bench.results.migrate import migrate_case_result
 from fsdp_bench.results.schema import STATUSES, ResultError, check_field_types, check_schema
 
 
@@ -20,7 +21,7 @@ def load_case_result(path: Path) -> dict[str, Any]:
     check_field_types(path, data)
     if data["status"] not in STATUSES:
         raise ResultError(f"{path}: unknown status {data['status']!r}; known: {', '.join(STATUSES)}")
-    return data
+    return migrate_case_result(data)
 
 
 

@@ -6,11 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-SCHEMA_VERSION = 2
-# Versions this code reads. 2 added measurement fields (memory breakdown, model state, FLOPs/MFU,
-# profile, update norms, timeline); every field 2 added is optional, so a version-1 file reads as
-# a version-2 file with those fields missing.
-READABLE_SCHEMA_VERSIONS = (1, 2)
+SCHEMA_VERSION = 3
+# Versions this code reads; older ones are brought to the current one at load (results.migrate),
+# so no reader ever looks at an old shape. 2 added measurement fields (memory breakdown, model
+# state, FLOPs/MFU, profile, update norms, timeline), all optional. 3: the metrics always carry
+# `effective_sharding` in the catalog's words and, with a prediction, rank 0's measured peak.
+READABLE_SCHEMA_VERSIONS = (1, 2, 3)
 STATUSES = ("ok", "failed", "oom", "timeout", "skipped")
 FAILED_STATUSES = ("failed", "oom", "timeout")
 
@@ -29,6 +30,18 @@ STAGE_LABELS = {
     "warmup": "after warmup",
     "end": "at the end",
 }
+
+
+# FSDP1's ShardingStrategy names in the catalog's words ("hybrid_" + a row's sharding for hybrid
+# rows), so the sharding every family really ran reads alike in records and tables (and files
+# written before the words were the catalog's read like new ones).
+_FSDP1_SHARDING_WORDS = {"NO_SHARD": "replicated", "SHARD_GRAD_OP": "shard_grad_op", "FULL_SHARD": "full_shard",
+                         "HYBRID_SHARD": "hybrid_full_shard", "_HYBRID_SHARD_ZERO2": "hybrid_shard_grad_op"}
+
+
+def sharding_word(name: str) -> str:
+    """An FSDP1 ShardingStrategy name (or a word already in the catalog's terms) in catalog terms."""
+    return _FSDP1_SHARDING_WORDS.get(name, name.lower())
 
 
 class ResultError(ValueError):
