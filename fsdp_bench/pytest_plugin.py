@@ -13,11 +13,10 @@ from typing import Any
 import pytest
 
 from fsdp_bench.launch.bench_stats import record_benchmark_stats
-from fsdp_bench.launch.memory_guard import available_host_bytes, memory_refusal
-from fsdp_bench.launch.progress import BenchState, sigterm_as_interrupt, write_live_line
-from fsdp_bench.launch.session import DiskFull, SessionError, min_free_mib
-from fsdp_bench.plan import faults
+from fsdp_bench.launch.progress import BenchState, cases_to_run, check_inputs, sigterm_as_interrupt, write_live_line
+from fsdp_bench.launch.session import DiskFull, SessionError
 from fsdp_bench.plan.case import Case, CaseError, skip_reason
+from fsdp_bench.plan.catalog import optimizer_timing
 from fsdp_bench.plan.options import OPTIONS, SWITCH_OPTIONS, option_help, parse_sweep
 from fsdp_bench.results.metrics import M
 
@@ -40,12 +39,7 @@ def pytest_configure(config: pytest.Config) -> None:
     raw = {name: config.getoption(f"bench_{name.replace('-', '_')}") for name in OPTIONS}
     try:
         sweep = parse_sweep(raw, no_report=config.getoption("bench_no_report"), plan_only=config.option.collectonly)
-        faults.check_spec()
-        min_free_mib()
-        if sweep.gpu_name is not None:
-            from fsdp_bench.analysis.duration import check_gpu_name
-
-            check_gpu_name(sweep.gpu_name)
+        check_inputs(sweep)
     except (CaseError, ValueError) as exc:
         raise pytest.UsageError(str(exc)) from None
     try:
@@ -104,40 +98,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = keep
 
 
-_NOT_TRAINED = {"before_shard": "optimizer built before sharding: parameters never changed"}
-
-
-def _cases_to_run(items: list[pytest.Item]) -> list[Case]:
-    """The collected cases that will launch (collection-time skips excluded)."""
-    return [item.callspec.params["bench_case"] for item in items
-            if "bench_case" in getattr(item, "fixturenames", ()) and item.get_closest_marker("skip") is None
-            and hasattr(item, "callspec") and "bench_case" in item.callspec.params]
-
-
 def pytest_collection_finish(session: pytest.Session) -> None:
     """How many cases will run, for the [i/N] progress lines; the duration estimate (also with
     --collect-only, to plan a sweep), and the slow-CPU guard that stops the sweep before its
     first case."""
-    from fsdp_bench.analysis.duration import estimate_gpu_name, estimate_line, estimate_sweep, slow_cpu_line
-
     config = session.config
     state = config.stash.get(_STATE_KEY, None)
-    cases = _cases_to_run(session.items)
     if state is None:
         return
+    cases = cases_to_run(session.items)
     state.progress.total = len(cases)
     if not cases:
         return
-    sweep = state.sweep
-    estimate = estimate_sweep(cases, repeats=sweep.repeats, gpu_name=estimate_gpu_name(sweep.gpu_name, cases))
-    refusal = None if sweep.allow_slow_cpu else slow_cpu_line(estimate)
-    if refusal is None and not sweep.allow_memory_overcommit:
-        refusal = memory_refusal(cases, available_host_bytes(), nnodes=sweep.launch().nnodes)
+    estimate, refusal = state.plan(cases)
     if refusal is not None and not config.option.collectonly:
         raise pytest.UsageError(refusal)
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None:
-        reporter.write_line(estimate_line(estimate))
+        reporter.write_line(estimate)
         if refusal is not None:  # --collect-only launches nothing; say what a run would do
             reporter.write_line(f"{refusal} (when run without --collect-only)")
 
@@ -191,7 +169,7 @@ def bench_run(request: pytest.FixtureRequest, benchmark: Any):
             pytest.fail(f"{status.upper()}: {reason}\n--- log tail ---\n{tail}", pytrace=False)
         if (result.get("metrics") or {}).get(M.params_changed) is False:
             # It ran, but did not train: its speed must not read as a pass a user could pick.
-            pytest.xfail(_NOT_TRAINED.get(case.optimizer_timing, "parameters never changed"))
+            pytest.xfail(optimizer_timing(case.optimizer_timing).not_trained_reason or "parameters never changed")
         return result
 
     return _run

@@ -67,6 +67,19 @@ class BenchState:
                 raise
         return cls(sweep, session)
 
+    def plan(self, cases: list) -> tuple[str, str | None]:
+        """The duration estimate's line for the cases about to run, and why they must not start
+        (a CPU first step over a minute, or more host memory than the machine has; None: go)."""
+        from fsdp_bench.analysis.duration import estimate_gpu_name, estimate_line, estimate_sweep, slow_cpu_line
+        from fsdp_bench.launch.memory_guard import available_host_bytes, memory_refusal
+
+        sweep = self.sweep
+        estimate = estimate_sweep(cases, repeats=sweep.repeats, gpu_name=estimate_gpu_name(sweep.gpu_name, cases))
+        refusal = None if sweep.allow_slow_cpu else slow_cpu_line(estimate)
+        if refusal is None and not sweep.allow_memory_overcommit:
+            refusal = memory_refusal(cases, available_host_bytes(), nnodes=sweep.launch().nnodes)
+        return estimate_line(estimate), refusal
+
     def opening_line(self) -> str | None:
         if not self.progress.start() or not self.session.launch.owns_results:
             return None
@@ -150,3 +163,23 @@ def write_live_line(reporter: Any, capture: Any, line: str) -> None:
         return
     with capture.global_and_fixture_disabled():
         write()
+
+
+def check_inputs(sweep: Sweep) -> None:
+    """What the sweep reads besides its options, checked before anything runs (ValueError with
+    one line): contributor faults, the free-space floor, the GPU named for the estimate."""
+    from fsdp_bench.analysis.duration import check_gpu_name
+    from fsdp_bench.launch.session import min_free_mib
+    from fsdp_bench.plan import faults
+
+    faults.check_spec()
+    min_free_mib()
+    if sweep.gpu_name is not None:
+        check_gpu_name(sweep.gpu_name)
+
+
+def cases_to_run(items: list) -> list:
+    """The collected cases that will launch (pytest items; collection-time skips excluded)."""
+    return [item.callspec.params["bench_case"] for item in items
+            if "bench_case" in getattr(item, "fixturenames", ()) and item.get_closest_marker("skip") is None
+            and hasattr(item, "callspec") and "bench_case" in item.callspec.params]
