@@ -445,6 +445,14 @@ OPTIONS: dict[str, tuple[str, Callable[[str, str], Any], str]] = {
 # also takes on/off text for them (what the flag stores, and what other callers may pass).
 SWITCH_OPTIONS = frozenset({"profile", "memory-snapshot", "no-probes", "allow-slow-cpu"})
 
+# Flags about what the session writes and prints, not what the cases measure: not in Sweep's
+# fingerprint, so a resume may change them.
+DISPLAY_OPTIONS: dict[str, str] = {
+    "no-report": "do not write the table and charts at the end of the session",
+    "benchmark-table": "also print pytest-benchmark's timing tables (one per like-for-like group, wider than "
+                       "a terminal); off by default so the recommendation ends the output",
+}
+
 
 def parse_sweep(raw: Mapping[str, str | None], *, no_report: bool = False, plan_only: bool = False) -> Sweep:
     """A Sweep from option texts (None: not given). Raises CaseError naming the bad option.
