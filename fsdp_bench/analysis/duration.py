@@ -27,7 +27,7 @@ scripts/measure_sweep_cost.py), about twice that when the machine is loaded. On 
 assumed (CUDA context, NCCL, a GPU-sized model's build). The overhead per micro-step (50 ms on
 CPU; tiny models' steps take 10-70 ms) was read off tiny sweeps (gpt_tiny, 2 gloo ranks) on the
 same VM. A sweep adds SESSION_S once: pytest's own start and the report at its end (1.8 s and
-1.3-1.7 s measured on the VM, README "What a sweep costs"). A model between tiny and GPT-2 runs faster than 10 GFLOP/s on CPU (gpt_small: 0.41 s
+1.3-1.7 s measured on the VM, docs/metrics.md "What a sweep costs"). A model between tiny and GPT-2 runs faster than 10 GFLOP/s on CPU (gpt_small: 0.41 s
 measured for a 1.5 s estimate), so estimates for such models err long too.
 
 Costs assumed, not measured (no GPU was at hand when they were written; correct them from a run's
