@@ -17,10 +17,11 @@ from fsdp_bench.launch.progress import BenchState, cases_to_run, check_inputs, s
 from fsdp_bench.launch.session import DiskFull, SessionError
 from fsdp_bench.plan.case import Case, CaseError, skip_reason
 from fsdp_bench.plan.catalog import optimizer_timing
-from fsdp_bench.plan.options import OPTIONS, SWITCH_OPTIONS, option_help, parse_sweep
+from fsdp_bench.plan.options import DISPLAY_OPTIONS, OPTIONS, SWITCH_OPTIONS, option_help, parse_sweep
 from fsdp_bench.results.metrics import M
 
 _STATE_KEY = pytest.StashKey[BenchState]()
+_CLOSING_KEY = pytest.StashKey[list]()  # the recommendation and the run's place: the terminal's last lines
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -31,8 +32,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         switch = {"action": "store_const", "const": "on"} if name in SWITCH_OPTIONS else {}
         group.addoption(f"--bench-{name}", dest=f"bench_{name.replace('-', '_')}", default=None, help=option_help(name).replace("%", "%%"),
                         **switch)
-    group.addoption("--bench-no-report", action="store_true", default=False,
-                    help="do not write the table and charts at the end of the session")
+    for name, help_text in DISPLAY_OPTIONS.items():
+        group.addoption(f"--bench-{name}", action="store_true", default=False, help=help_text)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -47,8 +48,15 @@ def pytest_configure(config: pytest.Config) -> None:
     except SessionError as exc:
         raise pytest.UsageError(f"--bench-resume: {exc}") from None
     config.stash[_STATE_KEY] = state
-    if sweep.resume is None and not config.option.collectonly:
-        state.session.start_environment()  # its torch import overlaps collection; closed at unconfigure
+    if not config.getoption("bench_benchmark_table") and hasattr(config.option, "benchmark_quiet"):
+        # pytest-benchmark's own tables (read when its trylast configure builds its session)
+        # are 200+ columns wide and would bury the recommendation; --bench-benchmark-table
+        # (or --benchmark-verbose) brings them back. --benchmark-json / compare are unaffected.
+        config.option.benchmark_quiet = True
+    if not config.option.collectonly:
+        # Its torch import overlaps collection; its facts are the preflight's interpreter check
+        # and calibration, and (in a new run) env.json. Closed at unconfigure.
+        state.session.start_environment()
     config.add_cleanup(sigterm_as_interrupt())
 
 
@@ -99,9 +107,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """How many cases will run, for the [i/N] progress lines; the duration estimate (also with
-    --collect-only, to plan a sweep), and the slow-CPU guard that stops the sweep before its
-    first case."""
+    """How many cases will run, for the [i/N] progress lines; then, before any case launches,
+    the preflight (launch.preflight): the workers' interpreter imports torch (and sees a GPU for
+    CUDA), the calibrated duration estimate (also with --collect-only, to plan a sweep), and the
+    slow-CPU and host-memory guards. A refusal is a usage error: one line, no run folder."""
+    from fsdp_bench.launch.preflight import run_preflight
+
     config = session.config
     state = config.stash.get(_STATE_KEY, None)
     if state is None:
@@ -110,14 +121,13 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     state.progress.total = len(cases)
     if not cases:
         return
-    estimate, refusal = state.plan(cases)
-    if refusal is not None and not config.option.collectonly:
-        raise pytest.UsageError(refusal)
+    preflight = run_preflight(state.session, cases, collect_only=config.option.collectonly)
+    if preflight.refusal is not None:
+        raise pytest.UsageError(preflight.refusal)
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None:
-        reporter.write_line(estimate)
-        if refusal is not None:  # --collect-only launches nothing; say what a run would do
-            reporter.write_line(f"{refusal} (when run without --collect-only)")
+        for line in preflight.lines:
+            reporter.write_line(line)
 
 
 def _write_live(config: pytest.Config, line: str) -> None:
@@ -187,8 +197,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     except SessionError as exc:  # nothing to report into: writing would re-create the folder
         terminalreporter.write_line(f"no report: {exc}")
         return
-    terminalreporter.write_line(f"results: {session.run_dir}")
     if not session.launch.owns_results:
+        terminalreporter.write_line(f"results: {session.run_dir}")
         terminalreporter.write_line(f"node {session.launch.node_rank}: logs under "
                                     f"{session.layout.node_root(session.launch.node_rank)}; "
                                     "node 0 writes the results and the report")
@@ -196,16 +206,29 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     hint = state.resume_hint()
     if hint:
         terminalreporter.write_line(hint)
-    if not state.sweep.report:
-        return
-    from fsdp_bench.report.terminal import report_lines
+    from fsdp_bench.report.terminal import closing_lines, report_sections
 
-    try:
-        lines = report_lines(session.run_dir, session.results)
-    except KeyboardInterrupt:
-        # Ctrl-C while charts are drawn: every file is written atomically, so nothing is
-        # half-written; say how to finish instead of a traceback, and exit as interrupted.
-        pytest.exit(f"report interrupted; the results are safe. To write it: "
-                    f"python visualize.py {session.run_dir}", returncode=pytest.ExitCode.INTERRUPTED)
-    for line in lines:
+    body, closing = [], closing_lines(session.run_dir, [])
+    if state.sweep.report:
+        try:
+            body, closing = report_sections(session.run_dir, session.results)
+        except KeyboardInterrupt:
+            # Ctrl-C while charts are drawn: every file is written atomically, so nothing is
+            # half-written; say how to finish instead of a traceback, and exit as interrupted.
+            pytest.exit(f"report interrupted; the results are safe. To write it: "
+                        f"python visualize.py {session.run_dir}", returncode=pytest.ExitCode.INTERRUPTED)
+    for line in body:
         terminalreporter.write_line(line)
+    config.stash[_CLOSING_KEY] = closing
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int):
+    """Outermost, so after pytest's own closing `=== N passed in Xs ===`: the recommendation and
+    where the run is are the last lines on the terminal."""
+    result = yield
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        for line in session.config.stash.get(_CLOSING_KEY, []):
+            reporter.write_line(line)
+    return result

@@ -67,19 +67,6 @@ class BenchState:
                 raise
         return cls(sweep, session)
 
-    def plan(self, cases: list) -> tuple[str, str | None]:
-        """The duration estimate's line for the cases about to run, and why they must not start
-        (a CPU first step over a minute, or more host memory than the machine has; None: go)."""
-        from fsdp_bench.analysis.duration import estimate_gpu_name, estimate_line, estimate_sweep, slow_cpu_line
-        from fsdp_bench.launch.memory_guard import available_host_bytes, memory_refusal
-
-        sweep = self.sweep
-        estimate = estimate_sweep(cases, repeats=sweep.repeats, gpu_name=estimate_gpu_name(sweep.gpu_name, cases))
-        refusal = None if sweep.allow_slow_cpu else slow_cpu_line(estimate)
-        if refusal is None and not sweep.allow_memory_overcommit:
-            refusal = memory_refusal(cases, available_host_bytes(), nnodes=sweep.launch().nnodes)
-        return estimate_line(estimate), refusal
-
     def opening_line(self) -> str | None:
         if not self.progress.start() or not self.session.launch.owns_results:
             return None

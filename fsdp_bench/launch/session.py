@@ -88,6 +88,27 @@ class SweepSession:
         if self._torch_env is None:
             self._torch_env = TorchEnvironment(env=build_env())
 
+    def check_interpreter(self, device: str) -> dict[str, Any]:
+        """The torch facts of the workers' interpreter (the env.json reader's, already under
+        way, so no second torch import): SessionError with one line when the cases could not
+        run at all (no torch there, or a CUDA sweep whose torch sees no GPU)."""
+        from fsdp_bench.launch.environment import interpreter_problem
+
+        self.start_environment()
+        facts = self._torch_env.result()
+        problem = interpreter_problem(facts, device, self._torch_env.python)
+        if problem is not None:
+            raise SessionError(problem)
+        return facts
+
+    def kept_on_resume(self, case_ids: list[str]) -> frozenset[str]:
+        """The ids of the cases a --bench-resume keeps (ok in the run folder): not run again."""
+        if self.sweep.resume is None or not self.launch.owns_results:
+            return frozenset()
+        run = RunLayout(self.sweep.resume)
+        return frozenset(cid for cid in case_ids
+                         if (_load_or_none(run.result_file(cid)) or {}).get("status") == "ok")
+
     def _write_environment(self, folder: Path) -> None:
         from fsdp_bench.launch.environment import write_environment
         from fsdp_bench.launch.processes import PROJECT_ROOT

@@ -527,6 +527,14 @@ def option_help(name: str) -> str:
 
 SWITCH_OPTIONS = frozenset({"profile", "memory-snapshot", "no-probes", "allow-slow-cpu", "allow-memory-overcommit"})
 
+# Flags about what the session writes and prints, not what the cases measure: not in Sweep's
+# fingerprint, so a resume may change them.
+DISPLAY_OPTIONS: dict[str, str] = {
+    "no-report": "do not write the table and charts at the end of the session",
+    "benchmark-table": "also print pytest-benchmark's timing tables (one per like-for-like group, wider than "
+                       "a terminal); off by default so the recommendation ends the output",
+}
+
 
 def parse_sweep(raw: Mapping[str, str | None], *, no_report: bool = False, plan_only: bool = False) -> Sweep:
     """A Sweep from option texts (None: not given). Raises CaseError naming the bad option.
