@@ -102,7 +102,7 @@ def check_field_types(path: Path, data: dict[str, Any]) -> None:
 def _check_metrics(path: Path, metrics: dict[str, Any]) -> None:
     from fsdp_bench.results.metrics import METRICS  # the registry names what must be a number
 
-    numeric = {m.name for m in METRICS}
+    numeric = {m.name for m in METRICS if m.unit != "label"}  # a label is text (measurement_stop_reason)
     for name, value in metrics.items():
         allowed = (bool, int, float) if name in numeric else (bool, int, float, str, list, dict)
         if not (value is None or _is(value, allowed)):
