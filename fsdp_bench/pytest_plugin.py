@@ -15,6 +15,7 @@ import pytest
 from fsdp_bench.launch.bench_stats import record_benchmark_stats
 from fsdp_bench.launch.progress import BenchState, sigterm_as_interrupt, write_live_line
 from fsdp_bench.launch.session import DiskFull, SessionError
+from fsdp_bench.analysis.tune import TuneRequest
 from fsdp_bench.plan import faults
 from fsdp_bench.plan.case import Case, CaseError, skip_reason
 from fsdp_bench.plan.options import OPTIONS, SWITCH_OPTIONS, parse_sweep
@@ -74,6 +75,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         cases = sweep.suite_cases(suite) if suite else sweep.cases()
     except CaseError as exc:
         raise pytest.UsageError(str(exc)) from None
+    if sweep.tune and not suite:  # one test per model runs the tuner (docs/autotune.md)
+        from fsdp_bench.analysis.tune import tune_requests
+
+        metafunc.parametrize("bench_case", [pytest.param(r, id=r.id) for r in tune_requests(cases)])
+        return
     params = []
     for case in cases:
         reason = skip_reason(case)
@@ -106,10 +112,12 @@ _NOT_TRAINED = {"before_shard": "optimizer built before sharding: parameters nev
 
 
 def _cases_to_run(items: list[pytest.Item]) -> list[Case]:
-    """The collected cases that will launch (collection-time skips excluded)."""
-    return [item.callspec.params["bench_case"] for item in items
-            if "bench_case" in getattr(item, "fixturenames", ()) and item.get_closest_marker("skip") is None
-            and hasattr(item, "callspec") and "bench_case" in item.callspec.params]
+    """The collected cases that will launch (collection-time skips excluded; a tuning item
+    counts its whole grid, what the full sweep would cost)."""
+    params = [item.callspec.params["bench_case"] for item in items
+              if "bench_case" in getattr(item, "fixturenames", ()) and item.get_closest_marker("skip") is None
+              and hasattr(item, "callspec") and "bench_case" in item.callspec.params]
+    return [case for p in params for case in (p.cases if isinstance(p, TuneRequest) else (p,))]
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -123,7 +131,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     cases = _cases_to_run(session.items)
     if state is None:
         return
-    state.progress.total = len(cases)
+    state.progress.total = 0 if state.sweep.tune else len(cases)  # a tuning's count is not known ahead
     if not cases:
         return
     sweep = state.sweep
@@ -165,6 +173,8 @@ def bench_run(request: pytest.FixtureRequest, benchmark: Any):
         opening = state.opening_line()
         if opening:
             _write_live(config, opening)
+        if state.sweep.tune:
+            return _run_tune(config, state, case)
         try:
             result = state.session.run(case)
         except DiskFull as exc:  # stop the sweep cleanly; the finished cases stay, resumable
@@ -190,6 +200,31 @@ def bench_run(request: pytest.FixtureRequest, benchmark: Any):
         return result
 
     return _run
+
+
+def _run_tune(config: pytest.Config, state: BenchState, request: Any) -> dict[str, Any]:
+    """A `--bench-tune` item: the tuner's loop (fsdp_bench.launch.tune), one live line per case."""
+    from fsdp_bench.launch.tune import TuneError, answer_lines, run_tune
+
+    def on_result(case: Case, result: dict[str, Any]) -> None:
+        line = state.progress.finish_case(f"{request.id}::{case.id}", case.id, result)
+        if line:
+            _write_live(config, line)
+
+    sweep = state.sweep
+    try:
+        answer = run_tune(state.session, request, budget_gib=sweep.budget_gib, max_repeats=sweep.repeats,
+                          time_budget_s=sweep.tune_time_s, on_result=on_result)
+    except DiskFull as exc:
+        state.interrupted = True
+        pytest.exit(f"fsdp-bench: {exc}", returncode=3)
+    except (SessionError, TuneError) as exc:
+        raise pytest.UsageError(str(exc)) from None
+    for line in answer_lines(answer):
+        _write_live(config, line)
+    if answer["pick"] is None:
+        pytest.fail(f"tune {request.model}: no pick ({answer['stopped']})", pytrace=False)
+    return answer
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:

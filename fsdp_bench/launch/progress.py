@@ -70,7 +70,8 @@ class BenchState:
     def opening_line(self) -> str | None:
         if not self.progress.start() or not self.session.launch.owns_results:
             return None
-        return f"fsdp-bench: {self.progress.total} case(s); run folder {self.session.ensure_run_dir()}"
+        what = "tuning (cases measured as the rounds decide)" if self.sweep.tune else f"{self.progress.total} case(s)"
+        return f"fsdp-bench: {what}; run folder {self.session.ensure_run_dir()}"
 
     def resume_hint(self) -> str | None:
         """How to finish the run, when it was interrupted or some case is not ok."""
@@ -111,7 +112,7 @@ def _measured_parts(metrics: dict[str, Any]) -> list[str]:
     if isinstance(cv, (int, float)) and cv > NOISY_CV_PCT:
         parts.append(f"NOISY (CV {cv:.0f}%)")
     spread = metrics.get(M.repeat_spread_pct)
-    if isinstance(spread, (int, float)):
+    if isinstance(spread, (int, float)) and (metrics.get(M.repeats) or 1) > 1:
         parts.append(f"{metrics.get(M.repeats)} repeats, medians spread {spread:.0f}%")
     return parts
 
