@@ -99,7 +99,7 @@ def test_schedule_explores_what_could_win_then_races_the_ties_then_stops():
     measured = {top.case.id: _measured(top.case.id, model.tokens_per_s(top))}
     explore = plan_round(ranked, measured, model, budget_gib=None, max_repeats=3)
     assert explore and all(model.tokens_per_s(next(p for p in ranked if p.case.id == c.id)) * 1.1
-                           >= model.tokens_per_s(top) * 0.98 * 0.9 for c, _ in explore)
+                           >= model.tokens_per_s(top) for c, _ in explore)
     # Everything measured, two tied: they get their repeats doubled, capped at max_repeats.
     everything = {p.case.id: _measured(p.case.id, 100.0) for p in ranked}
     everything[top.case.id] = _measured(top.case.id, 1000)

@@ -11,6 +11,7 @@ from tests.sweep_helpers import SMALL, case_results, child_env, pytest_cmd, run_
 
 GRID = [a for a in SMALL if a != "--bench-no-report"]
 GRID[GRID.index("--bench-strategies") + 1] = "ddp,fsdp1_full_shard,fsdp2"
+GRID[GRID.index("--bench-steps") + 1] = "4"  # 2 steps give intervals too wide to rule anything out
 
 
 def _tune(tmp_path: Path, *extra: str) -> tuple[subprocess.CompletedProcess, Path, dict]:

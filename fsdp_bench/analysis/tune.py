@@ -22,7 +22,7 @@ ever a measured case whose measured peak is within the budget.
 
 The schedule (a racing scheme in the spirit of successive halving, with the prediction as prior):
 after the probe, each round measures once the unmeasured fitting cases that could still beat the
-leader (predicted speed x (1 + model error) at or above the leader's lower bound), best predicted
+leader (predicted speed x (1 + model error) at or above the leader's measured speed), best predicted
 first, at most ROUND_SIZE; and gives every measured case whose tokens/s interval overlaps the
 leader's (`report.recommend`'s rule, at `analysis.stats.CONFIDENCE`) more repeats, doubling up to
 `--bench-repeats`. It stops when nothing is left to measure: one leader separated beyond noise, or
@@ -296,7 +296,7 @@ def plan_round(ranked: Sequence[Prediction], measured: Mapping[str, Measured], m
     unmeasured = [p for p in ranked if p.case.id not in measured]
     if best is None:
         return [(p.case, 1) for p in unmeasured[:round_size]]
-    bar = noise_band(best)[0]
+    bar = best.tokens_per_s or 0.0  # could still beat the leader: the model's error covers the prediction
     promising = [p for p in unmeasured if model.tokens_per_s(p) * (1 + model.error) >= bar]
     if promising:
         return [(p.case, 1) for p in promising[:round_size]]
