@@ -78,6 +78,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         cases = sweep.suite_cases(suite) if suite else sweep.cases()
     except CaseError as exc:
         raise pytest.UsageError(str(exc)) from None
+    if sweep.tune and not suite:  # one test per model runs the tuner (docs/autotune.md)
+        from fsdp_bench.analysis.tune import tune_requests
+
+        metafunc.parametrize("bench_case", [pytest.param(r, id=r.id) for r in tune_requests(cases)])
+        return
     params = []
     for case in cases:
         reason = skip_reason(case)
@@ -118,7 +123,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if state is None:
         return
     cases = cases_to_run(session.items)
-    state.progress.total = len(cases)
+    state.progress.total = 0 if state.sweep.tune else len(cases)  # a tuning's count is not known ahead
     if not cases:
         return
     preflight = run_preflight(state.session, cases, collect_only=config.option.collectonly)
@@ -154,6 +159,8 @@ def bench_run(request: pytest.FixtureRequest, benchmark: Any):
     def _run(case: Case) -> dict[str, Any]:
         config = request.config
         state = config.stash[_STATE_KEY]
+        if state.sweep.tune:
+            return _run_tune(config, state, case)
         try:
             opening = state.opening_line()
             if opening:
@@ -183,6 +190,31 @@ def bench_run(request: pytest.FixtureRequest, benchmark: Any):
         return result
 
     return _run
+
+
+def _run_tune(config: pytest.Config, state: BenchState, request: Any) -> dict[str, Any]:
+    """A `--bench-tune` item: the tuner's loop (fsdp_bench.launch.tune), one live line per case."""
+    from fsdp_bench.launch.tune import TuneError, answer_lines, run_tune
+
+    def on_result(case: Case, result: dict[str, Any]) -> None:
+        line = state.progress.finish_case(f"{request.id}::{case.id}", case.id, result)
+        if line:
+            _write_live(config, line)
+
+    sweep = state.sweep
+    try:
+        answer = run_tune(state.session, request, budget_gib=sweep.budget_gib, max_repeats=sweep.repeats,
+                          time_budget_s=sweep.tune_time_s, on_result=on_result)
+    except DiskFull as exc:
+        state.interrupted = True
+        pytest.exit(f"fsdp-bench: {exc}", returncode=3)
+    except (SessionError, TuneError) as exc:
+        raise pytest.UsageError(str(exc)) from None
+    for line in answer_lines(answer):
+        _write_live(config, line)
+    if answer["pick"] is None:
+        pytest.fail(f"tune {request.model}: no pick ({answer['stopped']})", pytrace=False)
+    return answer
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:

@@ -19,6 +19,7 @@ from fsdp_bench.plan.options import Sweep, fingerprint_differences
 from fsdp_bench.results.io import read_json, write_json_atomic
 from fsdp_bench.results.layout import RunLayout, create_run_dir, foreign_entries
 from fsdp_bench.results.load import load_case_result
+from fsdp_bench.results.metrics import M
 from fsdp_bench.results.schema import ResultError
 
 
@@ -255,14 +256,31 @@ class SweepSession:
         self.results.append(result)
         return result
 
-    def _run_repeats(self, run: RunLayout, case: Case) -> dict[str, Any]:
+    def run_with_repeats(self, case: Case, repeats: int) -> dict[str, Any]:
+        """The case with at least `repeats` repeats (the tuner's rounds): a merged result that
+        already has them is returned as is; one with fewer is set aside under .attempts/ (its ok
+        repeats stay and are kept) and the missing repeats run. Always the repeat layout, so a
+        case measured once and later again is one ordinary case with its repeats."""
+        run = self.layout
+        merged = _load_or_none(run.result_file(case.id))
+        if merged is not None and merged["status"] == "ok" and len(merged.get(M.repeats) or []) >= repeats:
+            result = merged
+        else:
+            if merged is not None:
+                _set_aside(run, case.id, with_dir=False)
+            result = self._run_repeats(run, case, repeats)
+        self.results = [r for r in self.results if r.get("case_id") != case.id] + [result]
+        return result
+
+    def _run_repeats(self, run: RunLayout, case: Case, repeats: int | None = None) -> dict[str, Any]:
         """Each repeat in its own fresh torchrun and folder; an ok repeat from an earlier attempt
         is kept, others are set aside and run again; the first repeat that is not ok ends the case."""
         from fsdp_bench.analysis.repeats import merge_repeats
         from fsdp_bench.launch.runner import run_case
 
+        planned = repeats or self.sweep.repeats
         results = []
-        for repeat in range(1, self.sweep.repeats + 1):
+        for repeat in range(1, planned + 1):
             done = _load_or_none(run.result_file(case.id, repeat=repeat)) if self.launch.owns_results else None
             if done is None or done["status"] != "ok":
                 check_free_space(run.root)
@@ -274,7 +292,7 @@ class SweepSession:
             results.append(done)
             if done["status"] != "ok":
                 break
-        merged = merge_repeats(results, planned=self.sweep.repeats)
+        merged = merge_repeats(results, planned=planned)
         write_json_atomic(run.result_file(case.id, self.launch.node_rank), merged)
         return merged
 

@@ -32,7 +32,9 @@ CPU_TARGET_CI_PCT = 2.0  # --bench-target-ci-pct's default on CPU
 # how cases run or where results go, not what they measure: a resume may change these
 _NOT_MEASURED = frozenset({"timeout_s", "kill_grace_s", "results_dir", "resume", "report", "nnodes", "node_rank",
                            "rdzv_endpoint", "run_id", "allow_slow_cpu", "gpu_name",
-                           "allow_memory_overcommit"})
+                           "allow_memory_overcommit",
+                           # the tuner picks which cases to measure, not how each is measured
+                           "tune", "budget_gib", "tune_time_s"})
 
 
 def _jsonable(value: Any) -> Any:
@@ -90,6 +92,11 @@ class Sweep:
     target_ci_pct: float | None = None
     measure_cap_s: float = 10.0  # per case: measured seconds after which an adaptive case stops
     gpu_name: str | None = None  # whose published figures the duration estimate uses (None: the visible GPU)
+    # Autotune (issue 27, analysis.tune / launch.tune): one test per model measures only the
+    # cases that could win, within a memory budget per device and a budget of case-seconds.
+    tune: bool = False
+    budget_gib: float | None = None
+    tune_time_s: float | None = None
 
     def fingerprint(self) -> dict[str, Any]:
         """The settings that decide what the cases measure, where they differ from the defaults,
@@ -403,6 +410,16 @@ def _existing_run(option: str, raw: str) -> Path:
     return path
 
 
+def _positive_gib(option: str, text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < float("inf"):
+        raise CaseError(f"{option}: {text!r} is not a positive number of GiB")
+    return value
+
+
 def _grace(option: str, text: str) -> float:
     try:
         value = float(text)
@@ -485,6 +502,14 @@ OPTIONS: dict[str, tuple[str, Callable[[str, str], Any], str]] = {
                       "measurement stops short of its target"),
     "gpu-name": ("gpu_name", _text, "GPU whose published peak FLOPs the duration estimate uses, e.g. H100, H200; lets "
                  "`--collect-only` plan a CUDA sweep on a machine without one"),
+    "tune": ("tune", _switch, "autotune: instead of every case, one test per model that predicts every case's "
+             "peak memory and step time, measures the promising ones in rounds and answers with the "
+             "fastest that fits (docs/autotune.md); --bench-repeats is the most repeats a finalist gets"),
+    "budget-gib": ("budget_gib", _positive_gib, "with --bench-tune: memory budget per device in GiB (as "
+                   "visualize.py --budget-gib): cases predicted over it are skipped, and the pick's measured "
+                   "peak is within it"),
+    "tune-time-s": ("tune_time_s", _positive_float, "with --bench-tune: case-seconds after which the tuning "
+                    "stops and answers with what it measured"),
     "allow-slow-cpu": ("allow_slow_cpu", _switch, "start a CPU sweep even when a case's first step is estimated "
                        "over a minute (fsdp_bench/analysis/duration.py); without it such a sweep stops before any case"),
     "allow-memory-overcommit": ("allow_memory_overcommit", _switch, "start even when a case's ranks are predicted "
@@ -500,7 +525,7 @@ _DEFAULT_IN_WORDS: dict[str, str | None] = {
     "nproc": "all GPUs on cuda, 2 on cpu", "data": "synthetic tokens", "mesh": "the node boundary",
     "run_id": "a new timestamped folder; under Slurm slurm-$SLURM_JOB_ID", "gpu_name": "the visible GPU, else H100 SXM",
     "target_ci_pct": f"{CPU_TARGET_CI_PCT:g} on CPU, 0 on CUDA", "rdzv_endpoint": None, "resume": None,
-    "suite": None, "simulate_world_sizes": None,
+    "suite": None, "simulate_world_sizes": None, "budget_gib": "none", "tune_time_s": "none; the rounds end by themselves",
 }
 
 
@@ -525,7 +550,8 @@ def option_help(name: str) -> str:
     return text.rstrip() if default is None else f"{text.rstrip()} (default: {default})"
 
 
-SWITCH_OPTIONS = frozenset({"profile", "memory-snapshot", "no-probes", "allow-slow-cpu", "allow-memory-overcommit"})
+SWITCH_OPTIONS = frozenset({"profile", "memory-snapshot", "no-probes", "allow-slow-cpu", "allow-memory-overcommit",
+                            "tune"})
 
 # Flags about what the session writes and prints, not what the cases measure: not in Sweep's
 # fingerprint, so a resume may change them.
@@ -557,6 +583,7 @@ def parse_sweep(raw: Mapping[str, str | None], *, no_report: bool = False, plan_
     if not plan_only:
         _check_devices(sweep)
     sweep = _check_launch(sweep)
+    _check_tune(sweep)
     try:
         sweep.cases()
     except CaseError as exc:
@@ -591,6 +618,17 @@ def _check_launch(sweep: Sweep) -> Sweep:
         raise CaseError(f"--bench-run-id: {existing} already exists and holds {', '.join(taken[:3])}; "
                         "choose a new run id")
     return dataclasses.replace(sweep, run_id=launch.run_id)
+
+
+def _check_tune(sweep: Sweep) -> None:
+    if not sweep.tune:
+        for option, value in (("--bench-budget-gib", sweep.budget_gib), ("--bench-tune-time-s", sweep.tune_time_s)):
+            if value is not None:
+                raise CaseError(f"{option}: only with --bench-tune (the report's budget: visualize.py --budget-gib)")
+        return
+    if sweep.suite is not None or sweep.simulate_world_sizes or sweep.nnodes > 1:
+        raise CaseError("--bench-tune: tunes the strategy grid on this node; drop --bench-suite, "
+                        "--bench-simulate-world-size and --bench-nnodes")
 
 
 def _check_devices(sweep: Sweep) -> None:

@@ -32,6 +32,7 @@ class Page:
     charts: Sequence[Any]  # ChartOutcome
     problems: Sequence[str] = field(default_factory=list)
     files: Sequence[str] = field(default_factory=list)
+    tuning: Sequence[dict[str, Any]] = field(default_factory=list)  # --bench-tune answers
 
 
 def format_value(value: Any) -> str:
@@ -210,9 +211,60 @@ def _files_blocks(page: Page) -> list:
     return [Heading("Files"), Bullets(links)]
 
 
+def _fmt(value: Any, spec: str) -> str:
+    return "" if value is None else format(value, spec)
+
+
+def tuning_rows(answer: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """Every measured case of one tuning: predicted vs measured step time, speed, peak, cost."""
+    head = ["case", "status", "repeat runs", "predicted step s", "measured step s", "error %", "tokens/s/device",
+            "peak GiB", "fits budget", "case-seconds"]
+    rows = [[r["case_id"], r["status"], str(r["repeat_count"]), _fmt(r["predicted_step_s"], ".4g"),
+             _fmt(r["measured_step_s"], ".4g"), _fmt(r["error_pct"], "+.0f"), _fmt(r["speed_tokens_per_s"], ",.0f"),
+             _fmt(r["peak_gib"], ".4g"), "yes" if r["fits_budget"] else "NO", _fmt(r["case_seconds"], ".1f")]
+            for r in answer["measured"]]
+    return head, rows
+
+
+def tuning_lines(answer: dict[str, Any]) -> list[str]:
+    """The answer in sentences: the pick, its ties, why it stopped, what was skipped, the cost."""
+    cost = answer["cost"]
+    ratio = f"{100 * cost['ratio']:.0f}%" if cost.get("ratio") is not None else "?"
+    budget = "no memory budget" if answer.get("budget_gib") is None else f"budget {answer['budget_gib']:g} GiB/device"
+    lines = [f"Pick ({budget}): {answer.get('pick') or 'none'}.",
+             "Tied with it within noise: " + (", ".join(answer["tied"]) if answer["tied"] else "none") + ".",
+             f"Stopped: {answer['stopped']}.",
+             f"Cost: {cost['spent_case_s']:.0f} case-seconds on {cost['measured_cases']} of {cost['grid_cases']} cases, "
+             f"{ratio} of the full grid's {cost['full_grid_case_s']:.0f} (estimated at {answer['max_repeats']} "
+             "repeat(s), scaled by this run's measured cases)."]
+    model = answer.get("step_model") or {}
+    if model:
+        lines.append(f"Step-time model after calibration on {model['fitted_on_cases']} case(s): "
+                     f"{model['device_flops_per_s'] / 1e9:.3g} GFLOP/s per rank, {model['wire_bytes_per_s'] / 1e9:.3g} GB/s "
+                     f"on the wire, {1000 * model['micro_step_overhead_s']:.3g} ms per micro-step, error band "
+                     f"{model['model_error_pct']:.0f}%.")
+    for s in answer["skipped"]:
+        lines.append(f"Skipped {s['case_id']}: {s['reason']}.")
+    check = answer.get("boundary_check")
+    if check:
+        lines.append(f"Boundary check {check['case_id']}: predicted {check['predicted_peak_in_gib']:.4g} GiB, measured "
+                     f"{_fmt(check['measured_peak_in_gib'], '.4g') or 'not measured'} GiB.")
+    return lines
+
+
+def _tuning_blocks(page: Page) -> list:
+    blocks: list = []
+    for answer in page.tuning:
+        head, rows = tuning_rows(answer)
+        blocks += [Heading(f"Autotune: {answer['model']}"), Bullets(tuple(plain(line) for line in tuning_lines(answer))),
+                   Table(tuple(head), tuple(Row(tuple(Cell(c, left=i == 0) for i, c in enumerate(r))) for r in rows))]
+    return blocks
+
+
 def page_document(page: Page) -> doc.Document:
     """The page, section by section, in the order a reader wants them."""
-    sections = (_summary_blocks(page), _comparison_blocks(page.df), prediction_blocks(page.df), _chart_blocks(page),
+    sections = (_summary_blocks(page), _comparison_blocks(page.df), _tuning_blocks(page), prediction_blocks(page.df),
+                _chart_blocks(page),
                 _failed_blocks(page.df), time_blocks(page.df), _files_blocks(page))
     return doc.Document(f"fsdp-bench report: {page.run_name}", [b for section in sections for b in section])
 

@@ -12,6 +12,8 @@
       cases/.attempts/<case-id>.N/  an earlier attempt that did not finish ok, set aside on resume
       cases/.attempts/<case-id>-repeat<r>.N/  the same for one repeat
       nodes/node-<R>/cases/...      node R > 0: the same work folders for its own ranks
+      tune/tune-<model>.json        --bench-tune: the tuning's answer (pick, rounds, cost), rewritten
+                                    when a resumed tuning ends; its cases are ordinary results above
 """
 
 from __future__ import annotations
@@ -132,6 +134,13 @@ class RunLayout:
                 found.append(CaseDir(p))
                 found += [CaseDir(r) for r in sorted(p.glob("repeat-*")) if r.is_dir()]
         return found
+
+    def tune_file(self, request_id: str) -> Path:
+        """The answer of one `--bench-tune` item (tune-<model>): the pick, the rounds, the cost."""
+        return self.root / "tune" / f"{request_id}.json"
+
+    def tune_files(self) -> list[Path]:
+        return sorted((self.root / "tune").glob("*.json"))
 
     def result_files(self) -> list[Path]:
         return sorted(self.cases_dir.glob("*.json"))
