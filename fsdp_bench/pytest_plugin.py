@@ -193,25 +193,16 @@ def bench_run(request: pytest.FixtureRequest, benchmark: Any):
 
 
 def _run_tune(config: pytest.Config, state: BenchState, request: Any) -> dict[str, Any]:
-    """A `--bench-tune` item: the tuner's loop (fsdp_bench.launch.tune), one live line per case."""
-    from fsdp_bench.launch.tune import TuneError, answer_lines, run_tune
+    """A `--bench-tune` item: the tuner's loop (launch.tune.tune_item), one live line per case."""
+    from fsdp_bench.launch.tune import TuneError, tune_item
 
-    def on_result(case: Case, result: dict[str, Any]) -> None:
-        line = state.progress.finish_case(f"{request.id}::{case.id}", case.id, result)
-        if line:
-            _write_live(config, line)
-
-    sweep = state.sweep
     try:
-        answer = run_tune(state.session, request, budget_gib=sweep.budget_gib, max_repeats=sweep.repeats,
-                          time_budget_s=sweep.tune_time_s, on_result=on_result)
+        answer = tune_item(state, request, lambda line: _write_live(config, line))
     except DiskFull as exc:
         state.interrupted = True
         pytest.exit(f"fsdp-bench: {exc}", returncode=3)
     except (SessionError, TuneError) as exc:
         raise pytest.UsageError(str(exc)) from None
-    for line in answer_lines(answer):
-        _write_live(config, line)
     if answer["pick"] is None:
         pytest.fail(f"tune {request.model}: no pick ({answer['stopped']})", pytrace=False)
     return answer

@@ -111,3 +111,20 @@ def answer_lines(answer: dict[str, Any]) -> list[str]:
         lines.append(f"  boundary check {check['case_id']}: predicted {check['predicted_peak_in_gib']:.4g} GiB, measured "
                      f"{check['measured_peak_in_gib']} GiB, over the budget when measured: {check['over_budget_when_measured']}")
     return lines
+
+
+def tune_item(state, request, write_live) -> dict:
+    """One `--bench-tune` test: the tuning of `request`'s grid through the sweep's session (`state`,
+    a launch.progress.BenchState), each measured case's live line and then the answer written with
+    `write_live`. Raises DiskFull, SessionError or TuneError for the plugin to turn into a stop."""
+    def on_result(case, result) -> None:
+        line = state.progress.finish_case(f"{request.id}::{case.id}", case.id, result)
+        if line:
+            write_live(line)
+
+    sweep = state.sweep
+    answer = run_tune(state.session, request, budget_gib=sweep.budget_gib, max_repeats=sweep.repeats,
+                      time_budget_s=sweep.tune_time_s, on_result=on_result)
+    for line in answer_lines(answer):
+        write_live(line)
+    return answer
