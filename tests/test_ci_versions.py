@@ -27,7 +27,6 @@ COVERED_BY = {
     "the fake process group (simulation)": "test_hf_simulated_world_sizes.py",
     "collectives in the profiler trace": "test_simulation.py",
     "2D DeviceMesh (HSDP)": "test_hybrid.py",
-    "torch's failure texts (torchrun, gloo)": "test_faults_sweep.py",
 }
 
 

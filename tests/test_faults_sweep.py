@@ -14,8 +14,7 @@ import pytest
 
 from tests.sweep_helpers import SMALL, case_results, child_env, processes_of, pytest_cmd, run_dirs, write_sweep_project
 
-# versions: the failure classification reads torch's own texts (torchrun's failure summary, gloo's errors)
-pytestmark = [pytest.mark.slow, pytest.mark.versions]
+pytestmark = pytest.mark.slow
 
 TIMEOUT_S = 40.0  # per case; the process-group timeout becomes 20 s, so the hang ends as a collective timeout
 GRACE_S = 5.0
