@@ -19,6 +19,7 @@ HF_TEST_CONFIGS = sorted(p.parent for p in (Path(__file__).parent / "data" / "hf
 HF_TEST_MODELS = [f"hf:{p}" for p in HF_TEST_CONFIGS]
 
 
+@pytest.mark.versions  # transformers' module layout
 @pytest.mark.parametrize("model", HF_TINY + HF_TEST_MODELS, ids=HF_TINY + [p.name for p in HF_TEST_CONFIGS])
 def test_hf_units_match_the_real_modules(model):
     pytest.importorskip("torch")
