@@ -198,7 +198,7 @@ def test_offloading_strategies_on_cuda_get_a_host_backend_too():
 def test_bare_loop_reduces_a_device_tensor_and_ci_compares_after_failures():
     from pathlib import Path
 
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     assert "torch.tensor(times, dtype=torch.float64, device=device)" in (root / "scripts/bare_loop.py").read_text()
     workflow = (root / ".github/workflows/gpu-benchmarks.yml").read_text()
     compare = workflow[workflow.index("name: Compare with the baseline"):]

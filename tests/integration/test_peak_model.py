@@ -17,7 +17,7 @@ from fsdp_bench.plan.case import Case
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-CONFIGS = {p.parent.name: f"hf:{p.parent}" for p in (Path(__file__).parent / "data" / "hf_configs").glob("*/config.json")}
+CONFIGS = {p.parent.name: f"hf:{p.parent}" for p in (Path(__file__).resolve().parents[1] / "data" / "hf_configs").glob("*/config.json")}
 SMALL = dict(batch_size=2, seq_len=32, steps=1, warmup=0)
 
 

@@ -11,7 +11,7 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.version import Version
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 LIBRARIES = ("torch", "accelerate", "transformers")
 
 # Each version-sensitive path, and a test file whose `versions` tests exercise it for real.
@@ -78,4 +78,5 @@ def test_readme_names_each_tested_set_on_one_line():
 
 def test_each_version_sensitive_path_has_versions_tests():
     for path, filename in COVERED_BY.items():
-        assert "pytest.mark.versions" in (ROOT / "tests" / filename).read_text(), (path, filename)
+        (found,) = (ROOT / "tests").rglob(filename)  # tests/unit or tests/integration
+        assert "pytest.mark.versions" in found.read_text(), (path, filename)

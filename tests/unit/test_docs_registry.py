@@ -7,7 +7,7 @@ from pathlib import Path
 from fsdp_bench.results.metrics import METRICS, markdown_table
 from fsdp_bench.report.table import REPORT_COLUMNS
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 START = "<!-- metrics table: generated from fsdp_bench/results/metrics.py"
 END = "<!-- end of metrics table -->"
 

@@ -14,7 +14,7 @@ from fsdp_bench.plan.case import Case, skip_reason
 # mixed precision, checkpoint save/load and accelerate: all of it moves with library versions.
 pytestmark = pytest.mark.versions
 
-SAMPLE_DATA = str(Path(__file__).resolve().parent.parent / "fsdp_bench" / "sample_data")
+SAMPLE_DATA = str(Path(__file__).resolve().parents[2] / "fsdp_bench" / "sample_data")
 _BASE = {"nproc": 2, "steps": 2, "warmup": 1, "seq_len": 32, "device": "cpu", "pg_timeout_s": 60.0}
 
 # name -> case. Several knobs share a case: each knob is exercised at least once.

@@ -19,7 +19,7 @@ from fsdp_bench.plan.options import parse_sweep
 from fsdp_bench.plan.case import CaseError
 from fsdp_bench.launch.commands import build_command
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_rendezvous_id_is_per_run_and_case_and_the_same_on_every_node():

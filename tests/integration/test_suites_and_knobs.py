@@ -14,7 +14,7 @@ from fsdp_bench.plan.flavors import MODEL_FLAVORS
 from fsdp_bench.plan.options import parse_sweep
 from fsdp_bench.plan.suites import SUITES, SuiteSettings, suite_cases
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CPU = SuiteSettings(device="cpu", nproc=2, steps=3, warmup=1, pg_timeout_s=60.0)
 GPU = SuiteSettings(device="cuda", nproc=8, steps=3, warmup=1, pg_timeout_s=60.0)
 
