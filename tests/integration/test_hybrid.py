@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from fsdp_bench.plan.case import Case, CaseError, hybrid_mesh_shape, parse_mesh
 from fsdp_bench.launch.runner import run_case
+from fsdp_bench.plan.case import Case, CaseError, hybrid_mesh_shape, parse_mesh
 
 
 def test_default_mesh_replicates_across_nodes_and_shards_within_one():
@@ -31,8 +31,7 @@ def hybrid_results(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("hybrid")
     (run_dir / "cases").mkdir()
     base = dict(model="gpt_tiny", nproc=4, mesh="2x2", batch_size=2, seq_len=32, steps=2, warmup=1)
-    return {s: run_case(Case(strategy=s, **base), run_dir, timeout_s=300)
-            for s in ("fsdp1_hybrid_shard", "fsdp2_hsdp")}
+    return {s: run_case(Case(strategy=s, **base), run_dir, timeout_s=300) for s in ("fsdp1_hybrid_shard", "fsdp2_hsdp")}
 
 
 @pytest.mark.slow
@@ -44,4 +43,4 @@ def test_hybrid_2x2_trains_on_four_gloo_ranks(hybrid_results, strategy):
     assert sorted(r["rank"] for r in result["ranks"]) == [0, 1, 2, 3]
     assert all(r["params_changed"] for r in result["ranks"])
     losses = [r["losses"] for r in result["ranks"]]
-    assert all(len(l) == 3 and l[-1] < l[0] for l in losses)
+    assert all(len(curve) == 3 and curve[-1] < curve[0] for curve in losses)

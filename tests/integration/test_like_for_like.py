@@ -39,10 +39,10 @@ def test_non_training_fastest_case_is_never_best(tmp_path):
     assert len(best) == 1 and best[0]["trained"] == "True" and best[0]["rank_in_group"] == "1"
     assert frozen["compare_group"] == "gpt_tiny sl32 tok64 fp32"
     report = (run / "report.md").read_text()
-    line = next(l for l in report.splitlines() if "| fsdp2 | 1 | 1 | before_shard |" in l)
+    line = next(text for text in report.splitlines() if "| fsdp2 | 1 | 1 | before_shard |" in text)
     assert "| 1,000,000,000 |" in line and "**1,000,000,000**" not in line, line
-    fastest = [l for l in report.splitlines() if "Fastest strategy" in l]
-    assert fastest and all("1,000,000,000" not in l and "1e+09" not in l for l in fastest), fastest
+    fastest = [text for text in report.splitlines() if "Fastest strategy" in text]
+    assert fastest and all("1,000,000,000" not in text and "1e+09" not in text for text in fastest), fastest
 
 
 def test_groups_compare_only_same_tokens_per_step(tmp_path):

@@ -13,11 +13,7 @@ from fsdp_bench.analysis.flops import sdpa_backward_flops, sdpa_forward_flops
 from fsdp_bench.worker.probes import _sdpa_flop_mapping
 
 # (batch, query heads, key/value heads, query length, key length, q/k head size, value head size)
-SHAPES = {
-    "gqa": (2, 8, 2, 16, 16, 4, 4),
-    "mha": (2, 4, 4, 16, 16, 8, 8),
-    "mqa_cross": (3, 6, 1, 5, 7, 4, 2),
-}
+SHAPES = {"gqa": (2, 8, 2, 16, 16, 4, 4), "mha": (2, 4, 4, 16, 16, 8, 8), "mqa_cross": (3, 6, 1, 5, 7, 4, 2)}
 
 
 def _hand_counts(b, h_q, h_kv, s_q, s_k, d, d_v):
@@ -58,16 +54,24 @@ def test_counter_on_cpu_sdpa_forward_and_backward(name):
     assert counter.get_total_flops() == forward + backward
 
 
-@pytest.mark.parametrize("kernel", ["_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
-                                    "_scaled_dot_product_cudnn_attention"])
+@pytest.mark.parametrize(
+    "kernel",
+    [
+        "_scaled_dot_product_flash_attention",
+        "_scaled_dot_product_efficient_attention",
+        "_scaled_dot_product_cudnn_attention",
+    ],
+)
 def test_counter_on_cuda_kernels_with_grouped_heads(kernel):
     """The CUDA kernels' own ops, called on meta tensors (their shape functions run without a GPU)."""
     b, h_q, h_kv, s, _, d, _ = SHAPES["gqa"]
     q = torch.empty(b, h_q, s, d, device="meta")
     k = v = torch.empty(b, h_kv, s, d, device="meta")
     op = getattr(torch.ops.aten, kernel)
-    extra = {"_scaled_dot_product_efficient_attention": (None, True),
-             "_scaled_dot_product_cudnn_attention": (None, True, 0.0, False)}.get(kernel, ())
+    extra = {
+        "_scaled_dot_product_efficient_attention": (None, True),
+        "_scaled_dot_product_cudnn_attention": (None, True, 0.0, False),
+    }.get(kernel, ())
     with FlopCounterMode(display=False, custom_mapping=_sdpa_flop_mapping()) as counter:
         op(q, k, v, *extra)
     assert counter.get_total_flops() == _hand_counts(b, h_q, h_kv, s, s, d, d)[0]

@@ -7,12 +7,31 @@ import math
 from pathlib import Path
 from typing import Any
 
-from fsdp_bench.report.charts.style import (ChartSkipped, RunData, STATUS_MARKS, TIMING_STYLES, add_legend, failed_rows, mark_failures, pyplot, reference_slice, require, save_figure, strategies_in, strategy_color, strategy_handles, timings_in)
+from fsdp_bench.report.charts.style import (
+    STATUS_MARKS,
+    TIMING_STYLES,
+    ChartSkipped,
+    RunData,
+    add_legend,
+    failed_rows,
+    mark_failures,
+    pyplot,
+    reference_slice,
+    require,
+    save_figure,
+    strategies_in,
+    strategy_color,
+    strategy_handles,
+    timings_in,
+)
 from fsdp_bench.report.table import ok_rows
 from fsdp_bench.results.metrics import M
 
-MEMORY_KINDS = ((M.peak_allocated_gib, "allocated (allocator)"), (M.peak_reserved_gib, "reserved (allocator)"),
-                (M.peak_rss_gib, "process RSS (host memory)"))
+MEMORY_KINDS = (
+    (M.peak_allocated_gib, "allocated (allocator)"),
+    (M.peak_reserved_gib, "reserved (allocator)"),
+    (M.peak_rss_gib, "process RSS (host memory)"),
+)
 
 
 def _batch_axis(ax: Any, sizes: list[int]) -> None:
@@ -39,8 +58,17 @@ def _facets(df, extra: list[tuple[str, str]] | None = None):
     return panels
 
 
-def draw_lines_vs_batch(run: RunData, panels: list, ylabel: str, title: str, path: Path, ncols: int,
-                        *, zero_floor: bool = True, units: dict[str, tuple[float, str]] | None = None) -> None:
+def draw_lines_vs_batch(
+    run: RunData,
+    panels: list,
+    ylabel: str,
+    title: str,
+    path: Path,
+    ncols: int,
+    *,
+    zero_floor: bool = True,
+    units: dict[str, tuple[float, str]] | None = None,
+) -> None:
     """`units`: per column, (factor, y label) overriding `ylabel`, e.g. MiB for tiny memory."""
     units = units or {}
     plt = pyplot()
@@ -53,14 +81,22 @@ def draw_lines_vs_batch(run: RunData, panels: list, ylabel: str, title: str, pat
         ok = ok_rows(part)
         missing = sorted(set(ok["strategy"]) - set(ok[ok[column].notna()]["strategy"]))
         if missing:  # finished, but this metric was not measured for them: say so, not a silent gap
-            ax.text(0.02, 0.02, f"not measured: {', '.join(missing)}", transform=ax.transAxes, fontsize=7,
-                    color="#555555")
+            ax.text(
+                0.02, 0.02, f"not measured: {', '.join(missing)}", transform=ax.transAxes, fontsize=7, color="#555555"
+            )
         for (strategy, timing), group in ok.groupby(["strategy", "optimizer_timing"], sort=False):
             group = group[group[column].notna()].sort_values("batch_size")
             if group.empty:
                 continue
-            ax.plot(group["batch_size"], group[column] * units.get(column, (1.0, ""))[0], TIMING_STYLES.get(timing, "-."), marker="o",
-                    markersize=4, color=strategy_color(strategy), lw=1.8)
+            ax.plot(
+                group["batch_size"],
+                group[column] * units.get(column, (1.0, ""))[0],
+                TIMING_STYLES.get(timing, "-."),
+                marker="o",
+                markersize=4,
+                color=strategy_color(strategy),
+                lw=1.8,
+            )
         mark_failures(ax, part, "batch_size", strategies)
         ax.set_title(panel_title, fontsize=10)
         _batch_axis(ax, sizes)
@@ -68,7 +104,7 @@ def draw_lines_vs_batch(run: RunData, panels: list, ylabel: str, title: str, pat
         if zero_floor:
             ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
-    for ax in list(axes.flat)[len(panels):]:
+    for ax in list(axes.flat)[len(panels) :]:
         ax.set_visible(False)
     fig.suptitle(title + (f" — {run.title}" if run.title else ""), fontsize=12)
     fig.tight_layout()
@@ -79,8 +115,14 @@ def draw_lines_vs_batch(run: RunData, panels: list, ylabel: str, title: str, pat
 def chart_throughput(run: RunData, path: Path) -> None:
     require(run.df, M.tokens_per_s_per_device)
     panels = _facets(run.df, [(M.tokens_per_s_per_device, "")])
-    draw_lines_vs_batch(run, panels, "tokens/s per device", "Throughput vs batch size (higher is better)",
-                        path, ncols=min(3, run.df["grad_accum"].nunique()))
+    draw_lines_vs_batch(
+        run,
+        panels,
+        "tokens/s per device",
+        "Throughput vs batch size (higher is better)",
+        path,
+        ncols=min(3, run.df["grad_accum"].nunique()),
+    )
 
 
 def chart_peak_memory(run: RunData, path: Path) -> None:
@@ -90,9 +132,15 @@ def chart_peak_memory(run: RunData, path: Path) -> None:
     panels = _facets(run.df, kinds)
     # MiB per kind whose values are under 0.1 GiB: a tiny model's memory would read 0.00 GiB
     units = {c: (1024.0, "peak memory per device (MiB)") for c, _ in kinds if ok_rows(run.df)[c].max() < 0.1}
-    draw_lines_vs_batch(run, panels, "peak memory per device (GiB)",
-                        "Peak memory vs batch size (largest rank; lower is better)", path, ncols=len(kinds),
-                        units=units)
+    draw_lines_vs_batch(
+        run,
+        panels,
+        "peak memory per device (GiB)",
+        "Peak memory vs batch size (largest rank; lower is better)",
+        path,
+        ncols=len(kinds),
+        units=units,
+    )
 
 
 def chart_mfu(run: RunData, path: Path) -> None:
@@ -102,8 +150,14 @@ def chart_mfu(run: RunData, path: Path) -> None:
             reason = f" ({run.df['mfu_null_reason'].dropna().iloc[0]})"
         raise ChartSkipped(f"no finished case has mfu_pct: no peak FLOPs known for the device{reason}")
     panels = _facets(run.df, [(M.mfu_pct, "")])
-    draw_lines_vs_batch(run, panels, "model FLOPs utilization (%)", "MFU vs batch size (higher is better)",
-                        path, ncols=min(3, run.df["grad_accum"].nunique()))
+    draw_lines_vs_batch(
+        run,
+        panels,
+        "model FLOPs utilization (%)",
+        "MFU vs batch size (higher is better)",
+        path,
+        ncols=min(3, run.df["grad_accum"].nunique()),
+    )
 
 
 def chart_gpu_util(run: RunData, path: Path) -> None:
@@ -131,8 +185,15 @@ def chart_gpu_util(run: RunData, path: Path) -> None:
         for j in range(len(sizes)):
             value = grid[i, j]
             color = "white" if value != value or value < 60 else "black"
-            ax.text(j, i, labels[i][j] or "—", ha="center", va="center", fontsize=8,
-                    color="black" if value != value else color)
+            ax.text(
+                j,
+                i,
+                labels[i][j] or "—",
+                ha="center",
+                va="center",
+                fontsize=8,
+                color="black" if value != value else color,
+            )
     ax.set_xticks(range(len(sizes)), [str(s) for s in sizes])
     ax.set_yticks(range(len(strategies)), strategies)
     for tick, strategy in zip(ax.get_yticklabels(), strategies):
