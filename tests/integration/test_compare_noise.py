@@ -11,7 +11,7 @@ import pytest
 
 from fsdp_bench.analysis.aggregate import aggregate_rank_metrics
 from fsdp_bench.analysis.stats import median_ci, summarize_step_times
-from tests.test_visualize import copy_run, visualize
+from tests.integration.test_visualize import copy_run, visualize
 
 
 def scale_step_times(run, factor) -> None:

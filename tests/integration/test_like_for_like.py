@@ -9,7 +9,7 @@ import json
 
 from fsdp_bench.report.summary import summary_lines
 from fsdp_bench.report.table import build_table, did_train
-from tests.test_visualize import copy_run, visualize
+from tests.integration.test_visualize import copy_run, visualize
 
 FROZEN = "fsdp2-gpt_tiny-ws2-bs1-ga1-opt_before-sl32"  # params_changed False in the golden run
 HUGE = 1e9

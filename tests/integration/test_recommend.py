@@ -7,7 +7,7 @@ from fsdp_bench.analysis.stats import pareto_front
 from fsdp_bench.report.recommend import format_gib, recommend, recommendation_lines
 from fsdp_bench.report.table import build_table
 from fsdp_bench.results.load import load_run
-from tests.test_visualize import GOLDEN, copy_run, visualize
+from tests.integration.test_visualize import GOLDEN, copy_run, visualize
 
 
 def golden_table():
