@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from fsdp_bench.report.table import trained_rows
+from fsdp_bench.report.table import left_out, trained_rows
 from fsdp_bench.results.metrics import M
 from fsdp_bench.analysis.stats import CONFIDENCE_PCT
 
@@ -77,14 +77,15 @@ def format_gib(value: float) -> str:
     return f"{value:.2f} GiB" if value >= 0.1 else f"{value * 1024:.1f} MiB"
 
 
-def speed_interval(row: dict[str, Any]) -> tuple[float, float] | None:
-    """tokens/s/device at the bounds of the step-time median's confidence interval (None when
-    the case has no interval)."""
+def speed_interval(row: dict[str, Any], column: str = SPEED) -> tuple[float, float] | None:
+    """tokens/s/device (or another rate inversely proportional to the step time, e.g. MFU) at the
+    bounds of the step-time median's confidence interval (None when the case has no interval)."""
     low, high, median = (row.get(k) for k in (M.step_time_s_median_ci_low, M.step_time_s_median_ci_high,
                                               M.step_time_s_median))
-    if not all(isinstance(v, (int, float)) and v == v and v > 0 for v in (low, high, median)):
+    value = row.get(column)
+    if not all(isinstance(v, (int, float)) and v == v and v > 0 for v in (low, high, median, value)):
         return None
-    return row[SPEED] * median / high, row[SPEED] * median / low
+    return value * median / high, value * median / low
 
 
 def speeds_overlap(best: dict[str, Any], second: dict[str, Any]) -> bool:
@@ -131,5 +132,6 @@ def recommendation_lines(df, budget_gib: float | None = None) -> list[str]:
             text += (f"; {rec.unmeasured} trained configuration(s) ({what}) have no measured {rec.memory}"
                      + (" and are left out: the budget cannot be checked" if rec.budget_gib is not None
                         else ", ranked by speed all the same"))
-        lines.append(text + ".")
+        omitted = left_out(df[df["model"] == rec.model], SPEED) if "model" in df else ""
+        lines.append(text + (f"; {omitted}" if omitted else "") + ".")
     return lines
