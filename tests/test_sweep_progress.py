@@ -47,7 +47,7 @@ def test_progress_lines_and_summary(sweep):
     assert len(lines) == 2, out
     after = next(line for line in lines if "opt_after" in line)
     assert re.search(r"\[\d/2\] fsdp2-gpt_tiny-ws2-bs2-ga1-opt_after-sl32  ok  step \d+\.\d{3} s  [\d,]+ tok/s/dev  "
-                     r"peak [\d.]+ (MiB|GiB)  .*elapsed \d+m\d\ds", after), after
+                     r"peak (alloc|reserved|RSS) [\d.]+ (MiB|GiB)  .*elapsed \d+m\d\ds", after), after
     assert "ETA" in lines[0] and "ETA" not in lines[1]
     assert "ok(not trained)" in next(line for line in lines if "opt_before" in line)
     assert "1 passed, 1 xfailed" in out
@@ -68,6 +68,6 @@ def test_progress_line_format():
     result = {"status": "ok", "metrics": {"step_time_s_median": 0.1234, "tokens_per_s_per_device": 1234.4,
                                           "peak_allocated_gib": 0.05, "step_time_cv_pct": 25.0}}
     line = progress_line(1, 4, "case-a", result, 62.0)
-    assert line == ("[1/4] case-a  ok  step 0.123 s  1,234 tok/s/dev  peak 51.2 MiB  NOISY (CV 25%)  "
+    assert line == ("[1/4] case-a  ok  step 0.123 s  1,234 tok/s/dev  peak alloc 51.2 MiB  NOISY (CV 25%)  "
                     "elapsed 1m02s  ETA 3m06s")
     assert progress_line(2, 2, "case-b", {"status": "oom"}, 5).endswith("oom  elapsed 0m05s")
