@@ -62,7 +62,7 @@ def describe(row: dict[str, Any], memory: str) -> str:
     value = row.get(memory)
     mem = "not measured" if value is None or value != value else format_gib(value)
     interval = speed_interval(row)
-    spread = "" if interval is None else f" ({_fmt_speed(interval[0])}-{_fmt_speed(interval[1])} at {CONFIDENCE_PCT}%)"
+    spread = "" if interval is None else f" ({_fmt_speed(interval[0])}-{_fmt_speed(interval[1])} at {level_pct(row):.0f}%)"
     return (f"{row['strategy']} batch {row['batch_size']} x accum {row['grad_accum']}{timing} "
             f"({row[SPEED]:,.0f} tokens/s/device{spread}, step {row[M.step_time_s_median]:.3g} s, "
             f"{memory.replace('_gib', '').replace('_', ' ')} {mem})")
@@ -75,6 +75,13 @@ def _fmt_speed(value: float) -> str:
 def format_gib(value: float) -> str:
     """GiB, or MiB when under 0.1 GiB (tiny CPU models would otherwise read 0.00 GiB)."""
     return f"{value:.2f} GiB" if value >= 0.1 else f"{value * 1024:.1f} MiB"
+
+
+def level_pct(row: dict[str, Any]) -> float:
+    """The confidence level a case's interval reached: CONFIDENCE_PCT, lower with under 6 steps
+    (the interval is then min..max)."""
+    level = row.get(M.step_time_median_ci_level_pct)
+    return level if isinstance(level, (int, float)) and level == level else CONFIDENCE_PCT
 
 
 def speed_interval(row: dict[str, Any], column: str = SPEED) -> tuple[float, float] | None:

@@ -9,7 +9,7 @@ from typing import Any
 
 from fsdp_bench.report.charts.style import (ChartSkipped, RunData, STATUS_MARKS, TIMING_STYLES, add_legend, failed_rows, mark_failures, pyplot, reference_slice, require, save_figure, strategies_in, strategy_color, strategy_handles, timings_in)
 from fsdp_bench.analysis.stats import CONFIDENCE_PCT
-from fsdp_bench.report.recommend import speed_interval, speeds_overlap
+from fsdp_bench.report.recommend import level_pct, speed_interval, speeds_overlap
 from fsdp_bench.report.table import ok_rows, trained_rows
 from fsdp_bench.results.metrics import M
 
@@ -63,6 +63,12 @@ def overlapping_leaders(ok, column: str) -> list[int]:
     return sizes
 
 
+def _levels(df) -> str:
+    """"95%", or "75-95%" when some case had too few steps to reach CONFIDENCE (min..max)."""
+    lowest = min((level_pct(r) for r in ok_rows(df).to_dict("records")), default=CONFIDENCE_PCT)
+    return f"{CONFIDENCE_PCT}%" if lowest >= CONFIDENCE_PCT else f"{lowest:.0f}-{CONFIDENCE_PCT}%"
+
+
 def _plot_series(ax: Any, ok, column: str, factor: float, with_errors: bool) -> None:
     for (strategy, timing), group in ok.groupby(["strategy", "optimizer_timing"], sort=False):
         group = group[group[column].notna()].sort_values("batch_size")
@@ -104,7 +110,7 @@ def draw_lines_vs_batch(run: RunData, panels: list, ylabel: str, title: str, pat
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(panels):]:
         ax.set_visible(False)
-    bars = f"\nbars: from the step-time median's {CONFIDENCE_PCT}% confidence interval" if with_errors else ""
+    bars = f"\nbars: from the step-time median's {_levels(run.df)} confidence interval" if with_errors else ""
     fig.suptitle(title + (f" — {run.title}" if run.title else "") + bars, fontsize=12)
     fig.tight_layout()
     add_legend(fig, strategy_handles(strategies, timings=timings, failures=not failed_rows(df).empty))
