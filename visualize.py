@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Turn a fsdp-bench run folder into comparison.csv, charts and a report, or compare two runs.
 
-    python visualize.py                 # the newest run under results/
+    python visualize.py                 # the newest run under results/ with a finished case
     python visualize.py RUN_DIR [...]   # those runs
     python visualize.py --compare BASE_RUN NEW_RUN [--threshold PCT]
                                         # compare.csv/.md/.png in NEW_RUN (or --out); exit 1 on a
@@ -18,7 +18,8 @@ from fsdp_bench.plan.case import CaseError
 from fsdp_bench.plan.options import writable_dir
 from fsdp_bench.report.writer import write_report
 from fsdp_bench.results.schema import ResultError
-from fsdp_bench.results.layout import RunLayout, newest_run
+from fsdp_bench.results.layout import RunLayout
+from fsdp_bench.results.load import newest_finished_run
 
 
 class _OneLineParser(argparse.ArgumentParser):
@@ -30,7 +31,8 @@ class _OneLineParser(argparse.ArgumentParser):
 
 def main(argv: list[str] | None = None) -> int:
     parser = _OneLineParser(description=__doc__.splitlines()[0])
-    parser.add_argument("runs", nargs="*", type=Path, help="run folders (default: the newest under --results-dir)")
+    parser.add_argument("runs", nargs="*", type=Path,
+                        help="run folders (default: the newest under --results-dir with a finished case)")
     parser.add_argument("--results-dir", type=Path, default=Path("results"), help="where runs live (default: results)")
     parser.add_argument("--out", type=Path, default=None, help="write outputs here instead of into the run folder")
     parser.add_argument("--compare", nargs=2, type=Path, metavar=("BASE_RUN", "NEW_RUN"),
@@ -43,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.compare:
         return compare_main(args)
     try:  # every argument is checked before anything is written
-        runs = args.runs or [newest_run(args.results_dir)]
+        runs = args.runs or [_newest_finished(args.results_dir)]
         for run in runs:
             if not RunLayout(run).is_run():
                 raise ResultError(f"{run}: not a fsdp-bench run folder (no cases/ or env.json)")
@@ -65,6 +67,16 @@ def main(argv: list[str] | None = None) -> int:
         if not written or not RunLayout(run).result_files():
             status = 2  # an empty report is written, but a run without results is an error
     return status
+
+
+def _newest_finished(results_dir: Path) -> Path:
+    """The newest run with an ok case, saying which and which newer ones it passed over."""
+    run, skipped = newest_finished_run(results_dir)
+    if skipped:
+        names = ", ".join(p.name for p in skipped)
+        print(f"visualize.py: skipped {len(skipped)} newer run(s) without a finished case: {names}", file=sys.stderr)
+    print(f"visualize.py: newest run with a finished case: {run}", file=sys.stderr)
+    return run
 
 
 def compare_main(args: argparse.Namespace) -> int:

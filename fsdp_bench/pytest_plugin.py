@@ -13,37 +13,34 @@ from typing import Any
 import pytest
 
 from fsdp_bench.launch.bench_stats import record_benchmark_stats
-from fsdp_bench.launch.progress import BenchState, sigterm_as_interrupt, write_live_line
+from fsdp_bench.launch.progress import BenchState, cases_to_run, check_inputs, sigterm_as_interrupt, write_live_line
 from fsdp_bench.launch.session import DiskFull, SessionError
-from fsdp_bench.plan import faults
 from fsdp_bench.plan.case import Case, CaseError, skip_reason
-from fsdp_bench.plan.options import OPTIONS, SWITCH_OPTIONS, parse_sweep
+from fsdp_bench.plan.catalog import optimizer_timing
+from fsdp_bench.plan.options import DISPLAY_OPTIONS, OPTIONS, SWITCH_OPTIONS, option_help, parse_sweep
 from fsdp_bench.results.metrics import M
 
 _STATE_KEY = pytest.StashKey[BenchState]()
+_CLOSING_KEY = pytest.StashKey[list]()  # the recommendation and the run's place: the terminal's last lines
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("fsdp-bench", "fsdp-bench sweep (benchmarks/)")
-    for name, (_attr, _parse, help_text) in OPTIONS.items():
+    for name in OPTIONS:
         # A switch is a plain flag: `--bench-profile` turns it on (an optional value would
         # swallow a following test path).
         switch = {"action": "store_const", "const": "on"} if name in SWITCH_OPTIONS else {}
-        group.addoption(f"--bench-{name}", dest=f"bench_{name.replace('-', '_')}", default=None, help=help_text,
+        group.addoption(f"--bench-{name}", dest=f"bench_{name.replace('-', '_')}", default=None, help=option_help(name).replace("%", "%%"),
                         **switch)
-    group.addoption("--bench-no-report", action="store_true", default=False,
-                    help="do not write the table and charts at the end of the session")
+    for name, help_text in DISPLAY_OPTIONS.items():
+        group.addoption(f"--bench-{name}", action="store_true", default=False, help=help_text)
 
 
 def pytest_configure(config: pytest.Config) -> None:
     raw = {name: config.getoption(f"bench_{name.replace('-', '_')}") for name in OPTIONS}
     try:
         sweep = parse_sweep(raw, no_report=config.getoption("bench_no_report"), plan_only=config.option.collectonly)
-        faults.check_spec()
-        if sweep.gpu_name is not None:
-            from fsdp_bench.analysis.duration import check_gpu_name
-
-            check_gpu_name(sweep.gpu_name)
+        check_inputs(sweep)
     except (CaseError, ValueError) as exc:
         raise pytest.UsageError(str(exc)) from None
     try:
@@ -51,8 +48,15 @@ def pytest_configure(config: pytest.Config) -> None:
     except SessionError as exc:
         raise pytest.UsageError(f"--bench-resume: {exc}") from None
     config.stash[_STATE_KEY] = state
-    if sweep.resume is None and not config.option.collectonly:
-        state.session.start_environment()  # its torch import overlaps collection; closed at unconfigure
+    if not config.getoption("bench_benchmark_table") and hasattr(config.option, "benchmark_quiet"):
+        # pytest-benchmark's own tables (read when its trylast configure builds its session)
+        # are 200+ columns wide and would bury the recommendation; --bench-benchmark-table
+        # (or --benchmark-verbose) brings them back. --benchmark-json / compare are unaffected.
+        config.option.benchmark_quiet = True
+    if not config.option.collectonly:
+        # Its torch import overlaps collection; its facts are the preflight's interpreter check
+        # and calibration, and (in a new run) env.json. Closed at unconfigure.
+        state.session.start_environment()
     config.add_cleanup(sigterm_as_interrupt())
 
 
@@ -74,6 +78,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         cases = sweep.suite_cases(suite) if suite else sweep.cases()
     except CaseError as exc:
         raise pytest.UsageError(str(exc)) from None
+    if sweep.tune and not suite:  # one test per model runs the tuner (docs/autotune.md)
+        from fsdp_bench.analysis.tune import tune_requests
+
+        metafunc.parametrize("bench_case", [pytest.param(r, id=r.id) for r in tune_requests(cases)])
+        return
     params = []
     for case in cases:
         reason = skip_reason(case)
@@ -102,40 +111,28 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = keep
 
 
-_NOT_TRAINED = {"before_shard": "optimizer built before sharding: parameters never changed"}
-
-
-def _cases_to_run(items: list[pytest.Item]) -> list[Case]:
-    """The collected cases that will launch (collection-time skips excluded)."""
-    return [item.callspec.params["bench_case"] for item in items
-            if "bench_case" in getattr(item, "fixturenames", ()) and item.get_closest_marker("skip") is None
-            and hasattr(item, "callspec") and "bench_case" in item.callspec.params]
-
-
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """How many cases will run, for the [i/N] progress lines; the duration estimate (also with
-    --collect-only, to plan a sweep), and the slow-CPU guard that stops the sweep before its
-    first case."""
-    from fsdp_bench.analysis.duration import estimate_gpu_name, estimate_line, estimate_sweep, slow_cpu_line
+    """How many cases will run, for the [i/N] progress lines; then, before any case launches,
+    the preflight (launch.preflight): the workers' interpreter imports torch (and sees a GPU for
+    CUDA), the calibrated duration estimate (also with --collect-only, to plan a sweep), and the
+    slow-CPU and host-memory guards. A refusal is a usage error: one line, no run folder."""
+    from fsdp_bench.launch.preflight import run_preflight
 
     config = session.config
     state = config.stash.get(_STATE_KEY, None)
-    cases = _cases_to_run(session.items)
     if state is None:
         return
-    state.progress.total = len(cases)
+    cases = cases_to_run(session.items)
+    state.progress.total = 0 if state.sweep.tune else len(cases)  # a tuning's count is not known ahead
     if not cases:
         return
-    sweep = state.sweep
-    estimate = estimate_sweep(cases, repeats=sweep.repeats, gpu_name=estimate_gpu_name(sweep.gpu_name, cases))
-    refusal = None if sweep.allow_slow_cpu else slow_cpu_line(estimate)
-    if refusal is not None and not config.option.collectonly:
-        raise pytest.UsageError(refusal)
+    preflight = run_preflight(state.session, cases, collect_only=config.option.collectonly)
+    if preflight.refusal is not None:
+        raise pytest.UsageError(preflight.refusal)
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None:
-        reporter.write_line(estimate_line(estimate))
-        if refusal is not None:  # --collect-only launches nothing; say what a run would do
-            reporter.write_line(f"{refusal} (when run without --collect-only)")
+        for line in preflight.lines:
+            reporter.write_line(line)
 
 
 def _write_live(config: pytest.Config, line: str) -> None:
@@ -162,16 +159,19 @@ def bench_run(request: pytest.FixtureRequest, benchmark: Any):
     def _run(case: Case) -> dict[str, Any]:
         config = request.config
         state = config.stash[_STATE_KEY]
-        opening = state.opening_line()
-        if opening:
-            _write_live(config, opening)
+        if state.sweep.tune:
+            return _run_tune(config, state, case)
         try:
+            opening = state.opening_line()
+            if opening:
+                _write_live(config, opening)
             result = state.session.run(case)
         except DiskFull as exc:  # stop the sweep cleanly; the finished cases stay, resumable
             state.interrupted = True
             pytest.exit(f"fsdp-bench: {exc}", returncode=3)
-        except SessionError as exc:
-            raise pytest.UsageError(str(exc)) from None
+        except SessionError as exc:  # the run folder is unusable: one line, and no further case
+            state.interrupted = True
+            pytest.exit(f"fsdp-bench: {exc}", returncode=4)
         line = state.progress.finish_case(request.node.nodeid, case.id, result)
         if line:
             _write_live(config, line)
@@ -186,10 +186,26 @@ def bench_run(request: pytest.FixtureRequest, benchmark: Any):
             pytest.fail(f"{status.upper()}: {reason}\n--- log tail ---\n{tail}", pytrace=False)
         if (result.get("metrics") or {}).get(M.params_changed) is False:
             # It ran, but did not train: its speed must not read as a pass a user could pick.
-            pytest.xfail(_NOT_TRAINED.get(case.optimizer_timing, "parameters never changed"))
+            pytest.xfail(optimizer_timing(case.optimizer_timing).not_trained_reason or "parameters never changed")
         return result
 
     return _run
+
+
+def _run_tune(config: pytest.Config, state: BenchState, request: Any) -> dict[str, Any]:
+    """A `--bench-tune` item: the tuner's loop (launch.tune.tune_item), one live line per case."""
+    from fsdp_bench.launch.tune import TuneError, tune_item
+
+    try:
+        answer = tune_item(state, request, lambda line: _write_live(config, line))
+    except DiskFull as exc:
+        state.interrupted = True
+        pytest.exit(f"fsdp-bench: {exc}", returncode=3)
+    except (SessionError, TuneError) as exc:
+        raise pytest.UsageError(str(exc)) from None
+    if answer["pick"] is None:
+        pytest.fail(f"tune {request.model}: no pick ({answer['stopped']})", pytrace=False)
+    return answer
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
@@ -199,8 +215,13 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     state.interrupted |= exitstatus == pytest.ExitCode.INTERRUPTED  # Ctrl-C or SIGTERM
     session = state.session
     terminalreporter.write_sep("-", "fsdp-bench")
-    terminalreporter.write_line(f"results: {session.run_dir}")
+    try:
+        session.check_run_dir()
+    except SessionError as exc:  # nothing to report into: writing would re-create the folder
+        terminalreporter.write_line(f"no report: {exc}")
+        return
     if not session.launch.owns_results:
+        terminalreporter.write_line(f"results: {session.run_dir}")
         terminalreporter.write_line(f"node {session.launch.node_rank}: logs under "
                                     f"{session.layout.node_root(session.launch.node_rank)}; "
                                     "node 0 writes the results and the report")
@@ -208,16 +229,29 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     hint = state.resume_hint()
     if hint:
         terminalreporter.write_line(hint)
-    if not state.sweep.report:
-        return
-    from fsdp_bench.report.terminal import report_lines
+    from fsdp_bench.report.terminal import closing_lines, report_sections
 
-    try:
-        lines = report_lines(session.run_dir, session.results)
-    except KeyboardInterrupt:
-        # Ctrl-C while charts are drawn: every file is written atomically, so nothing is
-        # half-written; say how to finish instead of a traceback, and exit as interrupted.
-        pytest.exit(f"report interrupted; the results are safe. To write it: "
-                    f"python visualize.py {session.run_dir}", returncode=pytest.ExitCode.INTERRUPTED)
-    for line in lines:
+    body, closing = [], closing_lines(session.run_dir, [])
+    if state.sweep.report:
+        try:
+            body, closing = report_sections(session.run_dir, session.results)
+        except KeyboardInterrupt:
+            # Ctrl-C while charts are drawn: every file is written atomically, so nothing is
+            # half-written; say how to finish instead of a traceback, and exit as interrupted.
+            pytest.exit(f"report interrupted; the results are safe. To write it: "
+                        f"python visualize.py {session.run_dir}", returncode=pytest.ExitCode.INTERRUPTED)
+    for line in body:
         terminalreporter.write_line(line)
+    config.stash[_CLOSING_KEY] = closing
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int):
+    """Outermost, so after pytest's own closing `=== N passed in Xs ===`: the recommendation and
+    where the run is are the last lines on the terminal."""
+    result = yield
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        for line in session.config.stash.get(_CLOSING_KEY, []):
+            reporter.write_line(line)
+    return result

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import fsdp_bench
-from fsdp_bench.launch.processes import find_case_processes
+from fsdp_bench.launch.processes import processes_under
 
 PROJECT_ROOT = Path(fsdp_bench.__file__).resolve().parent.parent
 
@@ -73,4 +73,4 @@ def case_results(run_dir: Path) -> dict[str, dict]:
 
 def processes_of(run_dir: Path) -> list[int]:
     """Live processes whose command line names something inside the run folder."""
-    return find_case_processes(str(Path(run_dir).resolve()) + os.sep)
+    return processes_under(run_dir)

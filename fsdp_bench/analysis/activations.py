@@ -5,7 +5,7 @@ Counted tensor by tensor from what autograd saves (distinct storages), per token
 eager training with SDPA attention (torch's CPU flash kernel: output plus a log-sum-exp per
 head; `transpose(1, 2).contiguous()` of its output is a view, so the output projection's input
 costs nothing more). Checked against `torch.autograd.graph.saved_tensors_hooks` on the real
-modules (tests/test_peak_model.py):
+modules (tests/integration/test_peak_model.py):
 - llama-style layer (llama, qwen2, mistral): 6 x hidden (layer input, two RMSNorms' normalized
   value and output, the attention residual), 2 x q width (rotated q, attention output),
   2 x kv width (rotated k, v), 4 x intermediate (gate, SiLU, up, their product), 2 RMSNorm

@@ -20,6 +20,16 @@ def effective_sharding(ranks: Sequence[dict[str, Any]]) -> str | None:
     return sharding_word(str(sharding.pop()))  # records made before the words were the catalog's
 
 
+def case_metrics(case, ranks: Sequence[dict[str, Any]], simulation: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A case's headline metrics from its rank records (one run's, or every repeat's pooled), with
+    a simulated case's modelled metrics on top: the one merge the runner and the repeats share."""
+    metrics = aggregate_rank_metrics(tokens_per_step=case.tokens_per_step, samples_per_step=case.global_batch_size,
+                                     world_size=case.nproc, ranks=ranks) if ranks else {}
+    if simulation:
+        metrics.update(simulation.get("metrics", {}))
+    return metrics
+
+
 def aggregate_rank_metrics(*, tokens_per_step: int, samples_per_step: int, world_size: int,
                            ranks: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The case's headline metrics from its ranks' raw records.

@@ -1,7 +1,7 @@
 """How many bytes each strategy moves per optimizer step, and how long that takes on a link.
 
 Pure functions (no torch), unit-tested and checked against the collectives a real run's profiler
-trace records (tests/test_simulation.py).
+trace records (tests/integration/test_simulation.py).
 
 Volumes are *logical* collective sizes, the way NCCL's tests count them: an all-gather counts its
 output (the unsharded tensor), a reduce-scatter its input (the unsharded gradient), an all-reduce

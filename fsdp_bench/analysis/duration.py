@@ -27,7 +27,7 @@ scripts/measure_sweep_cost.py), about twice that when the machine is loaded. On 
 assumed (CUDA context, NCCL, a GPU-sized model's build). The overhead per micro-step (50 ms on
 CPU; tiny models' steps take 10-70 ms) was read off tiny sweeps (gpt_tiny, 2 gloo ranks) on the
 same VM. A sweep adds SESSION_S once: pytest's own start and the report at its end (1.8 s and
-1.3-1.7 s measured on the VM, README "What a sweep costs"). A model between tiny and GPT-2 runs faster than 10 GFLOP/s on CPU (gpt_small: 0.41 s
+1.3-1.7 s measured on the VM, docs/metrics.md "What a sweep costs"). A model between tiny and GPT-2 runs faster than 10 GFLOP/s on CPU (gpt_small: 0.41 s
 measured for a 1.5 s estimate), so estimates for such models err long too.
 
 Costs assumed, not measured (no GPU was at hand when they were written; correct them from a run's
@@ -35,6 +35,16 @@ case_time figures): torch.compile adds COMPILE_S per case (every case is a fresh
 every case compiles); an offloaded strategy pays OFFLOAD_S_PER_PARAM per parameter and step (host
 AdamW plus the copies over PCIe, about 0.75 s for GPT-2 124M); writing a memory snapshot or a
 profiler trace adds ARTIFACT_S.
+
+Calibrated at the start of a sweep (`Calibration`, from the facts the env.json reader measures
+in its own process while pytest collects, so no extra torch import): a 0.25 s single-thread
+matmul probe (`cpu_matmul_gflops` in env.json) measures what one process gets of this CPU now,
+load included. The CPU rate per rank is CPU_MATMUL_EFFICIENCY x that rate, and the CPU costs
+that are not FLOPs (the fixed cost per case: imports, process group, model build; the overhead
+per micro-step) scale with REFERENCE_GFLOPS / that rate. REFERENCE_GFLOPS was fitted on the
+default sweep (24 gpt_tiny cases) on the shared 2-core VM: 14.5 s per case at a probe of
+20.5 GFLOP/s (load average 10). Without the facts (--collect-only, a reader that failed) the
+fixed figures above are used. A resumed run counts only the cases it will run.
 
 The guard: on CPU, a case whose FIRST optimizer step is estimated over FIRST_STEP_LIMIT_S is a
 mistake far more often than a plan (a GPU-sized model left on the CPU default), so the sweep
@@ -68,6 +78,30 @@ RECOMPUTE = 8 / 6  # activation checkpointing: forward twice, then backward
 SESSION_S = 5.0  # pytest's start and the table and charts at the end, once per sweep
 PROBE_STEP_EQUIVALENTS = 3  # FLOP-counter step + MemTracker step (about twice a plain one)
 FIRST_STEP_LIMIT_S = 60.0  # CPU: a first step estimated longer than this stops the sweep
+CPU_MATMUL_EFFICIENCY = 0.5  # training FLOP/s per rank / single-thread 256x256 matmul FLOP/s (see Calibration)
+REFERENCE_GFLOPS = 48.0  # the probe's rate at which CASE_FIXED_S and MICRO_STEP_OVERHEAD_S hold on CPU
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """This machine's speed now, as the estimate uses it: FLOP/s of one CPU rank and a factor
+    on the CPU's costs that are not FLOPs (1 = a probe at REFERENCE_GFLOPS)."""
+
+    cpu_flops: float = CPU_FLOPS
+    fixed_scale: float = 1.0
+    measured: bool = False
+
+    @classmethod
+    def from_facts(cls, facts: dict) -> "Calibration":
+        """From the env.json reader's `cpu_matmul_gflops`; the fixed figures without it."""
+        gflops = facts.get("cpu_matmul_gflops")
+        if not (isinstance(gflops, (int, float)) and gflops > 0):
+            return cls()
+        return cls(cpu_flops=gflops * 1e9 * CPU_MATMUL_EFFICIENCY,
+                   fixed_scale=max(0.5, REFERENCE_GFLOPS / gflops), measured=True)
+
+
+FIXED = Calibration()
 
 
 def gpu_names() -> tuple[str, ...]:
@@ -110,50 +144,54 @@ def case_params(case: Case) -> int:
     return sum(unit.numel for unit in model_units(flavor_for(case.model)))
 
 
-def rank_flops(case: Case, cpu_count: int | None = None, gpu_name: str = DEFAULT_GPU_NAME) -> float:
-    """The FLOP/s one rank gets: the GPU's assumed rate, or on CPU 10 GFLOP/s shared when a CPU
-    has fewer cores than the case has ranks (4 gloo ranks on 2 cores run at half speed each)."""
+def rank_flops(case: Case, cpu_count: int | None = None, gpu_name: str = DEFAULT_GPU_NAME,
+               calibration: Calibration = FIXED) -> float:
+    """The FLOP/s one rank gets: the GPU's assumed rate, or on CPU the calibrated rate shared
+    when a CPU has fewer cores than the case has ranks (4 gloo ranks on 2 cores run at half speed)."""
     if case.device == "cuda":
         return cuda_flops(gpu_name, case.precision)
     ranks_here = 1 if case.simulate else case.nproc
     cores = cpu_count or os.cpu_count() or 1
-    return CPU_FLOPS * min(1.0, cores / ranks_here)
+    return calibration.cpu_flops * min(1.0, cores / ranks_here)
 
 
 def _device(case: Case) -> str:
     return case.device if case.device in CASE_FIXED_S else "cpu"
 
 
-def step_seconds(case: Case, gpu_name: str = DEFAULT_GPU_NAME) -> float:
+def step_seconds(case: Case, gpu_name: str = DEFAULT_GPU_NAME, calibration: Calibration = FIXED) -> float:
     """One optimizer step of one rank: every micro-batch's FLOPs at the device rate (forward twice
     under activation checkpointing), overhead per micro-step, and an offloaded host optimizer."""
     tokens = case.batch_size * case.grad_accum * case.seq_len
-    compute = case_flops_per_token(case) * tokens / rank_flops(case, gpu_name=gpu_name)
+    compute = case_flops_per_token(case) * tokens / rank_flops(case, gpu_name=gpu_name, calibration=calibration)
     if case.act_ckpt:
         compute *= RECOMPUTE
     host = OFFLOAD_S_PER_PARAM * case_params(case) if catalog_strategy(case.strategy).offload else 0.0
-    return compute + case.grad_accum * MICRO_STEP_OVERHEAD_S[_device(case)] + host
+    device = _device(case)
+    overhead = MICRO_STEP_OVERHEAD_S[device] * (calibration.fixed_scale if device == "cpu" else 1.0)
+    return compute + case.grad_accum * overhead + host
 
 
-def case_seconds(case: Case, gpu_name: str = DEFAULT_GPU_NAME) -> float:
+def case_seconds(case: Case, gpu_name: str = DEFAULT_GPU_NAME, calibration: Calibration = FIXED) -> float:
     """The whole case: start-up plus warmup, measured, probe and profiled steps. With adaptive
     measurement (`case.target_ci_pct`) the measured steps are counted at their most: up to the
     case's time cap or MAX_STEPS steps, never fewer than `case.steps` (so the estimate errs long)."""
     probes = PROBE_STEP_EQUIVALENTS if case.probes else 0
-    step = step_seconds(case, gpu_name)
+    step = step_seconds(case, gpu_name, calibration)
     steps = case.warmup + probes + (PROFILED_STEPS + PROFILER_WARMUP_STEPS if case.profile else 0)
     measured = case.steps * step
     if case.target_ci_pct > 0:
         measured = max(measured, min(case.measure_cap_s + step, max_measured_steps(case.steps, case.target_ci_pct) * step))
-    return fixed_seconds(case) + steps * step + measured
+    return fixed_seconds(case, calibration) + steps * step + measured
 
 
-def fixed_seconds(case: Case) -> float:
-    """A case's start-up and teardown on its device (an unknown device counts as a CPU), its
-    compilation, and the snapshot and trace it writes."""
+def fixed_seconds(case: Case, calibration: Calibration = FIXED) -> float:
+    """A case's start-up and teardown on its device (an unknown device counts as a CPU; on a
+    CPU scaled by the calibration), its compilation, and the snapshot and trace it writes."""
     device = _device(case)
     artifacts = ARTIFACT_S * (case.profile + (case.memory_snapshot and device == "cuda"))
-    return CASE_FIXED_S[device] + (COMPILE_S[device] if case.compile else 0.0) + artifacts
+    scale = calibration.fixed_scale if device == "cpu" else 1.0
+    return CASE_FIXED_S[device] * scale + (COMPILE_S[device] if case.compile else 0.0) + artifacts
 
 
 @dataclass(frozen=True)
@@ -164,25 +202,33 @@ class SweepEstimate:
     slowest_case: Case | None
     slowest_first_step_s: float
     gpu_name: str | None = None  # whose figures the CUDA cases were estimated with (None: no CUDA case)
+    kept: int = 0  # cases a resume keeps (not run, not counted)
+    calibration: Calibration = FIXED
 
 
-def estimate_sweep(cases: Iterable[Case], repeats: int = 1, gpu_name: str = DEFAULT_GPU_NAME) -> SweepEstimate:
+def estimate_sweep(cases: Iterable[Case], repeats: int = 1, gpu_name: str = DEFAULT_GPU_NAME,
+                   calibration: Calibration = FIXED, kept: frozenset[str] = frozenset()) -> SweepEstimate:
     """Every case run `repeats` times, plus the session; the case with the slowest first step, for
-    the guard. A model whose shapes are unknown (an unsupported hf:PATH) counts only its fixed cost."""
-    total, slowest, slowest_s, n, cuda = SESSION_S, None, 0.0, 0, False
+    the guard. A model whose shapes are unknown (an unsupported hf:PATH) counts only its fixed
+    cost. Cases whose id is in `kept` (ok in the run a resume continues) cost nothing."""
+    total, slowest, slowest_s, n, cuda, skipped = SESSION_S, None, 0.0, 0, False, 0
     for case in cases:
+        if case.id in kept:
+            skipped += 1
+            continue
         n += 1
         cuda = cuda or case.device == "cuda"
         try:
-            first = step_seconds(case, gpu_name)
-            seconds = case_seconds(case, gpu_name)
+            first = step_seconds(case, gpu_name, calibration)
+            seconds = case_seconds(case, gpu_name, calibration)
         except (ValueError, KeyError, OSError):
-            first, seconds = 0.0, fixed_seconds(case)
+            first, seconds = 0.0, fixed_seconds(case, calibration)
         total += seconds * repeats
         if slowest is None or first > slowest_s:
             slowest, slowest_s = case, first
     return SweepEstimate(cases=n, repeats=repeats, total_s=total, slowest_case=slowest,
-                         slowest_first_step_s=slowest_s, gpu_name=gpu_name if cuda else None)
+                         slowest_first_step_s=slowest_s, gpu_name=gpu_name if cuda else None,
+                         kept=skipped, calibration=calibration)
 
 
 def format_duration(seconds: float) -> str:
@@ -196,11 +242,16 @@ def estimate_line(estimate: SweepEstimate) -> str:
     line = f"fsdp-bench: estimated duration {format_duration(estimate.total_s)} for {estimate.cases} case(s)"
     if estimate.repeats > 1:
         line += f" x {estimate.repeats} repeats"
+    if estimate.kept:
+        line += f" ({estimate.kept} kept from the resumed run)"
     if estimate.slowest_case is not None:
         first = estimate.slowest_first_step_s
         line += f" (slowest first step ~{first:.2g} s: {estimate.slowest_case.id})" if first < 10 else \
             f" (slowest first step ~{first:.0f} s: {estimate.slowest_case.id})"
     figures = f" with {estimate.gpu_name}'s published peak" if estimate.gpu_name else ""
+    if estimate.calibration.measured:
+        cal = estimate.calibration
+        figures += f", CPU calibrated now ({cal.cpu_flops / 1e9:.0f} GFLOP/s per rank, start-up x{cal.fixed_scale:.1f})"
     return line + f"; a rough figure from model FLOPs{figures}, see fsdp_bench/analysis/duration.py"
 
 

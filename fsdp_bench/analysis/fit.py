@@ -119,29 +119,44 @@ def predict_peak_bytes(strategy: str, flavor: ModelFlavor, world_size: int, batc
         "optimizer step": kept + parts["buckets"] + parts["grads"] + parts["optimizer_temp"],
     }
     if acts.per_layer and act_bytes_per_sample is None:
-        phases["backward"] = max(phases["backward"], kept + _last_block_backward_bytes(strategy, units, world_size, acts,
-                                                                                       mesh=mesh))
+        # with accumulation the earlier micro-batches' (sharded) gradients are alive in every block's backward
+        earlier_grads = parts["grads"] if grad_accum > 1 else 0
+        phases["backward"] = max(phases["backward"], kept + earlier_grads + _block_backward_bytes(
+            strategy, units, world_size, acts, mesh=mesh))
     phase = max(phases, key=phases.get)
     return {"peak_bytes": phases[phase], "phase": phase, "parts_bytes": parts, "phases_bytes": phases,
             "model_state_bytes": states["total"], "gathered_bytes": parts["gathered"], "activation_bytes": act}
 
 
-def _last_block_backward_bytes(strategy: str, units: Sequence[Unit], world_size: int, acts: Activations, *,
-                                mesh: tuple[int, int] | None = None, dtype_bytes: int = 4) -> int:
-    """Inside the last block's backward on a sharded strategy: the root still gathered, the
-    block gathered, the next block prefetched, the block's unsharded gradients and the
-    reduce-scatter's padded input; the loss's tensors and the block's own activations are gone.
-    At hundreds of ranks every parameter's dim 0 pads up to the group size, so these buffers,
-    not the activations, make the peak."""
+def _block_backward_bytes(strategy: str, units: Sequence[Unit], world_size: int, acts: Activations, *,
+                          mesh: tuple[int, int] | None = None, dtype_bytes: int = 4) -> int:
+    """The larger of the last two blocks' post-backward on a sharded strategy (FSDP2): the root
+    still gathered, the block gathered, the next block prefetched, the block's unsharded
+    gradients and the reduce-scatter's padded input; the loss's tensors and the blocks' own
+    activations are gone. Below the last block, the later block's reduce-scatter input is still
+    alive too (FSDP2 keeps it until the next reduce-scatter is issued), so without resharding
+    (everything gathered, no prefetch) the second-to-last block holds the peak. At hundreds of
+    ranks every parameter's dim 0 pads up to the group size, so these buffers, not the
+    activations, make the peak."""
     row = catalog_strategy(strategy)
     shard = shard_size(strategy, world_size, mesh)
     blocks = [u for u in units if not u.is_root]
     if not row.shards_parameters or shard == 1 or row.layout != "fsdp2_dim0" or not blocks:
         return 0
-    full = padded_numel(row.layout, blocks[-1], shard, dtype_bytes) * dtype_bytes
-    gathered = gathered_bytes(strategy, units, world_size, mesh=mesh)
-    gathered += 2 * full if row.reshard_after_forward else full  # prefetch (if resharded) and reduce-scatter input
-    return gathered + blocks[-1].numel * dtype_bytes + acts.total - acts.per_layer[-1] - acts.logprobs
+    full = [padded_numel(row.layout, b, shard, dtype_bytes) * dtype_bytes for b in blocks]
+    root = next((padded_numel(row.layout, u, shard, dtype_bytes) * dtype_bytes for u in units if u.is_root), 0)
+    everything = gathered_bytes(strategy, units, world_size, mesh=mesh)
+    left = acts.total - acts.logprobs  # activations alive before the last block's backward
+    peak = 0
+    for k in range(len(blocks) - 1, max(len(blocks) - 3, -1), -1):  # the last block, then the one before
+        left -= acts.per_layer[k]
+        if row.reshard_after_forward:  # the root, this block, the one prefetched below it
+            gathered = root + full[k] + (full[k - 1] if k > 0 else 0)
+        else:
+            gathered = everything
+        reduce_scatter = full[k] + (full[k + 1] if k + 1 < len(blocks) else 0)
+        peak = max(peak, gathered + reduce_scatter + blocks[k].numel * dtype_bytes + left)
+    return peak
 
 
 # A "fits" answer must hold when measured: the predicted peak times (1 + FIT_MARGIN) must be

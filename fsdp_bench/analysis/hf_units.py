@@ -1,7 +1,7 @@
 """Parameter shapes of Hugging Face causal LMs from their config dict alone (pure, no torch).
 
 Two architecture shapes are known, parameters listed in the order transformers registers them
-(checked against the real modules in tests/test_hf_units.py):
+(checked against the real modules in tests/integration/test_hf_units.py):
 - llama-style (`llama`, `qwen2`, `mistral`): per decoder layer q/k/v/o projections (q: heads x
   head_dim, k/v: num_key_value_heads x head_dim; qwen2 adds q/k/v biases, `attention_bias` adds
   biases to all four), gate/up/down MLP (`mlp_bias` adds biases), two RMSNorm weights; root:

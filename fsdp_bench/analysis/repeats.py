@@ -19,7 +19,7 @@ from __future__ import annotations
 import statistics
 from typing import Any, Sequence
 
-from fsdp_bench.analysis.aggregate import aggregate_rank_metrics
+from fsdp_bench.analysis.aggregate import case_metrics
 from fsdp_bench.analysis.case_time import summed_time_split
 from fsdp_bench.analysis.stats import slowest_rank_step_times
 from fsdp_bench.plan.case import Case
@@ -65,10 +65,7 @@ def merge_repeats(results: Sequence[dict[str, Any]], planned: int | None = None)
     same_ranks = len({len(r.get("ranks") or []) for r in results}) == 1
     if same_ranks and all(merged["step_times_s_by_repeat"]):
         case = Case.from_dict(results[0]["case"])
-        metrics = aggregate_rank_metrics(tokens_per_step=case.tokens_per_step, samples_per_step=case.global_batch_size,
-                                         world_size=case.nproc, ranks=_pooled_ranks(results))
-        if results[0].get("simulation"):
-            metrics.update(results[0]["simulation"].get("metrics", {}))
+        metrics = case_metrics(case, _pooled_ranks(results), results[0].get("simulation"))
         medians = [statistics.median(t) for t in merged["step_times_s_by_repeat"]]
         metrics[M.repeats] = len(results)
         metrics["repeat_step_time_s_medians"] = medians

@@ -26,7 +26,7 @@ def record_benchmark_stats(benchmark: Any, case: Case, result: dict[str, Any]) -
     tokens = case.batch_size * case.grad_accum * case.nproc * case.seq_len
     benchmark.group = f"{case.model} sl{case.seq_len} tok{tokens} {case.precision}"
     # pytest-benchmark has no public API for externally measured times; _make_stats is what
-    # its own pedantic mode uses. tests/test_plugin.py checks the JSON it produces.
+    # its own pedantic mode uses. tests/integration/test_sweep.py checks the JSON it produces.
     stats = benchmark._make_stats(1)
     benchmark._mode = "fsdp-bench(external timings)"
     for t in times:

@@ -48,23 +48,37 @@ def collect_host() -> dict[str, Any]:
 class TorchEnvironment:
     """The torch half of env.json, read by `python -m fsdp_bench.worker.environment` started as
     soon as the session is configured: its `import torch` (1-2 s on a CPU) then runs while
-    pytest collects, instead of before the first case. `result()` waits for it; `cancel()`
-    stops it (a session that never runs a case)."""
+    pytest collects, instead of before the first case. `result()` waits for it (once; later
+    calls return the same facts); `cancel()` stops it (a session that never runs a case).
+
+    The reader runs with the interpreter and environment the cases' workers get, so its facts
+    also say whether a case could import torch (and see a GPU) at all: `interpreter_problem`."""
 
     def __init__(self, env: dict[str, str] | None = None) -> None:
         fd, name = tempfile.mkstemp(prefix="fsdp-bench-env-", suffix=".json")
         os.close(fd)
         self.path = Path(name)
+        self.python = environment_command(self.path)[0]
+        self._result: dict[str, Any] | None = None
         self.proc = subprocess.Popen(environment_command(self.path),
                                      env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                      stdin=subprocess.DEVNULL)
 
     def result(self, timeout_s: float = 120.0) -> dict[str, Any]:
-        """The torch facts, or {"torch_info_error": why}."""
+        """The torch facts, or {"torch_info_error": why} (why ends with the reader's last
+        error line, e.g. "ModuleNotFoundError: No module named 'torch'")."""
+        if self._result is None:
+            self._result = self._read(timeout_s)
+        return self._result
+
+    def _read(self, timeout_s: float) -> dict[str, Any]:
         try:
             _, err = self.proc.communicate(timeout=timeout_s)
             if self.proc.returncode != 0:
-                raise subprocess.CalledProcessError(self.proc.returncode, self.proc.args, stderr=err)
+                lines = (err or b"").decode(errors="replace").strip().splitlines()
+                last = lines[-1] if lines else f"exit status {self.proc.returncode}"
+                return {"torch_info_error": f"{self.python} -m fsdp_bench.worker.environment failed: {last}",
+                        "torch_reader_returncode": self.proc.returncode}
             data = read_json(self.path)
             return data if isinstance(data, dict) else {"torch_info_error": "not a JSON object"}
         except (subprocess.SubprocessError, OSError, ValueError) as exc:
@@ -77,6 +91,22 @@ class TorchEnvironment:
             self.proc.kill()
             self.proc.wait()
         self.path.unlink(missing_ok=True)
+
+
+def interpreter_problem(facts: dict[str, Any], device: str, python: str) -> str | None:
+    """The one line that stops a sweep whose cases could not run at all, else None: the workers'
+    interpreter cannot import torch (a pytest from outside the virtual environment), or a CUDA
+    sweep's torch sees no GPU (a CPU-only torch wheel on a GPU node)."""
+    if facts.get("torch_reader_returncode"):  # it ran and failed (a reader that hung is only a note)
+        error = facts["torch_info_error"].partition("failed: ")[2] or facts["torch_info_error"]
+        return (f"fsdp-bench: the cases would run with {python}, which cannot import torch ({error}); "
+                "run pytest from the virtual environment that has torch (e.g. .venv/bin/pytest), "
+                "or install torch into that interpreter")
+    if device == "cuda" and "torch" in facts and not facts.get("gpu_count"):
+        build = f"CUDA {facts['cuda']}" if facts.get("cuda") else "a CPU-only build"
+        return (f"fsdp-bench: --bench-device cuda, but torch {facts.get('torch')} ({build}) in {python} sees no GPU; "
+                "install a CUDA build of torch (see the README's 'On a GPU node') or use --bench-device cpu")
+    return None
 
 
 def write_environment(run_dir: Path, project_root: Path, torch_env: TorchEnvironment) -> dict[str, Any]:

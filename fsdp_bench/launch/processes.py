@@ -5,7 +5,11 @@ A case's torchrun and every rank carry the case file on their command line
 used: the pid files find ranks fast, a /proc scan finds anything that never wrote one (a rank
 killed while importing torch, a torchrun whose parent died). A process is only ever signalled
 after its command line was read back and found to name the case folder, so a recycled pid is
-never hit. The marker is `DIR/case.json`, not `DIR`: one case id can be a prefix of another's.
+never hit. The marker is `DIR/case.json`, not `DIR`: one case id can be a prefix of another's;
+and it must be one whole argument, byte for byte, never a substring (`/home/u/R/...` is inside
+`/scratch/home/u/R/...`; a non-UTF-8 byte must not be lost to decoding). torchrun writes
+`DIR/torchrun.pid` before it imports anything, so a later sweep finds an orphaned attempt's
+torchrun and its session even when no rank wrote a pid file yet.
 
 Naming the case file is not enough to be signalled: a `tail -f DIR/case.json` of the user's
 names it too. A process is the case's only if it runs a worker entry point of this project
@@ -54,7 +58,7 @@ def build_env(base: dict[str, str] | None = None, *, grace_s: float = TORCHRUN_G
 
 def cmdline(pid: int) -> str:
     """The command line of `pid` with spaces for NULs; "" when gone, a zombie, or unreadable."""
-    return " ".join(_argv(pid))
+    return " ".join(arg.decode(errors="replace") for arg in _argv(pid))
 
 
 def _is_zombie(pid: int) -> bool:
@@ -65,13 +69,14 @@ def _is_zombie(pid: int) -> bool:
     return stat.rpartition(")")[2].split()[:1] == ["Z"]
 
 
-def _argv(pid: int) -> list[str]:
-    """The NUL-separated fields of /proc/PID/cmdline ([] when gone or unreadable)."""
+def _argv(pid: int) -> list[bytes]:
+    """The NUL-separated fields of /proc/PID/cmdline as bytes ([] when gone or unreadable):
+    bytes, because a path may hold bytes that are not UTF-8 and must still match exactly."""
     try:
         raw = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return []
-    return raw.decode(errors="replace").split("\0")
+    return raw.split(b"\0")
 
 
 def _parent(pid: int) -> int:
@@ -92,10 +97,14 @@ def _descends_from(pid: int, root: int) -> bool:
     return False
 
 
+def _runs_worker(argv: list[bytes]) -> bool:
+    return any(arg == b"fsdp_bench.worker" or arg.startswith(b"fsdp_bench.worker.") for arg in argv)
+
+
 def _started_by_us(pid: int, root: int | None) -> bool:
     """Whether `pid` (already known to name the case file) is the sweep's: a worker entry point,
     or the runner's torchrun `root`, a process in its session or below it."""
-    if any(arg == "fsdp_bench.worker" or arg.startswith("fsdp_bench.worker.") for arg in _argv(pid)):
+    if _runs_worker(_argv(pid)):
         return True
     if root is None:
         return False
@@ -106,10 +115,30 @@ def _started_by_us(pid: int, root: int | None) -> bool:
     return same_session or _descends_from(pid, root)
 
 
+def names_file(pid: int, path: str | Path) -> bool:
+    """Whether one argument of `pid`'s command line IS `path` (byte for byte): never a substring,
+    so a case path that ends another sweep's (/home/u/R in /scratch/home/u/R) is not matched."""
+    return os.fsencode(str(path)) in _argv(pid)
+
+
 def is_case_process(pid: int, marker: str | Path, root: int | None = None) -> bool:
     """A live process of the case: names the case file, not a zombie, started by the sweep."""
-    return (pid != os.getpid() and str(marker) in cmdline(pid) and not _is_zombie(pid)
+    return (pid != os.getpid() and names_file(pid, marker) and not _is_zombie(pid)
             and _started_by_us(pid, root))
+
+
+def processes_under(folder: str | Path) -> list[int]:
+    """Live worker-side processes (fsdp_bench.worker entry points) with an argument inside
+    `folder`: every process any case of a run folder may have left."""
+    prefix = os.fsencode(str(Path(folder).resolve())) + b"/"
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        argv = _argv(int(entry.name))
+        if _runs_worker(argv) and any(a.startswith(prefix) for a in argv) and not _is_zombie(int(entry.name)):
+            found.append(int(entry.name))
+    return sorted(found)
 
 
 def find_case_processes(marker: str | Path, root: int | None = None) -> list[int]:
@@ -131,22 +160,37 @@ def _recorded_pids(work_dir: Path) -> list[int]:
     return pids
 
 
+def recorded_launcher(work_dir: Path) -> int | None:
+    """The case's torchrun, from the pid file it writes before anything else, when it still runs
+    for this case (its own command line names the case file): the root of the case's session."""
+    try:
+        pid = int(CaseDir(Path(work_dir)).launcher_pid_file.read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return pid if is_case_process(pid, case_marker(work_dir)) else None
+
+
 def live_ranks(work_dir: Path) -> list[int]:
-    """Recorded rank pids of the case that still run a worker for it (a previous attempt's)."""
+    """Every live process of the case (an earlier attempt's torchrun and ranks): recorded pids,
+    then the /proc scan, with the recorded torchrun's session and tree counted as the case's."""
     marker = case_marker(work_dir)
-    # without a torchrun to descend from, is_case_process accepts only worker entry points
-    return [pid for pid in _recorded_pids(work_dir) if is_case_process(pid, marker)]
+    root = recorded_launcher(work_dir)
+    candidates = dict.fromkeys(_recorded_pids(work_dir) + find_case_processes(marker, root))
+    return sorted(pid for pid in candidates if is_case_process(pid, marker, root))
 
 
 def case_marker(work_dir: Path) -> str:
-    """The text every process of the case has on its command line."""
-    return str(CaseDir(Path(work_dir)).case_file)
+    """The argument every process of the case has on its command line (resolved, as the runner
+    writes it)."""
+    return str(CaseDir(Path(work_dir).resolve()).case_file)
 
 
 def kill_case_processes(work_dir: Path, sig: int = signal.SIGKILL, *, root: int | None = None) -> list[int]:
     """Signal every process of the case still alive (recorded rank pids first, then a /proc
-    scan for the case file); `root` is the runner's torchrun pid. Returns the pids signalled."""
+    scan for the case file); `root` is the runner's torchrun pid (default: the recorded one).
+    Returns the pids signalled."""
     marker = case_marker(work_dir)
+    root = root if root is not None else recorded_launcher(work_dir)
     candidates = dict.fromkeys(_recorded_pids(work_dir) + find_case_processes(marker, root))
     signalled = []
     for pid in candidates:

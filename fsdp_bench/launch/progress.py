@@ -70,7 +70,8 @@ class BenchState:
     def opening_line(self) -> str | None:
         if not self.progress.start() or not self.session.launch.owns_results:
             return None
-        return f"fsdp-bench: {self.progress.total} case(s); run folder {self.session.ensure_run_dir()}"
+        what = "tuning (cases measured as the rounds decide)" if self.sweep.tune else f"{self.progress.total} case(s)"
+        return f"fsdp-bench: {what}; run folder {self.session.ensure_run_dir()}"
 
     def resume_hint(self) -> str | None:
         """How to finish the run, when it was interrupted or some case is not ok."""
@@ -114,7 +115,7 @@ def _measured_parts(metrics: dict[str, Any]) -> list[str]:
     if isinstance(cv, (int, float)) and cv > NOISY_CV_PCT:
         parts.append(f"NOISY (CV {cv:.0f}%)")
     spread = metrics.get(M.repeat_spread_pct)
-    if isinstance(spread, (int, float)):
+    if isinstance(spread, (int, float)) and (metrics.get(M.repeats) or 1) > 1:
         parts.append(f"{metrics.get(M.repeats)} repeats, medians spread {spread:.0f}%")
     return parts
 
@@ -153,3 +154,27 @@ def write_live_line(reporter: Any, capture: Any, line: str) -> None:
         return
     with capture.global_and_fixture_disabled():
         write()
+
+
+def check_inputs(sweep: Sweep) -> None:
+    """What the sweep reads besides its options, checked before anything runs (ValueError with
+    one line): contributor faults, the free-space floor, the GPU named for the estimate."""
+    from fsdp_bench.analysis.duration import check_gpu_name
+    from fsdp_bench.launch.session import min_free_mib
+    from fsdp_bench.plan import faults
+
+    faults.check_spec()
+    min_free_mib()
+    if sweep.gpu_name is not None:
+        check_gpu_name(sweep.gpu_name)
+
+
+def cases_to_run(items: list) -> list:
+    """The collected cases that will launch (pytest items; collection-time skips excluded; a
+    tuning item counts its whole grid, what the full sweep would cost)."""
+    from fsdp_bench.analysis.tune import TuneRequest
+
+    params = [item.callspec.params["bench_case"] for item in items
+              if "bench_case" in getattr(item, "fixturenames", ()) and item.get_closest_marker("skip") is None
+              and hasattr(item, "callspec") and "bench_case" in item.callspec.params]
+    return [case for p in params for case in (p.cases if isinstance(p, TuneRequest) else (p,))]

@@ -12,12 +12,12 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from fsdp_bench.analysis.aggregate import aggregate_rank_metrics
+from fsdp_bench.analysis.aggregate import case_metrics
 from fsdp_bench.launch.outcome import Outcome, classify_outcome
 from fsdp_bench.launch.processes import TORCHRUN_GRACE_S, build_env, stop_case
 from fsdp_bench.launch.commands import build_command, ranks_per_node
 from fsdp_bench.plan.case import Case
-from fsdp_bench.plan.nodes import Launch
+from fsdp_bench.plan.nodes import CASE_DEADLINE_ENV, Launch
 from fsdp_bench.results.io import read_json, utc_now, write_json_atomic
 from fsdp_bench.results.layout import CaseDir, RunLayout
 from fsdp_bench.results.schema import SCHEMA_VERSION, ResultError
@@ -129,8 +129,11 @@ def run_case(case: Case, run_dir: Path, *, timeout_s: float, env: dict[str, str]
     return result
 
 
-def _case_env(case: Case, env: dict[str, str] | None, grace_s: float, launch: Launch) -> dict[str, str]:
-    return build_env(env, grace_s=grace_s, device=case.device, ranks_per_node=ranks_per_node(case.nproc, launch.nnodes))
+def _case_env(case: Case, env: dict[str, str] | None, grace_s: float, launch: Launch,
+              timeout_s: float) -> dict[str, str]:
+    out = build_env(env, grace_s=grace_s, device=case.device, ranks_per_node=ranks_per_node(case.nproc, launch.nnodes))
+    out[CASE_DEADLINE_ENV] = str(timeout_s + grace_s)  # torchrun's own stop if this process is gone by then
+    return out
 
 
 def _launch_and_wait(case: Case, work: CaseDir, *, timeout_s: float, env: dict[str, str] | None,
@@ -141,7 +144,7 @@ def _launch_and_wait(case: Case, work: CaseDir, *, timeout_s: float, env: dict[s
     with open(work.log_file, "wb") as log:
         proc = subprocess.Popen(
             build_command(case, work.case_file, work.path, launch=launch, join_timeout_s=timeout_s, repeat=repeat),
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=_case_env(case, env, grace_s, launch),
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=_case_env(case, env, grace_s, launch, timeout_s),
             cwd=work.path, start_new_session=True,
         )
         try:
@@ -170,13 +173,9 @@ def _merged_result(case: Case, outcome: Outcome, ranks: list[dict[str, Any]], *,
         "launched_unix": started["unix"],
         "finished_unix": time.time(),
         "log_tail": log_tail if outcome.status != "ok" else log_tail[-500:],
-        "metrics": aggregate_rank_metrics(
-            tokens_per_step=case.tokens_per_step, samples_per_step=case.global_batch_size,
-            world_size=case.nproc, ranks=ranks,
-        ) if ranks else {},
+        "metrics": case_metrics(case, ranks, ranks[0].get("simulation") if case.simulate and ranks else None),
         "ranks": ranks,
     }
     if case.simulate and ranks and ranks[0].get("simulation"):
         result["simulation"] = ranks[0]["simulation"]
-        result["metrics"].update(ranks[0]["simulation"].get("metrics", {}))
     return result

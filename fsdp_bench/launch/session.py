@@ -7,16 +7,19 @@ The plugin owns one `SweepSession`; pytest calls `run(case)` per collected case.
 from __future__ import annotations
 
 import fcntl
+import math
 import os
 import shutil
+import stat
 from pathlib import Path
 from typing import Any
 
 from fsdp_bench.plan.case import Case
 from fsdp_bench.plan.options import Sweep, fingerprint_differences
 from fsdp_bench.results.io import read_json, write_json_atomic
-from fsdp_bench.results.layout import RunLayout, create_run_dir
+from fsdp_bench.results.layout import RunLayout, create_run_dir, foreign_entries
 from fsdp_bench.results.load import load_case_result
+from fsdp_bench.results.metrics import M
 from fsdp_bench.results.schema import ResultError
 
 
@@ -28,6 +31,10 @@ class RunBusy(SessionError):
     """Another live sweep holds the run folder."""
 
 
+class RunFolderGone(SessionError):
+    """The run folder was deleted, replaced or made unwritable mid-sweep: the sweep stops."""
+
+
 class DiskFull(SessionError):
     """Too little free space left in the run folder to launch another case."""
 
@@ -35,12 +42,24 @@ class DiskFull(SessionError):
 MIN_FREE_MIB_DEFAULT = 200  # below this much free space a case is not launched (FSDP_BENCH_MIN_FREE_MIB)
 
 
+def min_free_mib() -> float:
+    """FSDP_BENCH_MIN_FREE_MIB, checked: a value that is not a finite number >= 0 (nan, -1, "x")
+    is a usage error, never a silently disabled check."""
+    text = os.environ.get("FSDP_BENCH_MIN_FREE_MIB")
+    if text is None:
+        return MIN_FREE_MIB_DEFAULT
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):
+        raise ValueError(f"FSDP_BENCH_MIN_FREE_MIB: {text!r} is not a number of MiB (>= 0)")
+    return value
+
+
 def check_free_space(run_dir: Path) -> None:
     """Stop before a case rather than let it die half-written on a full disk."""
-    try:
-        need_mib = float(os.environ.get("FSDP_BENCH_MIN_FREE_MIB", MIN_FREE_MIB_DEFAULT))
-    except ValueError:
-        need_mib = MIN_FREE_MIB_DEFAULT
+    need_mib = min_free_mib()
     free_mib = shutil.disk_usage(run_dir).free / 2**20
     if free_mib < need_mib:
         raise DiskFull(f"only {free_mib:.0f} MiB free under {run_dir} (need {need_mib:.0f} MiB); "
@@ -59,6 +78,7 @@ class SweepSession:
         self.launch = sweep.launch()
         self.store = None  # node 0's rendezvous store process in a multi-node sweep
         self._lock_fd: int | None = None
+        self._identity: tuple[tuple[int, int], tuple[int, int]] | None = None  # (run folder, .lock) dev+inode
         self._torch_env = None  # the env.json torch half, read while pytest collects
 
     def start_environment(self) -> None:
@@ -68,6 +88,27 @@ class SweepSession:
 
         if self._torch_env is None:
             self._torch_env = TorchEnvironment(env=build_env())
+
+    def check_interpreter(self, device: str) -> dict[str, Any]:
+        """The torch facts of the workers' interpreter (the env.json reader's, already under
+        way, so no second torch import): SessionError with one line when the cases could not
+        run at all (no torch there, or a CUDA sweep whose torch sees no GPU)."""
+        from fsdp_bench.launch.environment import interpreter_problem
+
+        self.start_environment()
+        facts = self._torch_env.result()
+        problem = interpreter_problem(facts, device, self._torch_env.python)
+        if problem is not None:
+            raise SessionError(problem)
+        return facts
+
+    def kept_on_resume(self, case_ids: list[str]) -> frozenset[str]:
+        """The ids of the cases a --bench-resume keeps (ok in the run folder): not run again."""
+        if self.sweep.resume is None or not self.launch.owns_results:
+            return frozenset()
+        run = RunLayout(self.sweep.resume)
+        return frozenset(cid for cid in case_ids
+                         if (_load_or_none(run.result_file(cid)) or {}).get("status") == "ok")
 
     def _write_environment(self, folder: Path) -> None:
         from fsdp_bench.launch.environment import write_environment
@@ -81,21 +122,39 @@ class SweepSession:
         return RunLayout(self.ensure_run_dir())
 
     def lock_run_dir(self, run_dir: Path) -> None:
+        """flock RUN/.lock, which must be our own plain file: created exclusively, or an existing
+        regular file with one link (never a symlink, hard link, FIFO or device, whose target
+        the pid written into it would clobber). Remembers the folder's identity (see check_run_dir)."""
         lock_file = RunLayout(Path(run_dir)).lock_file
-        try:  # O_NOFOLLOW: a symlinked .lock must not make us truncate and write another file
-            fd = os.open(lock_file, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
-        except OSError as exc:
-            raise SessionError(f"cannot lock {run_dir}: {lock_file} is a symlink or unusable "
-                               f"({exc.strerror})") from None
+        fd = _open_lock_file(run_dir, lock_file)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
             os.close(fd)
             raise RunBusy(f"{run_dir} is in use by another running sweep (pid {holder})") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, str(os.getpid()).encode(), 0)
+            self._identity = (_identity(os.stat(run_dir)), _identity(os.fstat(fd)))
+        except OSError as exc:
+            os.close(fd)
+            raise SessionError(f"cannot lock {run_dir}: writing {lock_file} failed ({exc.strerror})") from None
         self._lock_fd = fd
+
+    def check_run_dir(self) -> None:
+        """Stop when the run folder was removed or replaced since it was locked: writing on would
+        re-create it without its lock, env.json or sweep.json, where another sweep could resume."""
+        if self._identity is None or self.run_dir is None:
+            return
+        layout = RunLayout(self.run_dir)
+        try:
+            now = (_identity(os.stat(layout.root)), _identity(os.stat(layout.lock_file, follow_symlinks=False)))
+        except OSError:
+            now = None
+        if now != self._identity or not layout.cases_dir.is_dir():
+            raise RunFolderGone(f"{self.run_dir} was removed or replaced while the sweep ran; stopping "
+                                f"(the cases done so far are wherever that folder went)")
 
     def check_no_live_ranks(self, run_dir: Path) -> None:
         """Refuse to resume a run whose earlier attempt still has ranks alive (an orphaned
@@ -131,6 +190,14 @@ class SweepSession:
 
     def ensure_run_dir(self) -> Path:
         if self.run_dir is None:
+            try:
+                self._create_run_dir()
+            except OSError as exc:  # a full disk, a read-only or vanished folder: one line, no traceback
+                raise SessionError(f"cannot set up the run folder: {_os_error_line(exc)}") from None
+        return self.run_dir
+
+    def _create_run_dir(self) -> None:
+        if self.run_dir is None:
             from fsdp_bench.launch.rendezvous import start_rendezvous_store
 
             if self.launch.multi_node and self.launch.owns_results:
@@ -139,9 +206,7 @@ class SweepSession:
             if self.sweep.resume is not None:
                 self.run_dir = self.sweep.resume
             elif self.sweep.run_id is not None:
-                self.run_dir = _named_run_dir(self.sweep.results_dir / self.sweep.run_id, self.launch.owns_results)
-                if self.launch.owns_results:
-                    self.lock_run_dir(self.run_dir)  # a --bench-resume of it meanwhile is refused
+                self.run_dir = _named_run_dir(self, self.sweep.results_dir / self.sweep.run_id, self.launch.owns_results)
                 self._write_environment(RunLayout(self.run_dir).node_root(self.launch.node_rank))
             else:
                 self.run_dir = create_run_dir(self.sweep.results_dir)
@@ -149,7 +214,6 @@ class SweepSession:
                 self._write_environment(self.run_dir)
             if self.sweep.resume is None and self.launch.owns_results:
                 write_json_atomic(RunLayout(self.run_dir).sweep_file, self.sweep.fingerprint(), overwrite=True)
-        return self.run_dir
 
     def close(self) -> None:
         if self._torch_env is not None:
@@ -162,9 +226,19 @@ class SweepSession:
         self.unlock_run_dir()
 
     def run(self, case: Case) -> dict[str, Any]:
+        """Run (or keep, on resume) one case. A run folder that went away or cannot be written
+        any more stops the sweep (RunFolderGone, one line) instead of failing every case left."""
+        run = self.layout
+        self.check_run_dir()
+        try:
+            return self._run(run, case)
+        except OSError as exc:
+            raise RunFolderGone(f"{run.root}: {_os_error_line(exc)}; stopping (resume later with "
+                                f"--bench-resume {run.root})") from None
+
+    def _run(self, run: RunLayout, case: Case) -> dict[str, Any]:
         from fsdp_bench.launch.runner import run_case
 
-        run = self.layout
         repeats = self.sweep.repeats
         previous = self._previous_result(run, case, repeats) if self.launch.owns_results else None
         if previous is not None and previous["status"] == "ok":
@@ -182,14 +256,31 @@ class SweepSession:
         self.results.append(result)
         return result
 
-    def _run_repeats(self, run: RunLayout, case: Case) -> dict[str, Any]:
+    def run_with_repeats(self, case: Case, repeats: int) -> dict[str, Any]:
+        """The case with at least `repeats` repeats (the tuner's rounds): a merged result that
+        already has them is returned as is; one with fewer is set aside under .attempts/ (its ok
+        repeats stay and are kept) and the missing repeats run. Always the repeat layout, so a
+        case measured once and later again is one ordinary case with its repeats."""
+        run = self.layout
+        merged = _load_or_none(run.result_file(case.id))
+        if merged is not None and merged["status"] == "ok" and len(merged.get(M.repeats) or []) >= repeats:
+            result = merged
+        else:
+            if merged is not None:
+                _set_aside(run, case.id, with_dir=False)
+            result = self._run_repeats(run, case, repeats)
+        self.results = [r for r in self.results if r.get("case_id") != case.id] + [result]
+        return result
+
+    def _run_repeats(self, run: RunLayout, case: Case, repeats: int | None = None) -> dict[str, Any]:
         """Each repeat in its own fresh torchrun and folder; an ok repeat from an earlier attempt
         is kept, others are set aside and run again; the first repeat that is not ok ends the case."""
         from fsdp_bench.analysis.repeats import merge_repeats
         from fsdp_bench.launch.runner import run_case
 
+        planned = repeats or self.sweep.repeats
         results = []
-        for repeat in range(1, self.sweep.repeats + 1):
+        for repeat in range(1, planned + 1):
             done = _load_or_none(run.result_file(case.id, repeat=repeat)) if self.launch.owns_results else None
             if done is None or done["status"] != "ok":
                 check_free_space(run.root)
@@ -201,7 +292,7 @@ class SweepSession:
             results.append(done)
             if done["status"] != "ok":
                 break
-        merged = merge_repeats(results, planned=self.sweep.repeats)
+        merged = merge_repeats(results, planned=planned)
         write_json_atomic(run.result_file(case.id, self.launch.node_rank), merged)
         return merged
 
@@ -215,16 +306,55 @@ class SweepSession:
         return _load_or_none(path)
 
 
-def _named_run_dir(path: Path, owner: bool) -> Path:
-    """The run folder every node names alike (--bench-run-id). Node 0 makes its cases/ and
-    refuses one that already holds results; other nodes only make their node folder."""
-    path.mkdir(parents=True, exist_ok=True)
-    if owner:
+def _os_error_line(exc: OSError) -> str:
+    where = f" ({exc.filename})" if exc.filename else ""
+    return f"{exc.strerror or exc}{where}"
+
+
+def _identity(st: os.stat_result) -> tuple[int, int]:
+    return st.st_dev, st.st_ino
+
+
+def _open_lock_file(run_dir: Path, lock_file: Path) -> int:
+    """An fd on RUN/.lock that is certainly a plain file of this folder (see lock_run_dir)."""
+    flags = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
         try:
-            RunLayout(path).cases_dir.mkdir()
+            fd = os.open(lock_file, flags | os.O_CREAT | os.O_EXCL, 0o644)
         except FileExistsError:
-            raise SessionError(f"--bench-run-id: {path} already holds results; choose a new run id "
-                               f"or continue it with --bench-resume {path}") from None
+            fd = os.open(lock_file, flags)  # O_NONBLOCK: a FIFO must not block the open
+    except OSError as exc:
+        raise SessionError(f"cannot lock {run_dir}: {lock_file} is a symlink or unusable "
+                           f"({exc.strerror})") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+        os.close(fd)
+        what = "not a regular file" if not stat.S_ISREG(st.st_mode) else f"hard-linked ({st.st_nlink} links)"
+        raise SessionError(f"cannot lock {run_dir}: {lock_file} is {what}; remove it if no sweep uses the folder")
+    return fd
+
+
+def _named_run_dir(session: "SweepSession", path: Path, owner: bool) -> Path:
+    """The run folder every node names alike (--bench-run-id). Node 0 takes it only when it is
+    new or empty (never a folder with files of the user's or an earlier run: those would be
+    overwritten), locks it, then makes cases/; other nodes only make their node folder."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SessionError(f"--bench-run-id: cannot create {path} ({exc.strerror})") from None
+    if not owner:
+        return path
+    taken = foreign_entries(path)
+    if taken:
+        raise SessionError(f"--bench-run-id: {path} already exists and holds {', '.join(taken[:3])}; "
+                           f"choose a new run id, or continue a run with --bench-resume {path}")
+    session.lock_run_dir(path)  # exclusive: of two sweeps started at once, one gets RunBusy here
+    try:
+        RunLayout(path).cases_dir.mkdir()
+    except FileExistsError:
+        session.unlock_run_dir()
+        raise SessionError(f"--bench-run-id: {path} already holds results; choose a new run id "
+                           f"or continue it with --bench-resume {path}") from None
     return path
 
 

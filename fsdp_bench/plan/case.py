@@ -28,6 +28,11 @@ OPTIMIZER_TIMINGS: dict[str, str] = {t.name: t.short for t in OPTIMIZER_TIMING_R
 DEVICES = ("cpu", "cuda")
 
 
+# A case id is a file and folder name (cases/<id>.json, cases/.attempts/<id>-repeatR.N): with
+# room for those suffixes it stays under the 255-byte name limit of Linux filesystems.
+MAX_CASE_ID_BYTES = 200
+
+
 class CaseError(ValueError):
     """A case (or an option that builds one) is invalid; the message is one line for the user."""
 
@@ -199,8 +204,9 @@ def validate_case(case: Case) -> None:
         raise CaseError(f"lr must be a positive number, got {case.lr!r}")
     if not (isinstance(case.pg_timeout_s, (int, float)) and case.pg_timeout_s > 0):
         raise CaseError(f"pg_timeout_s must be a positive number, got {case.pg_timeout_s!r}")
-    if not isinstance(case.simulate, bool):
-        raise CaseError(f"simulate must be true or false, got {case.simulate!r}")
+    for name in ("simulate", "profile", "memory_snapshot", "probes", "act_ckpt", "compile"):
+        if not isinstance(getattr(case, name), bool):
+            raise CaseError(f"{name} must be true or false, got {getattr(case, name)!r}")
     if case.mesh:
         if not catalog_strategy(case.strategy).hybrid:
             hybrids = sorted(s.name for s in STRATEGIES.values() if s.hybrid)
@@ -208,9 +214,6 @@ def validate_case(case: Case) -> None:
         replicate, shard = parse_mesh(case.mesh)
         if replicate * shard != case.nproc:
             raise CaseError(f"mesh {case.mesh} has {replicate * shard} ranks but the case has {case.nproc}")
-    for name in ("profile", "memory_snapshot", "probes"):
-        if not isinstance(getattr(case, name), bool):
-            raise CaseError(f"{name} must be true or false, got {getattr(case, name)!r}")
     flavor = MODEL_FLAVORS.get(case.model)
     if flavor is not None and flavor.max_seq_len is not None and case.seq_len > flavor.max_seq_len:
         raise CaseError(
@@ -221,9 +224,6 @@ def validate_case(case: Case) -> None:
                         ("grad_sync", GRAD_SYNCS), ("checkpoint", CHECKPOINTS)):
         if getattr(case, name) not in known:
             raise CaseError(f"unknown {name} {getattr(case, name)!r}; known: {_known(known)}")
-    for name in ("act_ckpt", "compile"):
-        if not isinstance(getattr(case, name), bool):
-            raise CaseError(f"{name} must be true or false, got {getattr(case, name)!r}")
     if isinstance(case.grad_clip, bool) or not isinstance(case.grad_clip, (int, float)) or case.grad_clip < 0:
         raise CaseError(f"grad_clip must be a non-negative number, got {case.grad_clip!r}")
     _positive_int("min_num_params", case.min_num_params)
@@ -231,6 +231,9 @@ def validate_case(case: Case) -> None:
         raise CaseError(f"forward_prefetch must be a non-negative integer, got {case.forward_prefetch!r}")
     if case.data and flavor is not None and not flavor.takes_tokens:
         raise CaseError(f"data {case.data!r} needs a language model; {case.model} takes vectors, not tokens")
+    if len(case.id.encode()) > MAX_CASE_ID_BYTES:
+        raise CaseError(f"case id {case.id[:60]}... is {len(case.id.encode())} bytes; a file name holds "
+                        f"{MAX_CASE_ID_BYTES} at most here (a shorter hf: path gives a shorter id)")
 
 
 def applicable(case: Case) -> Case:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fsdp_bench.results.schema import sharding_word  # noqa: F401 - the catalog's words, kept on disk
+
 # Families: the code path that applies a strategy (one `apply_*` verb each in the worker).
 FAMILIES = ("ddp", "fsdp1", "fsdp2", "accelerate")
 # How one rank holds parameters, gradients and optimizer state (ZeRO's vocabulary):
@@ -205,14 +207,3 @@ def strategy_order(name: str) -> int:
 
 # Precision names a case takes, and the torch dtype name each computes in.
 PRECISIONS: dict[str, str] = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
-
-
-# FSDP1's ShardingStrategy names in the catalog's words ("hybrid_" + a row's sharding for hybrid
-# rows), so the sharding every family really ran reads alike in records and tables.
-_FSDP1_SHARDING_WORDS = {"NO_SHARD": "replicated", "SHARD_GRAD_OP": "shard_grad_op", "FULL_SHARD": "full_shard",
-                         "HYBRID_SHARD": "hybrid_full_shard", "_HYBRID_SHARD_ZERO2": "hybrid_shard_grad_op"}
-
-
-def sharding_word(name: str) -> str:
-    """An FSDP1 ShardingStrategy name (or a word already in the catalog's terms) in catalog terms."""
-    return _FSDP1_SHARDING_WORDS.get(name, name.lower())

@@ -97,8 +97,55 @@ def is_hf_path(model: str) -> bool:
     return model.startswith(HF_PREFIX) and len(model) > len(HF_PREFIX)
 
 
+# The Hugging Face model types whose shapes this project models (analysis.hf_units), with the
+# size fields each needs: every one must be a positive integer. Optional size fields, when given,
+# must be too. Checked at collection, so a bad config.json is one line, never a launched case.
+HF_SIZE_FIELDS = {
+    "llama": ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "vocab_size"),
+    "qwen2": ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "vocab_size"),
+    "mistral": ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "vocab_size"),
+    "gpt2": ("n_embd", "n_layer", "n_head", "vocab_size"),
+}
+_HF_OPTIONAL_SIZES = ("num_key_value_heads", "max_position_embeddings", "n_positions", "n_inner", "head_dim")
+MAX_CONFIG_BYTES = 1 << 20  # a config.json is a few KB; never read a huge file whole
+
+
+def hf_config_problem(data: Any, where: Path) -> str | None:
+    """Why a config.json's content cannot be built and measured (None: it can)."""
+    if not isinstance(data, dict) or not isinstance(data.get("model_type"), str):
+        return f"{where} has no model_type"
+    needed = HF_SIZE_FIELDS.get(data["model_type"])
+    if needed is None:
+        return f"{where}: model_type {data['model_type'][:40]!r} is not supported (supported: {', '.join(HF_SIZE_FIELDS)})"
+    for key in needed:
+        if key not in data:
+            return f"{where}: {key} is missing"
+    for key in (*needed, *(k for k in _HF_OPTIONAL_SIZES if data.get(k) is not None)):
+        value = data[key]
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 2**40:
+            return f"{where}: {key} must be a positive integer, got {str(value)[:40]!r}"
+    return None
+
+
+def _weights_problem(folder: Path) -> str | None:
+    """A model.safetensors that is not one (its header is 8 bytes of length, then JSON)."""
+    path = folder / "model.safetensors"
+    if not path.exists():
+        return None
+    try:
+        with open(path, "rb") as fh:
+            size = int.from_bytes(fh.read(8), "little")
+            header = json.loads(fh.read(size)) if 0 < size <= MAX_CONFIG_BYTES * 64 else None
+    except (OSError, ValueError):
+        header = None
+    if not isinstance(header, dict) or not any(k != "__metadata__" for k in header):
+        return f"{path} is not a safetensors file (no tensor header)"
+    return None
+
+
 def hf_path_problem(model: str) -> str | None:
-    """Why `hf:PATH` cannot be used (None: it has a readable config.json). Pure: reads JSON only."""
+    """Why `hf:PATH` cannot be used (None: it has a usable config.json and, if any, weights
+    that look like weights). Pure: reads JSON only."""
     folder = Path(model[len(HF_PREFIX):]).expanduser()
     if not folder.is_dir():
         return f"{model}: {folder} is not a folder"
@@ -106,12 +153,13 @@ def hf_path_problem(model: str) -> str | None:
     if not config.is_file():
         return f"{model}: {folder} has no config.json"
     try:
+        if config.stat().st_size > MAX_CONFIG_BYTES:
+            return f"{model}: {config} is over {MAX_CONFIG_BYTES} bytes; not a config"
         data = json.loads(config.read_text())
-    except (OSError, ValueError) as exc:
-        return f"{model}: {config} is not valid JSON ({exc})"
-    if not isinstance(data, dict) or "model_type" not in data:
-        return f"{model}: {config} has no model_type"
-    return None
+    except (OSError, ValueError, RecursionError) as exc:
+        return f"{model}: {config} is not valid JSON ({str(exc)[:80]})"
+    problem = hf_config_problem(data, config) or _weights_problem(folder)
+    return f"{model}: {problem}" if problem else None
 
 
 def flavor_for(model: str) -> ModelFlavor:

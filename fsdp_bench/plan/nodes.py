@@ -21,6 +21,9 @@ import re
 from dataclasses import dataclass
 
 DEFAULT_RDZV_PORT = 29400  # torchrun's own default c10d port
+# Seconds after which a case's torchrun stops itself (timeout + kill grace), even if the sweep
+# that should have stopped it is gone (set by launch.runner, read by worker.torchrun).
+CASE_DEADLINE_ENV = "FSDP_BENCH_CASE_DEADLINE_S"
 _RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
 

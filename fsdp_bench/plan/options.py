@@ -22,8 +22,8 @@ from fsdp_bench.plan.catalog import strategy as catalog_strategy
 from fsdp_bench.plan.flavors import MODEL_FLAVORS, hf_path_problem, is_hf_path
 from fsdp_bench.plan.nodes import Launch, LaunchError, validate_launch
 from fsdp_bench.plan.suites import SUITES, SuiteSettings, suite_cases
-from fsdp_bench.plan.text_data import data_folder_problem
-from fsdp_bench.results.layout import RunLayout
+from fsdp_bench.plan.text_data import usable_text_problem
+from fsdp_bench.results.layout import RunLayout, foreign_entries
 
 _CASE_DEFAULTS = {f.name: f.default for f in fields(Case) if f.name != "strategy"}
 CPU_TARGET_CI_PCT = 2.0  # --bench-target-ci-pct's default on CPU
@@ -31,7 +31,10 @@ CPU_TARGET_CI_PCT = 2.0  # --bench-target-ci-pct's default on CPU
 
 # how cases run or where results go, not what they measure: a resume may change these
 _NOT_MEASURED = frozenset({"timeout_s", "kill_grace_s", "results_dir", "resume", "report", "nnodes", "node_rank",
-                           "rdzv_endpoint", "run_id", "allow_slow_cpu", "gpu_name"})
+                           "rdzv_endpoint", "run_id", "allow_slow_cpu", "gpu_name",
+                           "allow_memory_overcommit",
+                           # the tuner picks which cases to measure, not how each is measured
+                           "tune", "budget_gib", "tune_time_s"})
 
 
 def _jsonable(value: Any) -> Any:
@@ -82,12 +85,18 @@ class Sweep:
     data: str = _CASE_DEFAULTS["data"]
     suite: str | None = None
     allow_slow_cpu: bool = False  # run CPU cases whose first step is estimated over a minute
+    allow_memory_overcommit: bool = False  # run cases predicted to need more host memory than is available
     repeats: int = 1  # each case run this many times, each in a fresh process tree
     # Adaptive measurement (issue 25, analysis.adaptive): None = CPU_TARGET_CI_PCT on CPU, where
     # shared cores make 10 steps too few to rank strategies, and off (exactly --bench-steps) on CUDA.
     target_ci_pct: float | None = None
     measure_cap_s: float = 10.0  # per case: measured seconds after which an adaptive case stops
     gpu_name: str | None = None  # whose published figures the duration estimate uses (None: the visible GPU)
+    # Autotune (issue 27, analysis.tune / launch.tune): one test per model measures only the
+    # cases that could win, within a memory budget per device and a budget of case-seconds.
+    tune: bool = False
+    budget_gib: float | None = None
+    tune_time_s: float | None = None
 
     def fingerprint(self) -> dict[str, Any]:
         """The settings that decide what the cases measure, where they differ from the defaults,
@@ -304,10 +313,29 @@ def _non_negative_floats(option: str, raw: str) -> tuple[float, ...]:
 
 
 def _data_folder(option: str, raw: str) -> str:
-    problem = data_folder_problem(raw)
+    """A folder with usable text, read through once now (as the ranks will), so a folder of
+    malformed or empty files is one line before any case launches; '' is not 'synthetic'."""
+    if not raw.strip():
+        raise CaseError(f"{option}: empty value (leave the option out for synthetic tokens)")
+    _check_path_length(option, raw)
+    problem = usable_text_problem(raw)
     if problem:
         raise CaseError(f"{option}: {problem}")
     return str(Path(raw).expanduser().resolve())
+
+
+PATH_MAX_BYTES, NAME_MAX_BYTES = 4095, 255  # Linux's PATH_MAX (less its NUL) and NAME_MAX
+
+
+def _check_path_length(option: str, raw: str) -> None:
+    """Refuse a path the kernel would refuse (ENAMETOOLONG) before anything is created."""
+    full = os.fsencode(os.path.abspath(os.path.expanduser(raw)))
+    if len(full) > PATH_MAX_BYTES:
+        raise CaseError(f"{option}: path is {len(full)} bytes long; at most {PATH_MAX_BYTES} are allowed")
+    longest = max(full.split(b"/"), key=len)
+    if len(longest) > NAME_MAX_BYTES:
+        raise CaseError(f"{option}: a folder name in the path is {len(longest)} bytes; "
+                        f"at most {NAME_MAX_BYTES} are allowed")
 
 
 def _can_write_in(folder: Path) -> bool:
@@ -334,6 +362,9 @@ def _switch(option: str, text: str) -> bool:
 
 
 def _writable_dir(option: str, raw: str) -> Path:
+    if not raw.strip():
+        raise CaseError(f"{option}: empty value")
+    _check_path_length(option, raw)
     path = Path(raw)
     probe = path
     while not probe.exists() and probe != probe.parent:
@@ -367,6 +398,7 @@ def _text(option: str, raw: str) -> str:
 
 
 def _existing_run(option: str, raw: str) -> Path:
+    _check_path_length(option, raw)
     path = Path(raw)
     if not path.is_dir():
         raise CaseError(f"{option}: {raw!r} does not exist or is not a folder")
@@ -376,6 +408,16 @@ def _existing_run(option: str, raw: str) -> Path:
     if not _can_write_in(cases):
         raise CaseError(f"{option}: {raw!r} is not writable")
     return path
+
+
+def _positive_gib(option: str, text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < float("inf"):
+        raise CaseError(f"{option}: {text!r} is not a positive number of GiB")
+    return value
 
 
 def _grace(option: str, text: str) -> float:
@@ -391,55 +433,54 @@ def _grace(option: str, text: str) -> float:
 # option name (without --bench-) -> (Sweep field, parser, help)
 OPTIONS: dict[str, tuple[str, Callable[[str, str], Any], str]] = {
     "strategies": ("strategies", lambda o, r: _names(o, r, STRATEGIES),
-                   f"comma list of strategies (default: {', '.join(DEFAULT_STRATEGIES)}): {', '.join(STRATEGIES)}"),
+                   f"comma list of strategies: {', '.join(STRATEGIES)}"),
     "batch-sizes": ("batch_sizes", lambda o, r: tuple(_positive_int(o, s) for s in _split(o, r)),
-                    f"per-device micro-batch sizes (default: {','.join(map(str, Sweep.batch_sizes))})"),
+                    "per-device micro-batch sizes"),
     "grad-accum": ("grad_accums", lambda o, r: tuple(_positive_int(o, s) for s in _split(o, r)),
-                   f"gradient accumulation steps (default: {','.join(map(str, Sweep.grad_accums))})"),
+                   "gradient accumulation steps"),
     "optimizer-timing": ("optimizer_timings", lambda o, r: _names(o, r, OPTIMIZER_TIMINGS),
-                         f"when the optimizer is built: {', '.join(OPTIMIZER_TIMINGS)} (default: after_shard)"),
-    "model": ("models", _models, f"model flavor(s) (default: {Sweep.models[0]}): {', '.join(MODEL_FLAVORS)}, hf:PATH"),
-    "nproc": ("nproc", _positive_int, "ranks per case (default: all GPUs on cuda, 2 on cpu)"),
-    "steps": ("steps", _positive_int, f"measured optimizer steps (default: {Sweep.steps})"),
-    "warmup": ("warmup", _non_negative_int, f"warmup steps excluded from statistics (default: {Sweep.warmup})"),
-    "seq-len": ("seq_len", _positive_int, f"tokens per sample (default: {Sweep.seq_len})"),
-    "device": ("device", lambda o, r: _names(o, r, ("auto", *DEVICES))[0], "auto, cpu or cuda (default: auto)"),
-    "timeout": ("timeout_s", _positive_float, f"seconds per case before it is stopped (default: {Sweep.timeout_s:g})"),
+                         f"when the optimizer is built: {', '.join(OPTIMIZER_TIMINGS)}"),
+    "model": ("models", _models, f"model flavor(s): {', '.join(MODEL_FLAVORS)}, hf:PATH"),
+    "nproc": ("nproc", _positive_int, "ranks per case"),
+    "steps": ("steps", _positive_int, "measured optimizer steps"),
+    "warmup": ("warmup", _non_negative_int, "warmup steps excluded from statistics"),
+    "seq-len": ("seq_len", _positive_int, "tokens per sample"),
+    "device": ("device", lambda o, r: _names(o, r, ("auto", *DEVICES))[0], "auto, cpu or cuda"),
+    "timeout": ("timeout_s", _positive_float, "seconds per case before it is stopped"),
     "kill-grace": ("kill_grace_s", _grace,
-                   f"seconds torchrun gets after SIGTERM before everything of the case is SIGKILLed "
-                   f"(default: {Sweep.kill_grace_s:g})"),
-    "results-dir": ("results_dir", _writable_dir, "where run folders are created (default: results)"),
+                   "seconds torchrun gets after SIGTERM before everything of the case is SIGKILLed "),
+    "results-dir": ("results_dir", _writable_dir, "where run folders are created"),
     "resume": ("resume", _existing_run, "continue this run folder: keep its ok cases, re-run the rest"),
     "suite": ("suite", lambda o, r: _names(o, r, SUITES)[0],
               f"run one of the write-ups' experiments by name: {', '.join(SUITES)}"),
-    "data": ("data", _data_folder, "folder of .txt/.json/.jsonl text to train on (default: synthetic tokens)"),
+    "data": ("data", _data_folder, "folder of .txt/.json/.jsonl text to train on"),
     # Training knobs: comma lists crossed like the axes above; in case ids only when not default.
-    "precision": ("knobs.precision", lambda o, r: _names(o, r, PRECISIONS), f"{', '.join(PRECISIONS)} (default: fp32)"),
-    "act-ckpt": ("knobs.act_ckpt", _on_off, "activation checkpointing per block: off, on (default: off)"),
-    "compile": ("knobs.compile", _on_off, "torch.compile each block: off, on (default: off)"),
+    "precision": ("knobs.precision", lambda o, r: _names(o, r, PRECISIONS), f"{', '.join(PRECISIONS)}"),
+    "act-ckpt": ("knobs.act_ckpt", _on_off, "activation checkpointing per block: off, on"),
+    "compile": ("knobs.compile", _on_off, "torch.compile each block: off, on"),
     "optimizer-impl": ("knobs.optimizer_impl", lambda o, r: _names(o, r, OPTIMIZER_IMPLS),
-                       f"AdamW implementation: {', '.join(OPTIMIZER_IMPLS)} (default: auto)"),
-    "grad-clip": ("knobs.grad_clip", _non_negative_floats, "max global grad norm, 0 = off (default: 0)"),
+                       f"AdamW implementation: {', '.join(OPTIMIZER_IMPLS)}"),
+    "grad-clip": ("knobs.grad_clip", _non_negative_floats, "max global grad norm, 0 = off"),
     "wrap-policy": ("knobs.wrap_policy", lambda o, r: _names(o, r, WRAP_POLICIES),
-                    f"FSDP1 auto-wrap: {', '.join(WRAP_POLICIES)} (default: module)"),
+                    f"FSDP1 auto-wrap: {', '.join(WRAP_POLICIES)}"),
     "min-num-params": ("knobs.min_num_params", lambda o, r: tuple(_positive_int(o, s) for s in _split(o, r)),
-                       "FSDP1 size_based wrap threshold (default: 100000000)"),
+                       "FSDP1 size_based wrap threshold"),
     "forward-prefetch": ("knobs.forward_prefetch", lambda o, r: tuple(_non_negative_int(o, s) for s in _split(o, r)),
-                         "blocks prefetched ahead; FSDP1: >0 sets forward_prefetch (default: 0)"),
+                         "blocks prefetched ahead; FSDP1: >0 sets forward_prefetch"),
     "backward-prefetch": ("knobs.backward_prefetch", lambda o, r: _names(o, r, BACKWARD_PREFETCHES),
-                          f"FSDP1 backward prefetch: {', '.join(BACKWARD_PREFETCHES)} (default: pre)"),
+                          f"FSDP1 backward prefetch: {', '.join(BACKWARD_PREFETCHES)}"),
     "grad-sync": ("knobs.grad_sync", lambda o, r: _names(o, r, GRAD_SYNCS),
-                  "grad-accum reduction: every micro-step, or only the last (no_sync) (default: every)"),
+                  "grad-accum reduction: every micro-step, or only the last (no_sync)"),
     "checkpoint": ("knobs.checkpoint", lambda o, r: _names(o, r, CHECKPOINTS),
-                   f"checkpoint benchmark after the steps: {', '.join(CHECKPOINTS)} (default: none)"),
+                   f"checkpoint benchmark after the steps: {', '.join(CHECKPOINTS)}"),
 
 
-    "nnodes": ("nnodes", _positive_int, "nodes each case spans; run the same command on every node (default: 1)"),
-    "node-rank": ("node_rank", _non_negative_int, "this node's rank, 0..nnodes-1; node 0 writes the results (default: 0)"),
+    "nnodes": ("nnodes", _positive_int, "nodes each case spans; run the same command on every node"),
+    "node-rank": ("node_rank", _non_negative_int, "this node's rank, 0..nnodes-1; node 0 writes the results"),
     "rdzv-endpoint": ("rdzv_endpoint", _text, "HOST:PORT on node 0 for the c10d rendezvous (needed with --bench-nnodes > 1)"),
     "run-id": ("run_id", _text, "name of the run folder under --bench-results-dir, the same on every node "
-                                "(needed with --bench-nnodes > 1; default under Slurm: slurm-$SLURM_JOB_ID)"),
-    "mesh": ("mesh", _mesh, "hybrid strategies' REPLICATExSHARD mesh, e.g. 2x2 (default: the node boundary)"),
+                                "(needed with --bench-nnodes > 1)"),
+    "mesh": ("mesh", _mesh, "hybrid strategies' REPLICATExSHARD mesh, e.g. 2x2"),
     "simulate-world-size": ("simulate_world_sizes", lambda o, r: tuple(_positive_int(o, s) for s in _split(o, r)),
                             "simulate rank 0 of these world sizes on one device with a fake process group, "
                             "e.g. 8,64 (memory measured, communication modelled)"),
@@ -452,24 +493,73 @@ OPTIONS: dict[str, tuple[str, Callable[[str, str], Any], str]] = {
                   "CPU no peak memory; saves their time on big models"),
     "repeats": ("repeats", _positive_int, "run each case this many times, each in a fresh torchrun; the step "
                 "times of all repeats make the case's statistics, the report shows the spread between "
-                "repeats (default: 1)"),
+                "repeats"),
     # Adaptive measurement (issue 25): self-contained, parsed by the shared number parsers.
     "target-ci-pct": ("target_ci_pct", _non_negative_float_value,
-                      f"keep measuring steps past --bench-steps until the step-time median's confidence "
-                      f"interval (analysis.stats.CONFIDENCE) is within +-PCT %, or --bench-measure-cap-s; 0 = exactly --bench-steps "
-                      f"(default: {CPU_TARGET_CI_PCT:g} on CPU, 0 on CUDA)"),
+                      "keep measuring steps past --bench-steps until the step-time median's confidence "
+                      "interval (analysis.stats.CONFIDENCE) is within +-PCT %, or --bench-measure-cap-s; 0 = exactly --bench-steps "),
     "measure-cap-s": ("measure_cap_s", _positive_float, "per case: measured seconds after which adaptive "
-                      f"measurement stops short of its target (default: {Sweep.measure_cap_s:g})"),
-    "gpu-name": ("gpu_name", _text, "GPU whose published peak FLOPs the duration estimate uses, e.g. H100, H200 "
-                 "(default: the visible GPU, else H100 SXM); lets `--collect-only` plan a CUDA sweep on a "
-                 "machine without one"),
+                      "measurement stops short of its target"),
+    "gpu-name": ("gpu_name", _text, "GPU whose published peak FLOPs the duration estimate uses, e.g. H100, H200; lets "
+                 "`--collect-only` plan a CUDA sweep on a machine without one"),
+    "tune": ("tune", _switch, "autotune: instead of every case, one test per model that predicts every case's "
+             "peak memory and step time, measures the promising ones in rounds and answers with the "
+             "fastest that fits (docs/autotune.md); --bench-repeats is the most repeats a finalist gets"),
+    "budget-gib": ("budget_gib", _positive_gib, "with --bench-tune: memory budget per device in GiB (as "
+                   "visualize.py --budget-gib): cases predicted over it are skipped, and the pick's measured "
+                   "peak is within it"),
+    "tune-time-s": ("tune_time_s", _positive_float, "with --bench-tune: case-seconds after which the tuning "
+                    "stops and answers with what it measured"),
     "allow-slow-cpu": ("allow_slow_cpu", _switch, "start a CPU sweep even when a case's first step is estimated "
                        "over a minute (fsdp_bench/analysis/duration.py); without it such a sweep stops before any case"),
+    "allow-memory-overcommit": ("allow_memory_overcommit", _switch, "start even when a case's ranks are predicted "
+                                "to need more host memory than the machine has available (launch/memory_guard.py); "
+                                "without it such a sweep stops before any case"),
 }
 
 # Options that are switches: the pytest flag alone means "on" (`--bench-profile`); parse_sweep
 # also takes on/off text for them (what the flag stores, and what other callers may pass).
-SWITCH_OPTIONS = frozenset({"profile", "memory-snapshot", "no-probes", "allow-slow-cpu"})
+# Defaults that are a rule rather than one value (the field holds None or ""), said in words;
+# None: the option has no default to state.
+_DEFAULT_IN_WORDS: dict[str, str | None] = {
+    "nproc": "all GPUs on cuda, 2 on cpu", "data": "synthetic tokens", "mesh": "the node boundary",
+    "run_id": "a new timestamped folder; under Slurm slurm-$SLURM_JOB_ID", "gpu_name": "the visible GPU, else H100 SXM",
+    "target_ci_pct": f"{CPU_TARGET_CI_PCT:g} on CPU, 0 on CUDA", "rdzv_endpoint": None, "resume": None,
+    "suite": None, "simulate_world_sizes": None, "budget_gib": "none", "tune_time_s": "none; the rounds end by themselves",
+}
+
+
+def default_text(field_name: str) -> str | None:
+    """The default of a Sweep field (or `knobs.X`: of Case's X) as an option's help states it."""
+    if field_name in _DEFAULT_IN_WORDS:
+        return _DEFAULT_IN_WORDS[field_name]
+    owner, _, name = field_name.rpartition(".")
+    source = {f.name: f for f in fields(Case if owner == "knobs" else Sweep)}[name]
+    value = source.default_factory() if source.default_factory is not MISSING else source.default
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, (tuple, list)):
+        return ",".join(map(str, value))
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def option_help(name: str) -> str:
+    """An option's help with its default, generated from the dataclass that holds it."""
+    field_name, _parse, text = OPTIONS[name]
+    default = None if name in SWITCH_OPTIONS else default_text(field_name)
+    return text.rstrip() if default is None else f"{text.rstrip()} (default: {default})"
+
+
+SWITCH_OPTIONS = frozenset({"profile", "memory-snapshot", "no-probes", "allow-slow-cpu", "allow-memory-overcommit",
+                            "tune"})
+
+# Flags about what the session writes and prints, not what the cases measure: not in Sweep's
+# fingerprint, so a resume may change them.
+DISPLAY_OPTIONS: dict[str, str] = {
+    "no-report": "do not write the table and charts at the end of the session",
+    "benchmark-table": "also print pytest-benchmark's timing tables (one per like-for-like group, wider than "
+                       "a terminal); off by default so the recommendation ends the output",
+}
 
 
 def parse_sweep(raw: Mapping[str, str | None], *, no_report: bool = False, plan_only: bool = False) -> Sweep:
@@ -493,6 +583,7 @@ def parse_sweep(raw: Mapping[str, str | None], *, no_report: bool = False, plan_
     if not plan_only:
         _check_devices(sweep)
     sweep = _check_launch(sweep)
+    _check_tune(sweep)
     try:
         sweep.cases()
     except CaseError as exc:
@@ -521,10 +612,23 @@ def _check_launch(sweep: Sweep) -> Sweep:
         raise CaseError("--bench-simulate-world-size: runs on one device; drop --bench-nnodes")
     if sweep.run_id is not None and sweep.resume is not None:
         raise CaseError("--bench-run-id: names a new run folder; use --bench-resume alone to continue one")
-    existing = RunLayout(sweep.results_dir / launch.run_id) if launch.run_id else None
-    if existing is not None and launch.owns_results and existing.cases_dir.exists():
-        raise CaseError(f"--bench-run-id: {existing.root} already holds results; choose a new run id")
+    existing = sweep.results_dir / launch.run_id if launch.run_id else None
+    taken = foreign_entries(existing) if existing is not None and launch.owns_results else []
+    if taken:  # a named run never adopts a folder with files in it: it would overwrite them
+        raise CaseError(f"--bench-run-id: {existing} already exists and holds {', '.join(taken[:3])}; "
+                        "choose a new run id")
     return dataclasses.replace(sweep, run_id=launch.run_id)
+
+
+def _check_tune(sweep: Sweep) -> None:
+    if not sweep.tune:
+        for option, value in (("--bench-budget-gib", sweep.budget_gib), ("--bench-tune-time-s", sweep.tune_time_s)):
+            if value is not None:
+                raise CaseError(f"{option}: only with --bench-tune (the report's budget: visualize.py --budget-gib)")
+        return
+    if sweep.suite is not None or sweep.simulate_world_sizes or sweep.nnodes > 1:
+        raise CaseError("--bench-tune: tunes the strategy grid on this node; drop --bench-suite, "
+                        "--bench-simulate-world-size and --bench-nnodes")
 
 
 def _check_devices(sweep: Sweep) -> None:

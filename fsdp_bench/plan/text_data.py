@@ -108,6 +108,26 @@ def _read_txt(path: Path, corpus: TextCorpus) -> None:
         corpus.documents.append(text)
 
 
+def usable_text_problem(folder: str | Path) -> str | None:
+    """Why the folder would give the ranks no document (None: it has one). Reads files only until
+    the first usable document, so a large corpus is not read whole at collection."""
+    problem = data_folder_problem(str(folder))
+    if problem:
+        return problem
+    corpus = TextCorpus()
+    readers = {".txt": _read_txt, ".json": _read_json, ".jsonl": _read_jsonl}
+    for path in text_files(Path(folder).expanduser()):
+        corpus.files.append(str(path))
+        try:
+            readers[path.suffix.lower()](path, corpus)
+        except (OSError, RecursionError, ValueError) as exc:
+            corpus.report(str(path), f"unreadable ({str(exc)[:60]})")
+        if corpus.documents:
+            return None
+    return (f"{str(folder)!r} has no usable text: {len(corpus.files)} file(s), {corpus.malformed} malformed "
+            f"line(s){', first: ' + corpus.problems[0] if corpus.problems else ''}")
+
+
 def read_text_folder(folder: str | Path) -> TextCorpus:
     problem = data_folder_problem(str(folder))
     if problem:

@@ -4,8 +4,6 @@ the terminal. A user sees whether the measured steps or the fixed cost around th
 
 from __future__ import annotations
 
-import html
-
 from fsdp_bench.analysis.case_time import sweep_time_split, time_split_columns
 
 _HEADER = ("part", "seconds (all cases)", "share", "seconds per case")
@@ -39,21 +37,12 @@ def time_line(df) -> str | None:
     return f"time in cases: {rows[-1][1]} s ({parts})"
 
 
-def time_markdown(df) -> list[str]:
+def time_blocks(df) -> list:
+    """The report's section ([] when no case recorded its stage times)."""
+    from fsdp_bench.report.document import Cell, Heading, Paragraph, Row, Table, plain
+
     rows = time_rows(df)
     if not rows:
         return []
-    out = ["## Where the sweep's time went", "", _NOTE, "", "| " + " | ".join(_HEADER) + " |", "|---|---|---|---|"]
-    return out + ["| " + " | ".join(row) + " |" for row in rows] + [""]
-
-
-def time_html(df) -> list[str]:
-    rows = time_rows(df)
-    if not rows:
-        return []
-    e = html.escape
-    out = ["<h2>Where the sweep's time went</h2>", f"<p class=note>{e(_NOTE)}</p><table>",
-           "<tr>" + "".join(f"<th>{e(h)}</th>" for h in _HEADER) + "</tr>"]
-    out += ["<tr><td class=t>" + e(row[0]) + "</td>" + "".join(f"<td>{e(c)}</td>" for c in row[1:]) + "</tr>"
-            for row in rows]
-    return out + ["</table>"]
+    table = Table(_HEADER, tuple(Row((Cell(r[0], left=True), *(Cell(c) for c in r[1:]))) for r in rows))
+    return [Heading("Where the sweep's time went"), Paragraph(plain(_NOTE), note=True), table]

@@ -8,8 +8,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from fsdp_bench.report import document as doc
+from fsdp_bench.report.cost import time_blocks
+from fsdp_bench.report.document import Bullets, Cell, Heading, Image, Paragraph, Rich, Row, Table, md_text, plain
 from fsdp_bench.report.table import REPORT_COLUMNS, best_index, did_train
-from fsdp_bench.report.cost import time_html, time_markdown
 from fsdp_bench.results.metrics import M
 
 ENV_FIELDS = (("host", "host"), ("platform", "platform"), ("cpu_count", "CPU cores"), ("gpu_count", "GPUs"),
@@ -30,6 +32,7 @@ class Page:
     charts: Sequence[Any]  # ChartOutcome
     problems: Sequence[str] = field(default_factory=list)
     files: Sequence[str] = field(default_factory=list)
+    tuning: Sequence[dict[str, Any]] = field(default_factory=list)  # --bench-tune answers
 
 
 def format_value(value: Any) -> str:
@@ -67,16 +70,6 @@ def _env_rows(env: dict[str, Any] | None) -> list[tuple[str, str]]:
 
 def _failed(df):
     return df[df["status"] != "ok"] if "status" in df else df.iloc[0:0]
-
-
-_MD_ESCAPES = {"\\": "\\\\", "|": "\\|", "`": "\\`", "*": "\\*", "[": "\\[", "]": "\\]", "<": "&lt;", ">": "&gt;",
-               "&": "&amp;", "\n": " ", "\r": " "}
-
-
-def _md_cell(text: str) -> str:
-    """Text from a result file as one inert markdown table cell: no links, code, HTML or emphasis
-    (`_` inside words is plain text in CommonMark, so case ids stay readable)."""
-    return "".join(_MD_ESCAPES.get(ch, ch) for ch in str(text))
 
 
 def _pct(value: Any) -> str:
@@ -134,152 +127,151 @@ def _worst_line(table: PredictionTable) -> str | None:
     return None if w is None else f"Worst prediction error: {_pct(w[0])} ({w[1]}) on {w[2]}."
 
 
+def prediction_blocks(df) -> list:
+    """"Predicted vs measured" ([] when no case has a prediction); flagged errors marked."""
+    table = prediction_table(df)
+    if table is None:
+        return []
+    rule = (f"Error = (predicted - measured) / measured; flagged ({{mark}}) above {table.peak_tolerance_pct:g}% for "
+            f"the peak and {table.state_tolerance_pct:g}% for the model state.")
+    note = Rich("Prediction: `python -m fsdp_bench.fit`'s model (fp32 AdamW, estimated activations). "
+                + rule.format(mark="**!**"),
+                "Prediction: <code>python -m fsdp_bench.fit</code>'s model (fp32 AdamW, estimated activations). "
+                + html.escape(rule.format(mark="red, !")))
+    rows = tuple(Row(tuple(Cell(text, left=i == 0, flagged=flagged) for i, (text, flagged) in enumerate(r)))
+                 for r in table.rows)
+    blocks = [Heading("Predicted vs measured"), Paragraph(note, note=True), Table(PREDICTION_HEADERS, rows)]
+    worst = _worst_line(table)
+    return blocks + ([Paragraph(plain(worst))] if worst else [])
+
+
 def prediction_section(df) -> list[str]:
-    """"Predicted vs measured" in markdown ([] when no case has a prediction); flagged errors
-    carry **!**."""
-    table = prediction_table(df)
-    if table is None:
-        return []
-    out = ["## Predicted vs measured", "",
-           f"Prediction: `python -m fsdp_bench.fit`'s model (fp32 AdamW, estimated activations). Error = "
-           f"(predicted - measured) / measured; flagged (**!**) above {table.peak_tolerance_pct:g}% for the peak and "
-           f"{table.state_tolerance_pct:g}% for the model state.", "",
-           "| " + " | ".join(PREDICTION_HEADERS) + " |", "|" + "---|" * len(PREDICTION_HEADERS)]
-    out += ["| " + " | ".join(_md_cell(text) + (" **!**" if flagged else "") for text, flagged in row) + " |"
-            for row in table.rows]
-    worst = _worst_line(table)
-    return out + [""] + ([_md_cell(worst), ""] if worst else [])
+    """The section in markdown, as lines (for tests and the terminal)."""
+    return doc.render_markdown(doc.Document("", prediction_blocks(df))).split("\n")[2:]
 
 
-def prediction_html(df) -> list[str]:
-    """The same section for report.html ([] when no case has a prediction); flagged cells are
-    red and carry "!", every text escaped."""
-    table = prediction_table(df)
-    if table is None:
+def _comparison_blocks(df) -> list:
+    if df.empty:
+        return [Heading("Comparison table"), Paragraph(plain("No case results."))]
+    columns = _table_columns(df)
+    best = {c: best_index(df, c) for c, _ in columns}
+    scope = ("Best value per metric (among cases that trained and did the same work per optimizer step: model, "
+             "seq_len, tokens per step, precision)")
+    note = Rich(f"{scope} in **bold**. Every metric is in `comparison.csv`; per-rank numbers in `per_rank.csv`.",
+                f"{scope} highlighted green; cases that did not finish in red. Every metric is in "
+                "<a href='comparison.csv'>comparison.csv</a>.")
+    rows = []
+    for idx, row in df.iterrows():
+        bad = row["status"] != "ok"
+        cells = []
+        for c, _ in columns:
+            text = format_value(row.get(c))
+            strong = c == "status" and bad
+            cells.append(Cell(text.upper() if strong else text, left=c in ("model", "strategy", "optimizer_timing", "status"),
+                              best=idx in best[c], strong=strong))
+        rows.append(Row(tuple(cells), bad=bad))
+    return [Heading("Comparison table"), Paragraph(note, note=True), Table(tuple(l for _, l in columns), tuple(rows))]
+
+
+def _chart_blocks(page: Page) -> list:
+    blocks: list = [Heading("Charts")]
+    for outcome in page.charts:
+        if outcome.path is not None:
+            blocks += [Heading(outcome.chart.title, level=3), Image(outcome.chart.title, outcome.path.name)]
+    skipped = [o for o in page.charts if o.path is None]
+    if skipped:
+        blocks += [Paragraph(plain("Not drawn (this run lacks their data):")),
+                   Bullets(tuple(plain(o.note) for o in skipped), note=True)]
+    return blocks
+
+
+def _failed_blocks(df) -> list:
+    failed = _failed(df)
+    if failed.empty:
+        return [Heading("Failed cases"), Paragraph(plain("None."))]
+    rows = tuple(Row((Cell(str(r["case_id"]), left=True), Cell(str(r["status"]).upper(), left=True),
+                      Cell(str(r.get("reason") or ""), left=True)), bad=True) for _, r in failed.iterrows())
+    return [Heading("Failed cases"), Table(("case", "status", "reason"), rows)]
+
+
+def _summary_blocks(page: Page) -> list:
+    items = tuple(Rich(f"**{md_text(q)}** {md_text(line)}", f"<b>{html.escape(q)}</b> {html.escape(line)}")
+                  for q, line in page.summary) or (plain("No finished cases to summarize."),)
+    blocks = [Heading("Summary"), Bullets(items)]
+    if page.problems:
+        blocks += [Heading("Problems reading this run"), Bullets(tuple(plain(p) for p in page.problems))]
+    env = tuple(Row((Cell(k, left=True), Cell(v, left=True))) for k, v in _env_rows(page.env))
+    return blocks + [Heading("Environment"), Table(("", ""), env, md_header_line="| | |")]
+
+
+def _files_blocks(page: Page) -> list:
+    if not page.files:
         return []
-    e = html.escape
-    out = ["<h2>Predicted vs measured</h2>",
-           f"<p class=note>Prediction: <code>python -m fsdp_bench.fit</code>'s model (fp32 AdamW, estimated "
-           f"activations). Error = (predicted - measured) / measured; flagged (red, !) above "
-           f"{table.peak_tolerance_pct:g}% for the peak and {table.state_tolerance_pct:g}% for the model state.</p>",
-           "<table><tr>" + "".join(f"<th>{e(h)}</th>" for h in PREDICTION_HEADERS) + "</tr>"]
-    for row in table.rows:
-        cells = [f"<td class=t>{e(row[0][0])}</td>"]
-        cells += [f"<td class=flag>{e(text)} !</td>" if flagged else f"<td>{e(text)}</td>" for text, flagged in row[1:]]
-        out.append("<tr>" + "".join(cells) + "</tr>")
-    out.append("</table>")
-    worst = _worst_line(table)
-    return out + ([f"<p>{e(worst)}</p>"] if worst else [])
+    links = tuple(Rich(f"[{n}]({n})", f"<a href='{html.escape(n)}'>{html.escape(n)}</a>") for n in page.files)
+    return [Heading("Files"), Bullets(links)]
+
+
+def _fmt(value: Any, spec: str) -> str:
+    return "" if value is None else format(value, spec)
+
+
+def tuning_rows(answer: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """Every measured case of one tuning: predicted vs measured step time, speed, peak, cost."""
+    head = ["case", "status", "repeat runs", "predicted step s", "measured step s", "error %", "tokens/s/device",
+            "peak GiB", "fits budget", "case-seconds"]
+    rows = [[r["case_id"], r["status"], str(r["repeat_count"]), _fmt(r["predicted_step_s"], ".4g"),
+             _fmt(r["measured_step_s"], ".4g"), _fmt(r["error_pct"], "+.0f"), _fmt(r["speed_tokens_per_s"], ",.0f"),
+             _fmt(r["peak_gib"], ".4g"), "yes" if r["fits_budget"] else "NO", _fmt(r["case_seconds"], ".1f")]
+            for r in answer["measured"]]
+    return head, rows
+
+
+def tuning_lines(answer: dict[str, Any]) -> list[str]:
+    """The answer in sentences: the pick, its ties, why it stopped, what was skipped, the cost."""
+    cost = answer["cost"]
+    ratio = f"{100 * cost['ratio']:.0f}%" if cost.get("ratio") is not None else "?"
+    budget = "no memory budget" if answer.get("budget_gib") is None else f"budget {answer['budget_gib']:g} GiB/device"
+    lines = [f"Pick ({budget}): {answer.get('pick') or 'none'}.",
+             "Tied with it within noise: " + (", ".join(answer["tied"]) if answer["tied"] else "none") + ".",
+             f"Stopped: {answer['stopped']}.",
+             f"Cost: {cost['spent_case_s']:.0f} case-seconds on {cost['measured_cases']} of {cost['grid_cases']} cases, "
+             f"{ratio} of the full grid's {cost['full_grid_case_s']:.0f} (estimated at {answer['max_repeats']} "
+             "repeat(s), scaled by this run's measured cases)."]
+    model = answer.get("step_model") or {}
+    if model:
+        lines.append(f"Step-time model after calibration on {model['fitted_on_cases']} case(s): "
+                     f"{model['device_flops_per_s'] / 1e9:.3g} GFLOP/s per rank, {model['wire_bytes_per_s'] / 1e9:.3g} GB/s "
+                     f"on the wire, {1000 * model['micro_step_overhead_s']:.3g} ms per micro-step, error band "
+                     f"{model['model_error_pct']:.0f}%.")
+    for s in answer["skipped"]:
+        lines.append(f"Skipped {s['case_id']}: {s['reason']}.")
+    check = answer.get("boundary_check")
+    if check:
+        lines.append(f"Boundary check {check['case_id']}: predicted {check['predicted_peak_in_gib']:.4g} GiB, measured "
+                     f"{_fmt(check['measured_peak_in_gib'], '.4g') or 'not measured'} GiB.")
+    return lines
+
+
+def _tuning_blocks(page: Page) -> list:
+    blocks: list = []
+    for answer in page.tuning:
+        head, rows = tuning_rows(answer)
+        blocks += [Heading(f"Autotune: {answer['model']}"), Bullets(tuple(plain(line) for line in tuning_lines(answer))),
+                   Table(tuple(head), tuple(Row(tuple(Cell(c, left=i == 0) for i, c in enumerate(r))) for r in rows))]
+    return blocks
+
+
+def page_document(page: Page) -> doc.Document:
+    """The page, section by section, in the order a reader wants them."""
+    sections = (_summary_blocks(page), _comparison_blocks(page.df), _tuning_blocks(page), prediction_blocks(page.df),
+                _chart_blocks(page),
+                _failed_blocks(page.df), time_blocks(page.df), _files_blocks(page))
+    return doc.Document(f"fsdp-bench report: {page.run_name}", [b for section in sections for b in section])
 
 
 def render_markdown(page: Page) -> str:
-    out = [f"# fsdp-bench report: {page.run_name}", ""]
-    out += ["## Summary", ""]
-    out += [f"- **{q}** {line}" for q, line in page.summary] or ["- No finished cases to summarize."]
-    out += [""]
-    if page.problems:
-        out += ["## Problems reading this run", ""] + [f"- {_md_cell(p)}" for p in page.problems] + [""]
-    out += ["## Environment", "", "| | |", "|---|---|"]
-    out += [f"| {k} | {_md_cell(v)} |" for k, v in _env_rows(page.env)] + [""]
-    out += ["## Comparison table", ""]
-    df = page.df
-    if df.empty:
-        out += ["No case results.", ""]
-    else:
-        columns = _table_columns(df)
-        best = {c: best_index(df, c) for c, _ in columns}
-        out += ["Best value per metric (among cases that trained and did the same work per optimizer step: model, seq_len, tokens per step, precision) in **bold**. Every metric is in "
-                "`comparison.csv`; per-rank numbers in `per_rank.csv`.", ""]
-        out += ["| " + " | ".join(label for _, label in columns) + " |", "|" + "---|" * len(columns)]
-        for idx, row in df.iterrows():
-            cells = []
-            for c, _ in columns:
-                text = _md_cell(format_value(row.get(c)))
-                if c == "status" and row["status"] != "ok":
-                    text = f"**{text.upper()}**"
-                cells.append(f"**{text}**" if idx in best[c] and text else text)
-            out.append("| " + " | ".join(cells) + " |")
-        out += [""]
-    out += prediction_section(df)
-    out += ["## Charts", ""]
-    for outcome in page.charts:
-        if outcome.path is not None:
-            out += [f"### {outcome.chart.title}", "", f"![{outcome.chart.title}]({outcome.path.name})", ""]
-    skipped = [o for o in page.charts if o.path is None]
-    if skipped:
-        out += ["Not drawn (this run lacks their data):", ""] + [f"- {_md_cell(o.note)}" for o in skipped] + [""]
-    out += ["## Failed cases", ""]
-    failed = _failed(df)
-    if failed.empty:
-        out += ["None.", ""]
-    else:
-        out += ["| case | status | reason |", "|---|---|---|"]
-        out += [f"| {_md_cell(r['case_id'])} | {_md_cell(str(r['status']).upper())} | "
-                f"{_md_cell(str(r.get('reason') or ''))} |"
-                for _, r in failed.iterrows()] + [""]
-    out += time_markdown(df)
-    if page.files:
-        out += ["## Files", ""] + [f"- [{name}]({name})" for name in page.files] + [""]
-    return "\n".join(out)
-
-
-_CSS = """body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1300px;padding:0 1em;color:#222}
-table{border-collapse:collapse;font-size:13px;margin:0.5em 0}th,td{border:1px solid #ddd;padding:3px 7px;text-align:right}
-th{background:#f3f3f3;position:sticky;top:0}td.t{text-align:left}td.best{background:#c8f0c8;font-weight:bold}
-tr.bad td{background:#fde8e8}td.flag{background:#fde8e8;font-weight:bold}img{max-width:100%;border:1px solid #eee;margin:0.5em 0}
-.note{color:#666}li{margin:0.2em 0}"""
+    return doc.render_markdown(page_document(page))
 
 
 def render_html(page: Page) -> str:
-    e = html.escape
-    out = ["<!doctype html><html><head><meta charset='utf-8'>",
-           f"<title>fsdp-bench report: {e(page.run_name)}</title><style>{_CSS}</style></head><body>",
-           f"<h1>fsdp-bench report: {e(page.run_name)}</h1>", "<h2>Summary</h2><ul>"]
-    out += [f"<li><b>{e(q)}</b> {e(line)}</li>" for q, line in page.summary] or ["<li>No finished cases.</li>"]
-    out.append("</ul>")
-    if page.problems:
-        out += ["<h2>Problems reading this run</h2><ul>"] + [f"<li>{e(p)}</li>" for p in page.problems] + ["</ul>"]
-    out.append("<h2>Environment</h2><table>")
-    out += [f"<tr><td class=t>{e(k)}</td><td class=t>{e(v)}</td></tr>" for k, v in _env_rows(page.env)]
-    out.append("</table><h2>Comparison table</h2>")
-    df = page.df
-    if df.empty:
-        out.append("<p>No case results.</p>")
-    else:
-        columns = _table_columns(df)
-        best = {c: best_index(df, c) for c, _ in columns}
-        out.append("<p class=note>Best value per metric (among cases that trained and did the same work per optimizer step: model, seq_len, tokens per step, precision) highlighted green; cases that "
-                   "did not finish in red. Every metric is in <a href='comparison.csv'>comparison.csv</a>.</p><table>")
-        out.append("<tr>" + "".join(f"<th>{e(label)}</th>" for _, label in columns) + "</tr>")
-        for idx, row in df.iterrows():
-            cells = []
-            for c, _ in columns:
-                cls = "t" if c in ("model", "strategy", "optimizer_timing", "status") else ""
-                if idx in best[c]:
-                    cls += " best"
-                cells.append(f"<td class='{cls.strip()}'>{e(format_value(row.get(c)))}</td>")
-            out.append(f"<tr{' class=bad' if row['status'] != 'ok' else ''}>" + "".join(cells) + "</tr>")
-        out.append("</table>")
-    out += prediction_html(df)
-    out.append("<h2>Charts</h2>")
-    for outcome in page.charts:
-        if outcome.path is not None:
-            out.append(f"<h3>{e(outcome.chart.title)}</h3><img src='{e(outcome.path.name)}' alt='{e(outcome.chart.title)}'>")
-    skipped = [o for o in page.charts if o.path is None]
-    if skipped:
-        out += ["<p>Not drawn (this run lacks their data):</p><ul class=note>"]
-        out += [f"<li>{e(o.note)}</li>" for o in skipped] + ["</ul>"]
-    out.append("<h2>Failed cases</h2>")
-    failed = _failed(df)
-    if failed.empty:
-        out.append("<p>None.</p>")
-    else:
-        out.append("<table><tr><th>case</th><th>status</th><th>reason</th></tr>")
-        out += [f"<tr class=bad><td class=t>{e(r['case_id'])}</td><td class=t>{e(str(r['status']).upper())}</td>"
-                f"<td class=t>{e(str(r.get('reason') or ''))}</td></tr>" for _, r in failed.iterrows()]
-        out.append("</table>")
-    out += time_html(df)
-    if page.files:
-        out += ["<h2>Files</h2><ul>"] + [f"<li><a href='{e(n)}'>{e(n)}</a></li>" for n in page.files] + ["</ul>"]
-    out.append("</body></html>")
-    return "\n".join(out)
+    return doc.render_html(page_document(page))

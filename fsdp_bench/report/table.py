@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
-from fsdp_bench.analysis.aggregate import effective_sharding
 from fsdp_bench.analysis.case_time import case_time_split
 from fsdp_bench.plan.case import timing_order
 from fsdp_bench.plan.catalog import strategy_order
@@ -57,20 +56,7 @@ def flatten_case(result: Mapping[str, Any]) -> dict[str, Any]:
             if isinstance(value, (int, float, str, bool)) or value is None:
                 row[key] = value
         row.update(_median_ci_backfill(result, row))
-        row.update(_backfill(result, row))
     return row
-
-
-def _backfill(result: Mapping[str, Any], row: Mapping[str, Any]) -> dict[str, Any]:
-    """Fields of runs aggregated before they existed, read from the ranks."""
-    ranks = result.get("ranks") or []
-    out: dict[str, Any] = {}
-    if "effective_sharding" not in row:
-        out["effective_sharding"] = effective_sharding(ranks)
-    if M.predicted_peak_gib in row and "rank0_peak_allocated_gib" not in row:
-        peak = next(((r.get("memory") or {}).get("peak_allocated_bytes") for r in ranks if r.get("rank") == 0), None)
-        out["rank0_peak_allocated_gib"] = peak / GIB if isinstance(peak, (int, float)) else None
-    return out
 
 
 def _median_ci_backfill(result: Mapping[str, Any], row: Mapping[str, Any]) -> dict[str, Any]:

@@ -1,5 +1,6 @@
 """The end of a sweep on the terminal: the report written, then cases by status, the fastest trained
-case of each like-for-like group, what the sweep's time went to, and the recommendation."""
+case of each like-for-like group and what the sweep's time went to; and, as the terminal's very
+last lines (after pytest's own summary), the recommendation and where the run and its report are."""
 
 from __future__ import annotations
 
@@ -12,8 +13,15 @@ from fsdp_bench.results.metrics import M
 def sweep_summary_lines(results: list[dict[str, Any]]) -> list[str]:
     """Cases by status, the fastest trained case per group of like-for-like cases, and the
     recommendation."""
-    from fsdp_bench.report.cost import time_line
     from fsdp_bench.report.recommend import recommendation_lines
+    from fsdp_bench.report.table import build_table
+
+    return summary_body_lines(results) + recommendation_lines(build_table(results))
+
+
+def summary_body_lines(results: list[dict[str, Any]]) -> list[str]:
+    """Cases by status, the fastest trained case per group of like-for-like cases, where the time went."""
+    from fsdp_bench.report.cost import time_line
     from fsdp_bench.report.table import build_table
 
     counts = Counter(r.get("status") for r in results)
@@ -27,15 +35,30 @@ def sweep_summary_lines(results: list[dict[str, Any]]) -> list[str]:
     if len(untrained):
         lines.append(f"not trained (never ranked): {', '.join(untrained['case_id'])}")
     spent = time_line(df)
-    return lines + ([spent] if spent else []) + recommendation_lines(df)
+    return lines + ([spent] if spent else [])
+
+
+def closing_lines(run_dir: Path, recommendation: list[str], report: bool = False) -> list[str]:
+    """The terminal's last lines: the recommendation, then where the run (and its report) is."""
+    where = f"results: {run_dir}" + (f"  (report: {run_dir / 'report.md'})" if report else "")
+    return [*recommendation, where]
 
 
 def report_lines(run_dir: Path, results: list[dict[str, Any]]) -> list[str]:
-    """Write the run's report and say what was written, then the sweep's summary.
+    """`report_sections` as one list (body, then the closing lines)."""
+    body, closing = report_sections(run_dir, results)
+    return body + closing
+
+
+def report_sections(run_dir: Path, results: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
+    """Write the run's report; return what to print in the fsdp-bench section (what was written,
+    the sweep's summary) and the closing lines (`closing_lines`).
 
     KeyboardInterrupt passes through (the caller turns it into one line); any other failure of
     the report is one line, since the results are safe on disk either way.
     """
+    from fsdp_bench.report.recommend import recommendation_lines
+    from fsdp_bench.report.table import build_table
     from fsdp_bench.report.writer import write_report
 
     try:
@@ -43,12 +66,11 @@ def report_lines(run_dir: Path, results: list[dict[str, Any]]) -> list[str]:
     except KeyboardInterrupt:
         raise
     except Exception as exc:  # noqa: BLE001 - a chart's bug must not hide the results
-        return [f"report not written: {type(exc).__name__}: {exc}"]
+        return [f"report not written: {type(exc).__name__}: {exc}"], closing_lines(run_dir, [])
     lines = [f"note: {note}" for note in notes]
     for suite, scaled in sorted({(r["case"].get("suite"), r["case"].get("scaled_down"))
                                  for r in results if r.get("case", {}).get("scaled_down")}):
         lines.append(f"note: suite {suite} ran scaled down ({scaled})")
     lines.append(f"table and charts: {', '.join(p.name for p in written)}")
-    lines += sweep_summary_lines(results)
-    lines.append(f"report: {run_dir / 'report.md'}")
-    return lines
+    lines += summary_body_lines(results)
+    return lines, closing_lines(run_dir, recommendation_lines(build_table(results)), report=True)

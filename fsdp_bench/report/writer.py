@@ -69,6 +69,22 @@ def load_report_inputs(run_dir: Path) -> tuple[list[dict[str, Any]], dict[str, A
     return unique, env, problems
 
 
+def load_tuning(run_dir: Path) -> tuple[list[dict[str, Any]], list[str]]:
+    """The run's --bench-tune answers, and one line per unreadable one."""
+    found, problems = [], []
+    for path in RunLayout(Path(run_dir)).tune_files():
+        try:
+            data = read_json(path)
+        except ResultError as exc:
+            problems.append(f"{exc}; its tuning section is left out")
+            continue
+        if isinstance(data, dict) and isinstance(data.get("cost"), dict):
+            found.append(data)
+        else:
+            problems.append(f"{path}: not a tuning answer; left out")
+    return found, problems
+
+
 def write_report(run_dir: Path, out_dir: Path | None = None,
                  budget_gib: float | None = None) -> tuple[list[Path], list[str]]:
     """Write the table, charts and report page for a run; returns the files written and one note
@@ -86,12 +102,15 @@ def write_report(run_dir: Path, out_dir: Path | None = None,
         path = out_dir / name
         write_text_atomic(path, table.to_csv(index=False))
         written.append(path)
-    run = RunData(df=df, results={r["case_id"]: r for r in results}, title=_models(df), budget_gib=budget_gib)
+    tuning, tune_notes = load_tuning(run_dir)
+    notes += tune_notes
+    run = RunData(df=df, results={r["case_id"]: r for r in results}, title=_models(df), budget_gib=budget_gib,
+                  tuning=tuning)
     outcomes = draw_charts(run, out_dir)
     written += [o.path for o in outcomes if o.path is not None]
     chart_notes = [o.note for o in outcomes if o.path is None]
     page = Page(run_name=run_dir.resolve().name, env=env, df=df, summary=summary_lines(df, budget_gib), charts=outcomes,
-                problems=list(notes), files=list(TABLE_FILES))
+                problems=list(notes), files=list(TABLE_FILES), tuning=tuning)
     for name, render in (("report.md", render_markdown), ("report.html", render_html)):
         path = out_dir / name
         write_text_atomic(path, render(page))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
@@ -64,14 +65,43 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
-def read_json(path: Path) -> Any:
+MAX_JSON_BYTES = 64 * 2**20  # no result file is near this (a case file is KBs to a few MB)
+
+
+def read_json(path: Path, *, max_bytes: int = MAX_JSON_BYTES) -> Any:
+    """A JSON file that is a regular file of at most `max_bytes`, decoded as UTF-8, parsed
+    without blowing the stack or the integer converter: ResultError (one line) otherwise. A FIFO
+    or device named *.json is never opened for reading (it could block forever)."""
     try:
-        with open(path) as fh:
-            return json.load(fh)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         raise ResultError(f"{path}: file not found") from None
+    except OSError as exc:
+        raise ResultError(f"{path}: cannot be read ({exc.strerror})") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ResultError(f"{path}: not a regular file")
+        if st.st_size > max_bytes:
+            raise ResultError(f"{path}: {st.st_size} bytes, over the {max_bytes} a result file may have")
+        with os.fdopen(os.dup(fd), "rb") as fh:
+            raw = fh.read(max_bytes + 1)
+    except OSError as exc:
+        raise ResultError(f"{path}: cannot be read ({exc.strerror})") from None
+    finally:
+        os.close(fd)
+    if len(raw) > max_bytes:
+        raise ResultError(f"{path}: over the {max_bytes} bytes a result file may have")
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ResultError(f"{path}: not UTF-8 text (byte {exc.start})") from None
     except json.JSONDecodeError as exc:
         raise ResultError(f"{path}: not valid JSON (truncated or hand-edited?): {exc.msg} at line {exc.lineno}") from None
+    except RecursionError:
+        raise ResultError(f"{path}: nested too deeply to be a result") from None
+    except ValueError as exc:  # e.g. an integer over Python's digit limit
+        raise ResultError(f"{path}: not usable JSON ({str(exc)[:80]})") from None
 
 
 def utc_now() -> str:

@@ -5,12 +5,15 @@
       .lock                         flock held by the sweep using the folder
       sweep.json                    the settings the cases were measured with (node 0), for resume
       cases/<case-id>.json          merged result of one case (node 0), written once
-      cases/<case-id>/              node 0's work folder for the case (`CaseDir`)
+      cases/<case-id>/              node 0's work folder for the case (`CaseDir`: case.json, log.txt,
+                                    torchrun.pid, rank-N.pid, rank-N.json)
       cases/<case-id>/repeat-<r>/   with --bench-repeats N > 1: repeat r's own work folder (`CaseDir`)
       cases/<case-id>/repeat-<r>.json  repeat r's result; cases/<case-id>.json merges the repeats
       cases/.attempts/<case-id>.N/  an earlier attempt that did not finish ok, set aside on resume
       cases/.attempts/<case-id>-repeat<r>.N/  the same for one repeat
       nodes/node-<R>/cases/...      node R > 0: the same work folders for its own ranks
+      tune/tune-<model>.json        --bench-tune: the tuning's answer (pick, rounds, cost), rewritten
+                                    when a resumed tuning ends; its cases are ordinary results above
 """
 
 from __future__ import annotations
@@ -43,6 +46,11 @@ class CaseDir:
 
     def pid_file(self, rank: int) -> Path:
         return self.path / f"rank-{rank}.pid"
+
+    @property
+    def launcher_pid_file(self) -> Path:
+        """torchrun's own pid, written by it before anything runs (see launch.processes)."""
+        return self.path / "torchrun.pid"
 
     def pid_files(self) -> list[Path]:
         return sorted(self.path.glob("rank-*.pid"))
@@ -127,11 +135,28 @@ class RunLayout:
                 found += [CaseDir(r) for r in sorted(p.glob("repeat-*")) if r.is_dir()]
         return found
 
+    def tune_file(self, request_id: str) -> Path:
+        """The answer of one `--bench-tune` item (tune-<model>): the pick, the rounds, the cost."""
+        return self.root / "tune" / f"{request_id}.json"
+
+    def tune_files(self) -> list[Path]:
+        return sorted((self.root / "tune").glob("*.json"))
+
     def result_files(self) -> list[Path]:
         return sorted(self.cases_dir.glob("*.json"))
 
     def is_run(self) -> bool:
         return self.cases_dir.is_dir() or self.env_file.is_file()
+
+
+def foreign_entries(path: Path) -> list[str]:
+    """What an existing folder holds that a new named run would adopt or overwrite (another
+    node's `nodes/` is expected); [] for a missing or empty folder."""
+    if not path.exists():
+        return []
+    if not path.is_dir():
+        return [path.name]
+    return sorted(p.name for p in path.iterdir() if p.name != "nodes")
 
 
 def create_run_dir(results_dir: Path) -> Path:

@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from fsdp_bench.results.io import read_json
-from fsdp_bench.results.layout import RunLayout
+from fsdp_bench.results.layout import RunLayout, newest_run
+from fsdp_bench.results.migrate import migrate_case_result
 from fsdp_bench.results.schema import STATUSES, ResultError, check_field_types, check_schema
 
 
@@ -20,7 +21,7 @@ def load_case_result(path: Path) -> dict[str, Any]:
     check_field_types(path, data)
     if data["status"] not in STATUSES:
         raise ResultError(f"{path}: unknown status {data['status']!r}; known: {', '.join(STATUSES)}")
-    return data
+    return migrate_case_result(data)
 
 
 
@@ -36,3 +37,30 @@ def load_run(run_dir: Path) -> tuple[list[dict[str, Any]], list[str]]:
         except ResultError as exc:
             problems.append(str(exc))
     return results, problems
+
+
+def has_finished_case(run_dir: Path) -> bool:
+    """Whether the run holds at least one readable case result with status ok."""
+    for path in RunLayout(Path(run_dir)).result_files():
+        try:
+            if load_case_result(path)["status"] == "ok":
+                return True
+        except ResultError:
+            continue
+    return False
+
+
+def newest_finished_run(results_dir: Path) -> tuple[Path, list[Path]]:
+    """The newest run under `results_dir` with at least one ok case, and the newer runs passed
+    over (none finished: a failed or interrupted sweep, one still running). ResultError when
+    there is no run, or no run with a finished case."""
+    newest = newest_run(results_dir)  # raises with one line when there is none at all
+    runs = sorted((p for p in Path(results_dir).iterdir() if p.is_dir() and RunLayout(p).is_run()),
+                  key=lambda p: p.name, reverse=True)
+    skipped = []
+    for run in runs:
+        if has_finished_case(run):
+            return run, skipped
+        skipped.append(run)
+    raise ResultError(f"{results_dir}: none of its {len(runs)} run(s) has a finished case "
+                      f"(newest: {newest.name}); run `pytest benchmarks` first")

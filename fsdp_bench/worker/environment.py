@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -14,10 +15,38 @@ from typing import Any
 from fsdp_bench.results.io import write_json_atomic
 
 
-def collect_torch() -> dict[str, Any]:
+PROBE_S = 0.25  # seconds of matmuls for the CPU rate the duration estimate uses
+PROBE_N = 256  # square matrices: big enough for the BLAS kernel, small enough to fit in cache
+
+
+def measure_cpu_gflops(budget_s: float = PROBE_S, n: int = PROBE_N) -> float:
+    """Single-thread fp32 matmul GFLOP/s of this machine now (load included): a CPU rank runs
+    with OMP_NUM_THREADS=1, so this is what one rank's matmuls get."""
     import torch
 
-    info: dict[str, Any] = {"torch": torch.__version__, "cuda": torch.version.cuda, "nccl": None,
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        a, b = torch.randn(n, n), torch.randn(n, n)
+        a @ b  # the first call picks the kernel
+        count, start = 0, time.perf_counter()
+        while (elapsed := time.perf_counter() - start) < budget_s:
+            a @ b
+            count += 1
+        return 2 * n**3 * count / elapsed / 1e9
+    finally:
+        torch.set_num_threads(threads)
+
+
+def collect_torch() -> dict[str, Any]:
+    start = time.perf_counter()
+    import torch
+
+    # How long `import torch` took: every rank and torchrun of every case pays it, so it scales
+    # the estimate's fixed cost per case with the machine's speed and load right now.
+    info: dict[str, Any] = {"torch_import_s": round(time.perf_counter() - start, 3),
+                            "cpu_matmul_gflops": round(measure_cpu_gflops(), 2),
+                            "torch": torch.__version__, "cuda": torch.version.cuda, "nccl": None,
                             "gpu_count": 0, "gpu_names": [], "driver": None}
     if torch.cuda.is_available():
         info["gpu_count"] = torch.cuda.device_count()

@@ -13,7 +13,7 @@
 #                  GPU, else H100 SXM)
 #
 # FSDP_BENCH_REFERENCE_STANDIN=cpu swaps every case for a tiny CPU stand-in (gpt_tiny, 2 steps):
-# the parts' robustness is tested with it on machines without a GPU (tests/test_gpu_reference.py).
+# the parts' robustness is tested with it on machines without a GPU (tests/integration/test_gpu_reference.py).
 # Not -e: a failing step is reported and kept in the exit status, and the part goes on to its archive.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 2

@@ -11,6 +11,7 @@ from fsdp_bench.report.charts.memory import chart_memory_breakdown, chart_memory
 from fsdp_bench.report.charts.scaling import chart_gpu_util, chart_mfu, chart_peak_memory, chart_throughput
 from fsdp_bench.report.charts.pareto import chart_pareto
 from fsdp_bench.report.charts.time import chart_communication, chart_loss_curves, chart_step_breakdown
+from fsdp_bench.report.charts.tuning import chart_tune_rounds
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,7 @@ CHARTS = (
     Chart("step_time_breakdown.png", "Step-time breakdown", chart_step_breakdown),
     Chart("gpu_utilization.png", "GPU utilization", chart_gpu_util),
     Chart("mfu_vs_batch_size.png", "MFU vs batch size", chart_mfu),
+    Chart("tune_rounds.png", "Autotune rounds: measured tokens/s per round, the pick ringed", chart_tune_rounds),
 )
 CHART_FILES = tuple(c.file for c in CHARTS)
 

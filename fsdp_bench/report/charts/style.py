@@ -45,6 +45,7 @@ class RunData:
     results: dict[str, dict[str, Any]] = field(default_factory=dict)  # case_id -> merged result
     title: str = ""
     budget_gib: float | None = None  # memory budget per device for the recommendation
+    tuning: list[dict[str, Any]] = field(default_factory=list)  # --bench-tune answers (RUN/tune/*.json)
 
 
 def pyplot():

@@ -32,7 +32,8 @@ def build_model(flavor: ModelFlavor, *, seed: int, device: torch.device | str = 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = _BUILDERS[flavor.family](**flavor.config)
-    return model.to(device)
+    # already there: skip .to(), which under fake tensors (worker.estimate) cannot swap tied parameters
+    return model if next(model.parameters()).device == torch.device(device) else model.to(device)
 
 
 def get_flavor(name: str) -> ModelFlavor:

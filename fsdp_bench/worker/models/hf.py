@@ -78,7 +78,12 @@ def build_hf_model(flavor: ModelFlavor, *, meta: bool) -> CausalLM:
 
     folder = weights_folder(flavor)
     if folder is not None:
-        lm = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, attn_implementation="sdpa")
+        lm, info = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, attn_implementation="sdpa",
+                                                        output_loading_info=True)
+        missing = info.get("missing_keys") or []
+        if missing:  # transformers only warns and initialises them at random: not the user's model
+            raise ValueError(f"{folder}: the weights lack {len(missing)} of the model's tensors "
+                             f"(first: {sorted(missing)[0]}); not this config's weights")
     else:
         config = build_config(flavor)
         with params_on_meta() if meta else contextlib.nullcontext():

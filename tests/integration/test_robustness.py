@@ -156,7 +156,8 @@ def test_resume_is_refused_while_an_earlier_attempts_rank_lives(tmp_path):
 
 def _hf_folder(path):
     path.mkdir(parents=True)
-    (path / "config.json").write_text('{"model_type": "gpt2", "n_layer": 1}')
+    (path / "config.json").write_text('{"model_type": "gpt2", "n_layer": 1, "n_embd": 16, "n_head": 2, '
+                                      '"vocab_size": 64}')
     return f"hf:{path}"
 
 
@@ -256,4 +257,5 @@ def test_a_second_sweep_with_a_named_run_in_use_is_a_usage_error(tmp_path):
         named.close()
     assert out.returncode == 4, out.stdout + out.stderr
     assert out.stderr.strip().splitlines() == [
-        f"ERROR: --bench-run-id: {tmp_path / 'busy'} already holds results; choose a new run id"]
+        f"ERROR: --bench-run-id: {tmp_path / 'busy'} already exists and holds .lock, cases, env.json; "
+            "choose a new run id"]

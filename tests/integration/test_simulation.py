@@ -136,6 +136,7 @@ def sim_vs_real(tmp_path_factory):
 
 
 @pytest.mark.slow
+@pytest.mark.versions  # the fake process group
 @pytest.mark.parametrize("strategy, n", [("fsdp2", 2), ("fsdp2", 4), ("ddp", 2)])
 def test_simulated_rank0_memory_matches_a_real_run(sim_vs_real, strategy, n):
     sim, real = sim_vs_real[strategy, n, True], sim_vs_real[strategy, n, False]
@@ -151,6 +152,7 @@ def test_simulated_rank0_memory_matches_a_real_run(sim_vs_real, strategy, n):
 
 
 @pytest.mark.slow
+@pytest.mark.versions
 def test_sharding_shrinks_simulated_optimizer_state_as_the_world_grows(sim_vs_real):
     def opt(result):  # the category at the peak that holds nothing but this rank's shards
         return _rank0(result)["memory"]["tracked_by_category_bytes"]["opt"]
@@ -160,6 +162,7 @@ def test_sharding_shrinks_simulated_optimizer_state_as_the_world_grows(sim_vs_re
 
 
 @pytest.mark.slow
+@pytest.mark.versions
 @pytest.mark.parametrize("strategy, n", [("fsdp2", 2), ("fsdp2", 4), ("ddp", 2)])
 def test_fit_model_predicts_the_measured_peak(sim_vs_real, strategy, n):
     real = sim_vs_real[strategy, n, False]
@@ -180,6 +183,7 @@ def _trace(case: Case, out: Path) -> dict:
 
 
 @pytest.mark.slow
+@pytest.mark.versions  # the collectives' names and shapes in torch's profiler trace
 @pytest.mark.parametrize("strategy, n, mesh, grad_accum", [
     ("fsdp2", 2, "", 2), ("fsdp1_full_shard", 2, "", 1), ("fsdp2_hsdp", 4, "2x2", 1)])
 def test_predicted_comm_bytes_match_the_profiler_trace(tmp_path, strategy, n, mesh, grad_accum):

@@ -20,7 +20,9 @@ from fsdp_bench.plan.case import Case
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-CONFIGS = {p.parent.name: f"hf:{p.parent}" for p in (Path(__file__).parent / "data" / "hf_configs").glob("*/config.json")}
+pytestmark = pytest.mark.versions  # the fake process group, and a grouped-query HF config under it
+
+CONFIGS = {p.parent.name: f"hf:{p.parent}" for p in (Path(__file__).resolve().parents[1] / "data" / "hf_configs").glob("*/config.json")}
 WORLD_SIZES = (2, 3, 5, 7, 8, 64, 127, 511, 512)
 STRATEGIES = ("fsdp2", "fsdp1_full_shard")
 TOLERANCE = 0.001  # 0.1%

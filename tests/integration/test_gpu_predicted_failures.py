@@ -78,6 +78,7 @@ def _meta_qwen():
     return build_model(flavor_for("qwen2_tiny"), seed=0, meta=True)
 
 
+@pytest.mark.versions  # meta-device init of an HF model
 def test_ddp_materialize_puts_buffers_where_the_params_go():
     from fsdp_bench.worker.models.build import materialize_module
 
@@ -88,6 +89,7 @@ def test_ddp_materialize_puts_buffers_where_the_params_go():
     assert devices == {torch.device("meta")}
 
 
+@pytest.mark.versions
 def test_offloaded_fsdp2_materializes_params_on_the_host_buffers_on_the_device():
     from fsdp_bench.worker.models.build import materialize_fsdp2
 
@@ -113,6 +115,7 @@ def _fake_accelerate(seen):
     return fake
 
 
+@pytest.mark.versions
 def test_accelerate_gets_a_materialized_model_before_the_optimizer(monkeypatch):
     from fsdp_bench.worker import strategies
     from fsdp_bench.worker.setup import build_rank
@@ -195,7 +198,7 @@ def test_offloading_strategies_on_cuda_get_a_host_backend_too():
 def test_bare_loop_reduces_a_device_tensor_and_ci_compares_after_failures():
     from pathlib import Path
 
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     assert "torch.tensor(times, dtype=torch.float64, device=device)" in (root / "scripts/bare_loop.py").read_text()
     workflow = (root / ".github/workflows/gpu-benchmarks.yml").read_text()
     compare = workflow[workflow.index("name: Compare with the baseline"):]

@@ -17,7 +17,7 @@ from fsdp_bench.plan.case import Case
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-CONFIGS = {p.parent.name: f"hf:{p.parent}" for p in (Path(__file__).parent / "data" / "hf_configs").glob("*/config.json")}
+CONFIGS = {p.parent.name: f"hf:{p.parent}" for p in (Path(__file__).resolve().parents[1] / "data" / "hf_configs").glob("*/config.json")}
 SMALL = dict(batch_size=2, seq_len=32, steps=1, warmup=0)
 
 
@@ -74,12 +74,17 @@ def _simulated_rank0(case: Case) -> dict:
 
 # The misses: DDP over-predicted (its buckets are not alive at the top of backward),
 # FSDP2 at 512 ranks under-predicted by a third (dim-0 padding of every gathered and
-# reduce-scattered buffer), the no-reshard and reshard FSDP2 cases in between.
-@pytest.mark.parametrize("name,strategy,n", [("llama_odd_vocab", "ddp", 2), ("llama_odd_vocab", "fsdp2", 2),
-                                             ("mistral_gqa_tied", "fsdp2", 512),
-                                             ("gpt2_small_odd", "fsdp2_no_reshard", 8)])
-def test_predicted_peak_within_5_percent_of_measured(name, strategy, n):
-    record = _simulated_rank0(Case(strategy=strategy, nproc=n, simulate=True, model=CONFIGS[name], **SMALL))
+# reduce-scattered buffer), the no-reshard and reshard FSDP2 cases in between; then no-reshard
+# at 512 ranks (-12.8%: the later block's reduce-scatter input still alive) and FSDP2 with
+# gradient accumulation (-10.6%: the earlier micro-batch's gradients inside a block's backward).
+@pytest.mark.parametrize("name,strategy,n,extra", [("llama_odd_vocab", "ddp", 2, {}), ("llama_odd_vocab", "fsdp2", 2, {}),
+                                                   ("mistral_gqa_tied", "fsdp2", 512, {}),
+                                                   ("gpt2_small_odd", "fsdp2_no_reshard", 8, {}),
+                                                   ("llama_odd_vocab", "fsdp2_no_reshard", 512, {}),
+                                                   ("gpt_tiny", "fsdp2", 2, {"batch_size": 1, "grad_accum": 2})])
+def test_predicted_peak_within_5_percent_of_measured(name, strategy, n, extra):
+    model = CONFIGS.get(name, name)
+    record = _simulated_rank0(Case(strategy=strategy, nproc=n, simulate=True, model=model, **{**SMALL, **extra}))
     assert record["status"] == "ok"
     measured = record["memory"]["peak_allocated_bytes"]
     predicted = record["prediction"]["peak_bytes"]

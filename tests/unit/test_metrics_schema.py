@@ -1,4 +1,5 @@
-"""Schema version 2 is written; version 1 files still load; the new switches parse and validate."""
+"""Schema version 3 is written; versions 1 and 2 load through the migration; the new switches parse
+and validate."""
 
 from __future__ import annotations
 
@@ -15,14 +16,27 @@ def _result(version):
     return {"schema_version": version, "case_id": "ddp-x", "case": {}, "status": "ok", "metrics": {}, "ranks": []}
 
 
-def test_schema_is_2_and_version_1_still_loads(tmp_path):
-    assert SCHEMA_VERSION == 2
-    for v in (1, 2):
+def test_schema_is_3_and_older_versions_load_migrated(tmp_path):
+    assert SCHEMA_VERSION == 3
+    for v in (1, 2, 3):
         write_json_atomic(tmp_path / f"v{v}.json", _result(v))
-        assert load_case_result(tmp_path / f"v{v}.json")["schema_version"] == v
-    write_json_atomic(tmp_path / "v3.json", _result(3))
-    with pytest.raises(ResultError, match="reads 1, 2"):
-        load_case_result(tmp_path / "v3.json")
+        assert load_case_result(tmp_path / f"v{v}.json")["schema_version"] == 3
+    write_json_atomic(tmp_path / "v4.json", _result(4))
+    with pytest.raises(ResultError, match="reads 1, 2, 3"):
+        load_case_result(tmp_path / "v4.json")
+
+
+def test_migration_fills_what_the_report_used_to_backfill(tmp_path):
+    """A version-2 file without the sharding metric and rank 0's peak (as written before they
+    were metrics) reads as a version-3 one: the FSDP1 word translated, the peak taken from rank 0."""
+    old = {**_result(2), "metrics": {"predicted_peak_gib": 0.5},
+           "ranks": [{"rank": 1, "effective_sharding": "FULL_SHARD", "memory": {"peak_allocated_bytes": 2 ** 29}},
+                     {"rank": 0, "effective_sharding": "FULL_SHARD", "memory": {"peak_allocated_bytes": 2 ** 30}}]}
+    write_json_atomic(tmp_path / "old.json", old)
+    metrics = load_case_result(tmp_path / "old.json")["metrics"]
+    assert metrics["effective_sharding"] == "full_shard"
+    assert metrics["rank0_peak_allocated_gib"] == 1.0
+    assert old["metrics"] == {"predicted_peak_gib": 0.5}  # the input is never changed
 
 
 def test_profile_and_memory_snapshot_switches_reach_cases_without_changing_ids():

@@ -15,10 +15,11 @@ from fsdp_bench.plan.flavors import MODEL_FLAVORS, flavor_for
 HF_TINY = ["qwen2_tiny", "codellama_tiny", "llama3_tiny", "gpt2_tiny"]
 # Configs the project does not ship: a llama with a prime vocab and no tie_word_embeddings key
 # (transformers unties it), a mistral GQA 4:1 with tied embeddings, a GPT-2 with n_inner.
-HF_TEST_CONFIGS = sorted(p.parent for p in (Path(__file__).parent / "data" / "hf_configs").glob("*/config.json"))
+HF_TEST_CONFIGS = sorted(p.parent for p in (Path(__file__).resolve().parents[1] / "data" / "hf_configs").glob("*/config.json"))
 HF_TEST_MODELS = [f"hf:{p}" for p in HF_TEST_CONFIGS]
 
 
+@pytest.mark.versions  # transformers' module layout
 @pytest.mark.parametrize("model", HF_TINY + HF_TEST_MODELS, ids=HF_TINY + [p.name for p in HF_TEST_CONFIGS])
 def test_hf_units_match_the_real_modules(model):
     pytest.importorskip("torch")

@@ -12,7 +12,7 @@ import pytest
 from fsdp_bench.plan.options import parse_sweep
 from fsdp_bench.launch.slurm import SlurmError, build_node_command, first_host, gpus_on_node
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "slurm_bench.sbatch"
 JOB = {"SLURM_JOB_ID": "777", "SLURM_NNODES": "2", "SLURM_NODEID": "1", "SLURM_JOB_NODELIST": "gpu[03-04]",
        "SLURM_GPUS_ON_NODE": "8", "SLURM_CPUS_PER_TASK": "32"}

@@ -10,7 +10,7 @@ import pytest
 
 from fsdp_bench.plan.case import Case
 
-PINNED = json.loads((Path(__file__).parent / "data" / "pinned_case_ids.json").read_text())
+PINNED = json.loads((Path(__file__).resolve().parents[1] / "data" / "pinned_case_ids.json").read_text())
 
 
 @pytest.mark.parametrize("group", sorted(PINNED))

@@ -8,6 +8,8 @@ from fsdp_bench.plan.case import Case  # noqa: E402
 from fsdp_bench.results.schema import STAGES  # noqa: E402
 from fsdp_bench.worker.loop import run
 
+pytestmark = pytest.mark.versions  # DDP, FSDP1 and FSDP2 in-process, and FSDP2's parameter swap
+
 
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp1_full_shard", "fsdp2"])
 def test_run_in_process_trains_and_measures(strategy):

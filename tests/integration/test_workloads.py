@@ -10,7 +10,11 @@ import pytest
 
 from fsdp_bench.plan.case import Case, skip_reason
 
-SAMPLE_DATA = str(Path(__file__).resolve().parent.parent / "fsdp_bench" / "sample_data")
+# HF models with and without grouped-query attention, torch.compile, activation checkpointing,
+# mixed precision, checkpoint save/load and accelerate: all of it moves with library versions.
+pytestmark = pytest.mark.versions
+
+SAMPLE_DATA = str(Path(__file__).resolve().parents[2] / "fsdp_bench" / "sample_data")
 _BASE = {"nproc": 2, "steps": 2, "warmup": 1, "seq_len": 32, "device": "cpu", "pg_timeout_s": 60.0}
 
 # name -> case. Several knobs share a case: each knob is exercised at least once.
@@ -120,3 +124,18 @@ def test_cases_that_cannot_run_on_cpu_skip_with_a_reason():
     assert "fp16 needs CUDA" in skip_reason(Case(strategy="fsdp2", precision="fp16", **_BASE))
     assert "FSDP2" in skip_reason(Case(strategy="fsdp2", backward_prefetch="post", **_BASE))
     assert skip_reason(Case(strategy="fsdp2_offload", **{**_BASE, "device": "cuda"})) is None
+
+
+@pytest.mark.slow
+def test_accelerate_on_cpu_refuses_as_its_skip_reason_says(tmp_path):
+    """The skip above states what accelerate does on a CPU; run it anyway with the installed
+    accelerate and torch: the FSDP2 plugin is built and `Accelerator.prepare` runs on 2 gloo
+    ranks (a changed plugin signature would fail here), and the case ends as that reason says."""
+    from fsdp_bench.launch.runner import run_case
+
+    (tmp_path / "cases").mkdir()
+    case = Case(strategy="accelerate_fsdp2", model="qwen2_tiny", **{**_BASE, "steps": 1, "warmup": 0})
+    result = run_case(case, tmp_path, timeout_s=300)
+    assert result["status"] == "skipped", f"{result['status']}: {result.get('reason')}\n{result.get('log_tail', '')[-3000:]}"
+    assert "MULTI_CPU" in result["reason"] and "DistributedDataParallel" in result["reason"]
+    assert "MULTI_CPU" in skip_reason(case) and "DDP" in skip_reason(case)

@@ -19,7 +19,7 @@ from fsdp_bench.plan.options import parse_sweep
 from fsdp_bench.plan.case import CaseError
 from fsdp_bench.launch.commands import build_command
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_rendezvous_id_is_per_run_and_case_and_the_same_on_every_node():
@@ -81,7 +81,7 @@ def test_bad_multi_node_options_name_the_option(raw, message, monkeypatch):
 def test_node_zero_refuses_a_run_id_that_already_holds_results(tmp_path):
     (tmp_path / "taken" / "cases").mkdir(parents=True)
     raw = {"device": "cpu", "results-dir": str(tmp_path), "run-id": "taken"}
-    with pytest.raises(CaseError, match="--bench-run-id: .* already holds results"):
+    with pytest.raises(CaseError, match="--bench-run-id: .* already exists and holds cases"):
         parse_sweep(raw)
     # another node only adds its node folder beside node 0's results
     parse_sweep({**raw, "nnodes": "2", "node-rank": "1", "rdzv-endpoint": "h:1"})

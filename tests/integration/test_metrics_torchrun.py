@@ -13,7 +13,8 @@ from fsdp_bench.analysis.stats import mean_across_ranks
 from fsdp_bench.results.layout import create_run_dir
 from fsdp_bench.results.schema import STAGE_LABELS
 
-pytestmark = pytest.mark.slow
+# versions: profiler traces (step markers, collective events, HTA), MemTracker, FlopCounterMode
+pytestmark = [pytest.mark.slow, pytest.mark.versions]
 
 STRATEGIES = ("ddp", "fsdp1_full_shard", "fsdp1_shard_grad_op", "fsdp1_no_shard", "fsdp2", "fsdp2_no_reshard")
 # Loss parity tolerance (fp32, 4 steps, lr 1e-3): DDP all-reduces gradients, FSDP reduce-scatters

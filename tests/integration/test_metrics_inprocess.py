@@ -7,6 +7,8 @@ import pytest
 from fsdp_bench.plan.case import Case
 from fsdp_bench.worker.loop import run
 
+pytestmark = pytest.mark.versions  # FlopCounterMode and MemTracker, both torch internals
+
 
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
 def test_breakdown_and_model_state_with_grad_accumulation(strategy):

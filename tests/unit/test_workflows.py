@@ -8,7 +8,7 @@ import pytest
 
 yaml = pytest.importorskip("yaml", reason="PyYAML is needed to read the workflow files")
 
-WORKFLOWS = Path(__file__).resolve().parent.parent / ".github" / "workflows"
+WORKFLOWS = Path(__file__).resolve().parents[2] / ".github" / "workflows"
 
 
 def _steps(name):

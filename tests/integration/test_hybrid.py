@@ -36,6 +36,7 @@ def hybrid_results(tmp_path_factory):
 
 
 @pytest.mark.slow
+@pytest.mark.versions  # 2D DeviceMesh for FSDP1 and FSDP2
 @pytest.mark.parametrize("strategy", ["fsdp1_hybrid_shard", "fsdp2_hsdp"])
 def test_hybrid_2x2_trains_on_four_gloo_ranks(hybrid_results, strategy):
     result = hybrid_results[strategy]

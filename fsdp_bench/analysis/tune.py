@@ -1,0 +1,382 @@
+"""Autotune's planning, pure (no torch, no processes): predict every case of a grid, calibrate the
+step-time model on the cases measured so far, and decide what to measure next (`--bench-tune`).
+
+Prediction. Per case and rank, one optimizer step costs
+
+    step_s = c_flop x FLOPs + c_byte x wire bytes + c_micro x micro-steps
+
+FLOPs from the one formula (`analysis.duration.case_flops_per_token` x tokens per rank); wire bytes
+from the communication model (`analysis.comm_model.comm_volume`, each collective weighted by its
+ring factor); micro-steps = grad accumulation (Python, kernel launches, optimizer bookkeeping). The
+three coefficients start at the published or documented rates `analysis.duration` uses (a device
+FLOP/s, PRIOR_BYTES_PER_S, a per-micro-step overhead) and are refitted after every round on the
+cases measured so far: least squares on relative error, pulled toward those priors (a ridge of
+PRIOR_WEIGHT), so two measurements move them sensibly and twenty pin them down. The first round
+is the probe: two cases of the grid itself, chosen far apart in (FLOPs, bytes), measured once;
+that is the few-second device and bandwidth probe on CPU, and on a GPU as well.
+
+Peak memory: `analysis.fit.predict_peak_bytes`; under a budget a case whose prediction plus
+FIT_MARGIN exceeds it is skipped, "predicted not to fit", except the boundary one (the smallest
+predicted peak above the budget), which is measured once to check the prediction. A pick is only
+ever a measured case whose measured peak is within the budget.
+
+The schedule (a racing scheme in the spirit of successive halving, with the prediction as prior):
+after the probe, each round measures once the unmeasured fitting cases that could still beat the
+leader (predicted speed x (1 + model error) at or above the leader's measured speed), best predicted
+first, at most ROUND_SIZE; and gives every measured case whose tokens/s interval overlaps the
+leader's (`report.recommend`'s rule, at `analysis.stats.CONFIDENCE`) more repeats, doubling up to
+`--bench-repeats`. It stops when nothing is left to measure: one leader separated beyond noise, or
+ties that the planned repeats could not split; or when the time budget is spent.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from fsdp_bench.analysis.comm_model import CommVolume, comm_volume, model_units
+from fsdp_bench.analysis.duration import MICRO_STEP_OVERHEAD_S, case_flops_per_token, rank_flops
+from fsdp_bench.analysis.fit import FIT_MARGIN, predict_peak_bytes
+from fsdp_bench.plan.case import Case, parse_mesh
+from fsdp_bench.plan.catalog import strategy as catalog_strategy
+from fsdp_bench.plan.flavors import flavor_for
+from fsdp_bench.results.metrics import M
+from fsdp_bench.results.schema import GIB
+
+PRIOR_BYTES_PER_S = {"cpu": 1e9, "cuda": 100e9}  # gloo over loopback / NVLink-class, before the probe
+PRIOR_WEIGHT = 0.05  # ridge toward the priors, in units of one measurement's squared relative error
+PROBE_CASES = 2  # round 0: cases of the grid measured once to calibrate the model
+ROUND_SIZE = 3  # at most this many new cases measured in one round
+MIN_MODEL_ERROR = 0.10  # the model's error band is never taken narrower than this
+# The memory a budget is checked against: what the allocator holds when known, else RSS (CPU);
+# the same order as the recommendation's (report.recommend.MEMORY_COLUMNS).
+MEASURED_MEMORY = (M.peak_reserved_gib, M.peak_allocated_gib, M.peak_rss_gib)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """What is known about a case before it runs, per rank and optimizer step."""
+
+    case: Case
+    peak_bytes: float
+    flops: float
+    wire_bytes: float
+    micro_steps: int
+
+    @property
+    def tokens(self) -> int:
+        return self.case.batch_size * self.case.grad_accum * self.case.seq_len
+
+    def features(self) -> tuple[float, float, float]:
+        return (self.flops, self.wire_bytes, float(self.micro_steps))
+
+
+def wire_bytes(volume: CommVolume) -> float:
+    """Bytes one rank moves over the wire per step: ring all-gather and reduce-scatter send
+    (g-1)/g of their buffer, a ring all-reduce twice that."""
+    def ring(group: int) -> float:
+        return (group - 1) / group if group > 1 else 0.0
+
+    return ((volume.all_gather_bytes + volume.reduce_scatter_bytes) * ring(volume.shard_group)
+            + 2 * volume.all_reduce_bytes * ring(volume.all_reduce_group))
+
+
+def predict_case(case: Case) -> Prediction:
+    flavor = flavor_for(case.model)
+    mesh = parse_mesh(case.mesh) if case.mesh and catalog_strategy(case.strategy).hybrid else None
+    peak = predict_peak_bytes(case.strategy, flavor, case.nproc, case.batch_size, seq_len=case.seq_len, mesh=mesh,
+                              grad_accum=case.grad_accum, optimizer_impl=case.optimizer_impl, device=case.device,
+                              act_ckpt=case.act_ckpt)["peak_bytes"]
+    tokens = case.batch_size * case.grad_accum * case.seq_len
+    volume = comm_volume(case.strategy, model_units(flavor), world_size=case.nproc, grad_accum=case.grad_accum,
+                         mesh=mesh)
+    return Prediction(case=case, peak_bytes=peak, flops=case_flops_per_token(case) * tokens,
+                      wire_bytes=wire_bytes(volume), micro_steps=case.grad_accum)
+
+
+@dataclass(frozen=True)
+class StepModel:
+    """step_s = s_per_flop x FLOPs + s_per_byte x bytes + s_per_micro_step x micro-steps."""
+
+    s_per_flop: float
+    s_per_byte: float
+    s_per_micro_step: float
+    error: float = 0.5  # relative error band used when deciding what could still win
+    fitted_on: int = 0  # measured cases the coefficients were fitted to
+
+    def coefficients(self) -> tuple[float, float, float]:
+        return (self.s_per_flop, self.s_per_byte, self.s_per_micro_step)
+
+    def step_s(self, p: Prediction) -> float:
+        return sum(c * x for c, x in zip(self.coefficients(), p.features()))
+
+    def tokens_per_s(self, p: Prediction) -> float:
+        step = self.step_s(p)
+        return p.tokens / step if step > 0 else math.inf
+
+    def describe(self) -> dict[str, float]:
+        return {"device_flops_per_s": 1 / self.s_per_flop, "wire_bytes_per_s": 1 / self.s_per_byte,
+                "micro_step_overhead_s": self.s_per_micro_step, "model_error_pct": 100 * self.error,
+                "fitted_on_cases": self.fitted_on}
+
+
+def prior_model(case: Case) -> StepModel:
+    """The uncalibrated model: analysis.duration's device rate and overhead, a prior bandwidth."""
+    device = case.device if case.device in PRIOR_BYTES_PER_S else "cpu"
+    return StepModel(1 / rank_flops(case), 1 / PRIOR_BYTES_PER_S[device], MICRO_STEP_OVERHEAD_S[device])
+
+
+def _solve(a: list[list[float]], b: list[float]) -> list[float]:
+    """Gaussian elimination with partial pivoting (3x3 here; no numpy in analysis)."""
+    n = len(b)
+    m = [row[:] + [b[i]] for i, row in enumerate(a)]
+    for col in range(n):
+        pivot = max(range(col, n), key=lambda r: abs(m[r][col]))
+        m[col], m[pivot] = m[pivot], m[col]
+        for r in range(n):
+            if r != col and m[col][col]:
+                f = m[r][col] / m[col][col]
+                m[r] = [x - f * y for x, y in zip(m[r], m[col])]
+    return [m[i][n] / m[i][i] if m[i][i] else 0.0 for i in range(n)]
+
+
+def fit_step_model(prior: StepModel, measured: Sequence[tuple[Prediction, float]],
+                   weight: float = PRIOR_WEIGHT) -> StepModel:
+    """Refit the coefficients to measured (prediction, step seconds): minimise the squared
+    relative errors plus `weight` x the squared relative departures from the prior. Each
+    coefficient stays at least 1% of its prior (a rate cannot be negative)."""
+    pairs = [(p, y) for p, y in measured if y > 0]
+    if not pairs:
+        return prior
+    base = prior.coefficients()
+    rows = [[x * c / y for x, c in zip(p.features(), base)] for p, y in pairs]
+    ata = [[sum(r[i] * r[j] for r in rows) + (weight if i == j else 0.0) for j in range(3)] for i in range(3)]
+    atb = [sum(r[i] for r in rows) + weight for i in range(3)]
+    scale = [max(0.01, u) for u in _solve(ata, atb)]
+    fitted = StepModel(*(c * u for c, u in zip(base, scale)))
+    errors = [abs(fitted.step_s(p) - y) / y for p, y in pairs]
+    # With few points the fit passes close to them: its own residuals understate the error.
+    error = max(MIN_MODEL_ERROR, max(errors), 0.5 if len(pairs) < 3 else 0.0)
+    return StepModel(*fitted.coefficients(), error=error, fitted_on=len(pairs))
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One measured case as the tuner sees it (from its ordinary result)."""
+
+    case_id: str
+    status: str
+    step_s: float | None = None
+    tokens_per_s: float | None = None
+    tokens_per_s_low: float | None = None  # at the step-time median's interval bounds
+    tokens_per_s_high: float | None = None
+    peak_gib: float | None = None
+    repeats: int = 0
+    case_seconds: float = 0.0  # wall time of every repeat run so far
+
+
+def measured_from_result(result: Mapping[str, Any]) -> Measured:
+    """The tuner's view of a case result (merged over its repeats)."""
+    metrics = result.get("metrics") or {}
+    case = result.get("case") or {}
+    case_id = result.get("case_id") or Case.from_dict(case).id
+    repeats = len(result.get(M.repeats) or []) or 1
+    if result.get("status") != "ok" or metrics.get(M.params_changed) is False:
+        return Measured(case_id, result.get("status") or "failed", repeats=repeats,
+                        case_seconds=float(result.get("duration_s") or 0.0))
+    step, speed = metrics.get(M.step_time_s_median), metrics.get(M.tokens_per_s_per_device)
+    low_s, high_s = metrics.get(M.step_time_s_median_ci_low), metrics.get(M.step_time_s_median_ci_high)
+    band = (speed * step / high_s, speed * step / low_s) if speed and step and low_s and high_s else (speed, speed)
+    peak = next((metrics[k] for k in MEASURED_MEMORY if isinstance(metrics.get(k), (int, float))), None)
+    return Measured(case_id, "ok", step, speed, band[0], band[1], peak, repeats,
+                    float(result.get("duration_s") or 0.0))
+
+
+def fits_budget(m: Measured, budget_gib: float | None) -> bool:
+    """A measured case may be picked under the budget only with a measured peak within it."""
+    return budget_gib is None or (m.peak_gib is not None and m.peak_gib <= budget_gib)
+
+
+def overlaps(leader: Measured, other: Measured) -> bool:
+    """Within noise of the leader: the other's tokens/s interval reaches the leader's."""
+    return other.case_id == leader.case_id or (other.tokens_per_s_high or 0) >= (leader.tokens_per_s_low or math.inf)
+
+
+# One run's interval misses what a fresh process tree changes (analysis.run_noise): until a case
+# has repeats, its tokens/s interval is widened by this much each way before comparing.
+SINGLE_RUN_NOISE = 0.10
+
+
+def noise_band(m: Measured) -> tuple[float, float]:
+    low, high = m.tokens_per_s_low or 0.0, m.tokens_per_s_high or 0.0
+    if m.repeats <= 1:
+        low, high = low * (1 - SINGLE_RUN_NOISE), high * (1 + SINGLE_RUN_NOISE)
+    return low, high
+
+
+def within_noise(leader: Measured, other: Measured) -> bool:
+    """Whether `other` cannot be told apart from the leader: its tokens/s band reaches the
+    leader's (report.recommend's overlap rule, with the single-run widening above)."""
+    return other.case_id == leader.case_id or noise_band(other)[1] >= noise_band(leader)[0]
+
+
+@dataclass(frozen=True)
+class Skip:
+    case_id: str
+    reason: str
+    predicted_peak_gib: float
+
+
+def split_by_budget(predictions: Sequence[Prediction], budget_gib: float | None,
+                    margin: float = FIT_MARGIN) -> tuple[list[Prediction], list[Skip], Prediction | None]:
+    """(predicted to fit, skipped with the reason, the boundary case to measure). The boundary is
+    the skipped case with the smallest predicted peak: measuring it checks the prediction."""
+    if budget_gib is None:
+        return list(predictions), [], None
+    fit, out = [], []
+    for p in predictions:
+        (fit if p.peak_bytes * (1 + margin) <= budget_gib * GIB else out).append(p)
+    skipped = [Skip(p.case.id, f"predicted not to fit: {p.peak_bytes / GIB:.4g} GiB + {margin:.0%} margin > "
+                               f"{budget_gib:g} GiB", p.peak_bytes / GIB) for p in out]
+    boundary = min(out, key=lambda p: p.peak_bytes, default=None)
+    return fit, skipped, boundary
+
+
+def rank_predictions(predictions: Sequence[Prediction], model: StepModel) -> list[Prediction]:
+    """Fastest predicted tokens/s per device first (ties: the smaller predicted peak)."""
+    return sorted(predictions, key=lambda p: (-model.tokens_per_s(p), p.peak_bytes, p.case.id))
+
+
+def choose_probe(predictions: Sequence[Prediction], model: StepModel, n: int = PROBE_CASES) -> list[Prediction]:
+    """The probe: the best predicted case, then the ones among the faster half whose predicted
+    time splits most differently between compute, communication and per-micro-step overhead,
+    so that two measurements constrain the coefficients as far apart as the grid allows."""
+    ranked = rank_predictions(predictions, model)
+    if not ranked:
+        return []
+
+    def shares(p: Prediction) -> list[float]:
+        parts = [c * x for c, x in zip(model.coefficients(), p.features())]
+        total = sum(parts) or 1.0
+        return [x / total for x in parts]
+
+    chosen = [ranked[0]]
+    pool = ranked[1:max(2, (len(ranked) + 1) // 2)]
+    while len(chosen) < n and pool:
+        far = max(pool, key=lambda p: min(sum(abs(a - b) for a, b in zip(shares(p), shares(c))) for c in chosen))
+        chosen.append(far)
+        pool.remove(far)
+    return chosen
+
+
+def leader(measured: Mapping[str, Measured], budget_gib: float | None) -> Measured | None:
+    """The fastest measured case that trained and fits the budget by its measured peak."""
+    ok = [m for m in measured.values() if m.status == "ok" and m.tokens_per_s and fits_budget(m, budget_gib)]
+    return max(ok, key=lambda m: (m.tokens_per_s, -(m.peak_gib or 0.0)), default=None)
+
+
+def survivors(measured: Mapping[str, Measured], budget_gib: float | None) -> list[Measured]:
+    """The leader and every measured, fitting case within noise of it, fastest first."""
+    best = leader(measured, budget_gib)
+    if best is None:
+        return []
+    ok = [m for m in measured.values() if m.status == "ok" and m.tokens_per_s and fits_budget(m, budget_gib)]
+    return sorted((m for m in ok if within_noise(best, m)), key=lambda m: -m.tokens_per_s)
+
+
+def plan_round(ranked: Sequence[Prediction], measured: Mapping[str, Measured], model: StepModel, *,
+               budget_gib: float | None, max_repeats: int, round_size: int = ROUND_SIZE) -> list[tuple[Case, int]]:
+    """The next round as (case, total repeats wanted); [] when tuning is done.
+
+    Explore first: the unmeasured cases that could still beat the leader, given the model's error.
+    Then race: the survivors within noise of the leader get their repeats doubled, up to
+    `max_repeats`; a lone leader is done."""
+    best = leader(measured, budget_gib)
+    unmeasured = [p for p in ranked if p.case.id not in measured]
+    if best is None:
+        return [(p.case, 1) for p in unmeasured[:round_size]]
+    bar = best.tokens_per_s or 0.0  # could still beat the leader: the model's error covers the prediction
+    promising = [p for p in unmeasured if model.tokens_per_s(p) * (1 + model.error) >= bar]
+    if promising:
+        return [(p.case, 1) for p in promising[:round_size]]
+    tied = survivors(measured, budget_gib)
+    if len(tied) < 2:
+        return []
+    by_id = {p.case.id: p.case for p in ranked}
+    return [(by_id[m.case_id], min(max_repeats, 2 * m.repeats)) for m in tied
+            if m.repeats < max_repeats and m.case_id in by_id]
+
+
+@dataclass(frozen=True)
+class TuneRequest:
+    """One `--bench-tune` item: every case of one model's grid, tuned as one pytest test."""
+
+    model: str
+    cases: tuple[Case, ...]
+
+    @property
+    def id(self) -> str:
+        return f"tune-{self.model.replace('/', '_').replace(':', '_')}"
+
+
+def tune_requests(cases: Sequence[Case]) -> list[TuneRequest]:
+    """One request per model, its cases in grid order."""
+    models = dict.fromkeys(c.model for c in cases)
+    return [TuneRequest(model, tuple(c for c in cases if c.model == model)) for model in models]
+
+
+@dataclass
+class TuneLog:
+    """What the driving loop has done so far: rounds, the prediction each case had when it was
+    scheduled, and the measurements (the answer is computed from this)."""
+
+    rounds: list[dict[str, Any]] = field(default_factory=list)
+    predicted_step_s: dict[str, float] = field(default_factory=dict)
+    measured: dict[str, Measured] = field(default_factory=dict)
+
+    def spent_s(self) -> float:
+        return sum(m.case_seconds for m in self.measured.values())
+
+
+def full_grid_seconds(cases: Sequence[Case], measured: Mapping[str, Measured], repeats: int) -> float:
+    """The full grid's case-seconds at `repeats`: a measured case at its measured seconds per
+    repeat, the others at analysis.duration's estimate scaled by the median measured/estimated
+    ratio of this run (the estimate's constants are a loaded 2-core VM's; this machine's differ)."""
+    from fsdp_bench.analysis.duration import case_seconds
+
+    by_id = {c.id: c for c in cases}
+    per_repeat = {i: m.case_seconds / max(1, m.repeats) for i, m in measured.items() if m.case_seconds > 0}
+    ratios = sorted(per_repeat[i] / case_seconds(by_id[i]) for i in per_repeat if i in by_id)
+    scale = ratios[len(ratios) // 2] if ratios else 1.0
+    return repeats * sum(per_repeat.get(c.id, case_seconds(c) * scale) for c in cases)
+
+
+def tune_answer(request: TuneRequest, log: TuneLog, model: StepModel, skipped: Sequence[Skip], *,
+                budget_gib: float | None, max_repeats: int, stopped: str,
+                boundary: Prediction | None = None) -> dict[str, Any]:
+    """The tuning's answer as JSON: the pick, its ties, what was skipped, predicted vs measured
+    step time of every measured case, the rounds and the cost against the full grid."""
+    tied = survivors(log.measured, budget_gib)
+    rows = []
+    for case_id, m in log.measured.items():
+        predicted = log.predicted_step_s.get(case_id)
+        rows.append({"case_id": case_id, "status": m.status, "repeat_count": m.repeats, "case_seconds": m.case_seconds,
+                     "predicted_step_s": predicted, "measured_step_s": m.step_s,
+                     "error_pct": 100 * (predicted - m.step_s) / m.step_s if predicted and m.step_s else None,
+                     "speed_tokens_per_s": m.tokens_per_s, "speed_low_tokens_per_s": m.tokens_per_s_low,
+                     "speed_high_tokens_per_s": m.tokens_per_s_high, "peak_gib": m.peak_gib,
+                     "fits_budget": fits_budget(m, budget_gib)})
+    full = full_grid_seconds(request.cases, log.measured, max_repeats)
+    check = None
+    if boundary is not None and boundary.case.id in log.measured:
+        peak = log.measured[boundary.case.id].peak_gib
+        check = {"case_id": boundary.case.id, "predicted_peak_in_gib": boundary.peak_bytes / GIB, "measured_peak_in_gib": peak,
+                 "over_budget_when_measured": None if peak is None else peak > (budget_gib or math.inf)}
+    return {"model": request.model, "budget_gib": budget_gib, "max_repeats": max_repeats, "stopped": stopped,
+            "pick": tied[0].case_id if tied else None, "tied": [m.case_id for m in tied[1:]],
+            "skipped": [vars(s) for s in skipped], "boundary_check": check, "measured": rows,
+            "rounds": log.rounds, "step_model": model.describe(),
+            "cost": {"spent_case_s": log.spent_s(), "full_grid_case_s": full,
+                     "ratio": log.spent_s() / full if full > 0 else None, "grid_cases": len(request.cases),
+                     "measured_cases": len(log.measured)}}

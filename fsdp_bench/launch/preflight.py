@@ -1,0 +1,46 @@
+"""What the sweep checks and says after collection and before its first case: the workers'
+interpreter can run a case at all (torch importable, a GPU seen for a CUDA sweep), the duration
+estimate calibrated on this machine now, and the slow-CPU and host-memory guards (no pytest here: the plugin
+turns `Preflight.refusal` into its usage error)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from fsdp_bench.analysis.duration import (Calibration, estimate_gpu_name, estimate_line, estimate_sweep,
+                                          slow_cpu_line)
+from fsdp_bench.launch.memory_guard import available_host_bytes, memory_refusal
+from fsdp_bench.launch.session import SessionError, SweepSession
+from fsdp_bench.plan.case import Case
+
+
+@dataclass
+class Preflight:
+    refusal: str | None = None  # one line: the sweep must not start
+    lines: list[str] = field(default_factory=list)  # said before the first case
+
+
+def run_preflight(session: SweepSession, cases: list[Case], *, collect_only: bool) -> Preflight:
+    """Check the interpreter (not for --collect-only, which launches nothing and may plan a GPU
+    sweep on a machine without one), then estimate the sweep's duration with this machine's
+    calibration, counting only the cases a resume will run."""
+    sweep = session.sweep
+    calibration = Calibration()
+    if not collect_only:
+        device = "cuda" if any(case.device == "cuda" for case in cases) else "cpu"
+        try:
+            facts = session.check_interpreter(device)
+        except SessionError as exc:
+            return Preflight(refusal=str(exc))
+        calibration = Calibration.from_facts(facts)
+    estimate = estimate_sweep(cases, repeats=sweep.repeats, gpu_name=estimate_gpu_name(sweep.gpu_name, cases),
+                              calibration=calibration, kept=session.kept_on_resume([case.id for case in cases]))
+    refusal = None if sweep.allow_slow_cpu else slow_cpu_line(estimate)
+    if refusal is None and not sweep.allow_memory_overcommit:
+        refusal = memory_refusal(cases, available_host_bytes(), nnodes=sweep.launch().nnodes)
+    if refusal is not None and not collect_only:
+        return Preflight(refusal=refusal)
+    lines = [estimate_line(estimate)]
+    if refusal is not None:  # --collect-only launches nothing; say what a run would do
+        lines.append(f"{refusal} (when run without --collect-only)")
+    return Preflight(lines=lines)

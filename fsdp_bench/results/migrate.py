@@ -1,0 +1,52 @@
+"""Older case files brought to the current schema at load, one version step at a time (pyperf's
+habit: a result owns its format and upgrades old ones when read), so the report never backfills.
+
+Each step takes a version-N dict and returns a version-N+1 dict; the input is never changed.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Callable
+
+from fsdp_bench.results.metrics import M
+from fsdp_bench.results.schema import GIB, SCHEMA_VERSION, sharding_word
+
+
+def _v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
+    return data  # every field version 2 added is optional: absent reads as "not measured"
+
+
+def _v2_to_v3(data: dict[str, Any]) -> dict[str, Any]:
+    """The sharding the ranks really ran as a metric, in the catalog's words, and rank 0's
+    measured peak beside the prediction it is compared with."""
+    metrics = data.get("metrics")
+    ranks = [r for r in data.get("ranks") or [] if isinstance(r, dict)]
+    if data.get("status") != "ok" or not isinstance(metrics, dict):
+        return data
+    if "effective_sharding" not in metrics:
+        words = {r.get("effective_sharding") for r in ranks}
+        if len(words) == 1 and None not in words:
+            metrics["effective_sharding"] = sharding_word(str(words.pop()))
+    if M.predicted_peak_gib in metrics and "rank0_peak_allocated_gib" not in metrics:
+        peak = next(((r.get("memory") or {}).get("peak_allocated_bytes") for r in ranks if r.get("rank") == 0), None)
+        ok = isinstance(peak, (int, float)) and not isinstance(peak, bool)
+        metrics["rank0_peak_allocated_gib"] = peak / GIB if ok else None
+    return data
+
+
+# version -> the step that lifts a file of that version by one
+STEPS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3}
+
+
+def migrate_case_result(data: dict[str, Any]) -> dict[str, Any]:
+    """`data` (already checked to be a readable version) at the current version."""
+    version = data.get("schema_version")
+    if version == SCHEMA_VERSION:
+        return data
+    data = copy.deepcopy(data)
+    while version < SCHEMA_VERSION:
+        data = STEPS[version](data)
+        version += 1
+        data["schema_version"] = version
+    return data

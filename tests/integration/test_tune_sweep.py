@@ -1,0 +1,60 @@
+"""`pytest benchmarks --bench-tune` end to end: real torchrun cases (gpt_tiny, 2 gloo ranks, a few
+steps) measured in rounds through the sweep session, the answer written, the report's section."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from tests.sweep_helpers import SMALL, case_results, child_env, pytest_cmd, run_dirs, write_sweep_project
+
+GRID = [a for a in SMALL if a != "--bench-no-report"]
+GRID[GRID.index("--bench-strategies") + 1] = "ddp,fsdp1_full_shard,fsdp2"
+GRID[GRID.index("--bench-steps") + 1] = "4"  # 2 steps give intervals too wide to rule anything out
+
+
+def _tune(tmp_path: Path, *extra: str) -> tuple[subprocess.CompletedProcess, Path, dict]:
+    write_sweep_project(tmp_path)
+    results = tmp_path / "results"
+    proc = subprocess.run(pytest_cmd("-q", "test_sweep.py", *GRID, "--bench-tune", "--bench-results-dir", str(results),
+                                     *extra), cwd=tmp_path, env=child_env(), capture_output=True, text=True, timeout=600)
+    runs = run_dirs(results)
+    assert len(runs) == 1, proc.stdout + proc.stderr
+    answer = json.loads((runs[0] / "tune" / "tune-gpt_tiny.json").read_text())
+    return proc, runs[0], answer
+
+
+def test_tune_picks_writes_its_section_and_spends_less_than_the_grid(tmp_path):
+    proc, run, answer = _tune(tmp_path, "--bench-batch-sizes", "2,4", "--bench-repeats", "2")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert "1 passed" in out  # one test item: the tuning
+    results = case_results(run)
+    measured = {r["case_id"] for r in answer["measured"]}
+    assert measured == set(results)  # every measured case is an ordinary result in the run folder
+    assert 2 <= len(measured) < 6
+    assert answer["pick"] in measured and results[answer["pick"]]["status"] == "ok"
+    assert answer["rounds"][0]["kind"] == "probe"
+    cost = answer["cost"]
+    assert cost["grid_cases"] == 6 and 0 < cost["spent_case_s"] < cost["full_grid_case_s"]
+    assert all(r["predicted_step_s"] > 0 and r["measured_step_s"] > 0 for r in answer["measured"])
+    report = (run / "report.md").read_text()
+    assert "## Autotune: gpt_tiny" in report and answer["pick"] in report
+    assert (run / "tune_rounds.png").stat().st_size > 0
+    assert f"tune gpt_tiny: pick {answer['pick']}" in out
+
+
+def test_tune_under_a_tiny_budget_never_picks_a_case_over_it(tmp_path):
+    # ddp (0.0030-0.0034 GiB predicted) and fsdp2 at batch 4 (0.0030) do not fit 0.0028 GiB;
+    # fsdp2 at batch 2 (0.0021) does. The boundary case, fsdp2 batch 4, is measured to check.
+    budget = 0.0028
+    proc, run, answer = _tune(tmp_path, "--bench-strategies", "ddp,fsdp2", "--bench-batch-sizes", "2,4",
+                              "--bench-budget-gib", str(budget), "--bench-no-report")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    skipped = {s["case_id"] for s in answer["skipped"]}
+    assert {"ddp-gpt_tiny-ws2-bs4-ga1-opt_after-sl32", "fsdp2-gpt_tiny-ws2-bs4-ga1-opt_after-sl32"} <= skipped
+    assert answer["boundary_check"]["case_id"] == "fsdp2-gpt_tiny-ws2-bs4-ga1-opt_after-sl32"
+    pick = case_results(run)[answer["pick"]]
+    assert pick["metrics"]["peak_allocated_gib"] <= budget
+    assert answer["pick"] == "fsdp2-gpt_tiny-ws2-bs2-ga1-opt_after-sl32"

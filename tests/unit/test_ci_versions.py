@@ -1,0 +1,82 @@
+"""The tested version sets: .ci/run pins them, pyproject.toml's ranges are exactly what they test,
+the README names them, and the `versions` tests .ci/run runs under the older set cover every path
+that moves with library versions."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.version import Version
+
+ROOT = Path(__file__).resolve().parents[2]
+LIBRARIES = ("torch", "accelerate", "transformers")
+
+# Each version-sensitive path, and a test file whose `versions` tests exercise it for real.
+COVERED_BY = {
+    "FLOP counting (FlopCounterMode)": "test_metrics_inprocess.py",
+    "MemTracker": "test_metrics_inprocess.py",
+    "HF models with grouped-query attention (llama3_tiny, qwen2_tiny) and without (gpt2_tiny)": "test_workloads.py",
+    "transformers' module layout": "test_hf_units.py",
+    "accelerate's FSDP2 plugin and prepare": "test_workloads.py",
+    "torch.compile": "test_workloads.py",
+    "checkpoint save and resume": "test_workloads.py",
+    "profiler traces and HTA": "test_metrics_torchrun.py",
+    "the fake process group (simulation)": "test_hf_simulated_world_sizes.py",
+    "collectives in the profiler trace": "test_simulation.py",
+    "2D DeviceMesh (HSDP)": "test_hybrid.py",
+}
+
+
+def ci_sets() -> dict[str, dict[str, str]]:
+    """NAME_PINS="lib==version ..." lines of .ci/run, as {NAME: {lib: version}}."""
+    text = (ROOT / ".ci" / "run").read_text()
+    return {name: dict(pin.split("==") for pin in pins.split())
+            for name, pins in re.findall(r'^(\w+)_PINS="([^"]*)"$', text, re.MULTILINE)}
+
+
+def project_requirements() -> dict[str, Requirement]:
+    tomllib = pytest.importorskip("tomllib", reason="reading pyproject.toml needs Python 3.11's tomllib")
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    lines = project["dependencies"] + [r for extra in project["optional-dependencies"].values() for r in extra]
+    return {req.name: req for req in map(Requirement, lines)}
+
+
+def test_ci_pins_torch_accelerate_and_transformers_in_two_sets():
+    sets = ci_sets()
+    assert set(sets) == {"NEWEST", "GPU"}, sets
+    for name, pins in sets.items():
+        assert set(pins) == set(LIBRARIES), name
+    run = (ROOT / ".ci" / "run").read_text()
+    assert '"$NEWEST_PINS" tests -q' in run  # the whole suite, as the README says
+    assert '"$GPU_PINS" tests -m versions' in run
+
+
+def test_pyproject_ranges_are_exactly_the_tested_versions():
+    """Every pinned version is allowed; each lower bound is the oldest tested version, and torch
+    (whose internals the worker uses) stops before the minor release after the newest tested."""
+    requirements, sets = project_requirements(), ci_sets()
+    for name, pins in sets.items():
+        for library, version in pins.items():
+            assert requirements[library].specifier.contains(version), (name, library, version)
+    for library in LIBRARIES:
+        oldest = min(Version(pins[library]) for pins in sets.values())
+        lower = [Version(s.version) for s in requirements[library].specifier if s.operator == ">="]
+        assert lower == [oldest], (library, str(requirements[library].specifier), oldest)
+    newest_torch = max(Version(pins["torch"]) for pins in sets.values())
+    upper = [Version(s.version) for s in requirements["torch"].specifier if s.operator == "<"]
+    assert upper == [Version(f"{newest_torch.major}.{newest_torch.minor + 1}")], upper
+
+
+def test_readme_names_each_tested_set_on_one_line():
+    lines = (ROOT / "README.md").read_text().splitlines()
+    for name, pins in ci_sets().items():
+        assert any(all(f"`{v}`" in line for v in pins.values()) for line in lines), (name, pins)
+
+
+def test_each_version_sensitive_path_has_versions_tests():
+    for path, filename in COVERED_BY.items():
+        (found,) = (ROOT / "tests").rglob(filename)  # tests/unit or tests/integration
+        assert "pytest.mark.versions" in found.read_text(), (path, filename)

@@ -1,0 +1,131 @@
+"""The tuner's pure planning (fsdp_bench.analysis.tune): prediction, calibration, ranking, the
+budget split and the round schedule, on real grid cases and hand-made measurements."""
+
+from __future__ import annotations
+
+import pytest
+
+from fsdp_bench.analysis.tune import (Measured, StepModel, choose_probe, fit_step_model, full_grid_seconds, leader,
+                                      plan_round, predict_case, prior_model, rank_predictions, split_by_budget,
+                                      survivors, tune_requests, within_noise)
+from fsdp_bench.plan.case import Case
+from fsdp_bench.results.schema import GIB
+
+
+def _grid() -> list[Case]:
+    return [Case(strategy=s, model="gpt_tiny", batch_size=b, grad_accum=g, seq_len=32)
+            for s in ("ddp", "fsdp1_full_shard", "fsdp2") for b in (2, 4) for g in (1, 2)]
+
+
+def _measured(case_id: str, speed: float, *, half_width: float = 0.02, repeats: int = 1, peak: float = 0.001) -> Measured:
+    return Measured(case_id, "ok", step_s=1.0, tokens_per_s=speed, tokens_per_s_low=speed * (1 - half_width),
+                    tokens_per_s_high=speed * (1 + half_width), peak_gib=peak, repeats=repeats, case_seconds=10.0)
+
+
+def test_sharded_strategies_predict_less_memory_and_more_traffic_than_ddp():
+    ddp, fsdp2 = predict_case(_grid()[0]), predict_case(_grid()[8])
+    assert fsdp2.case.strategy == "fsdp2"
+    assert fsdp2.peak_bytes < ddp.peak_bytes
+    assert fsdp2.wire_bytes > ddp.wire_bytes  # gathers twice + reduce-scatter vs one all-reduce
+    assert ddp.flops == fsdp2.flops
+
+
+def test_calibration_recovers_the_coefficients_that_made_the_measurements():
+    predictions = [predict_case(c) for c in _grid()]
+    truth = StepModel(2e-11, 5e-9, 0.004)
+    prior = prior_model(predictions[0].case)
+    fitted = fit_step_model(prior, [(p, truth.step_s(p)) for p in predictions], weight=1e-6)
+    for p in predictions:
+        assert fitted.step_s(p) == pytest.approx(truth.step_s(p), rel=0.02)
+    assert fitted.fitted_on == len(predictions)
+
+
+def test_calibration_with_no_measurement_is_the_prior():
+    prior = prior_model(_grid()[0])
+    assert fit_step_model(prior, []) == prior
+
+
+def test_ranking_is_fastest_predicted_tokens_per_second_first():
+    predictions = [predict_case(c) for c in _grid()]
+    model = StepModel(1e-12, 1e-6, 0.0)  # communication dominates: the least traffic per token wins
+    ranked = rank_predictions(predictions, model)
+    speeds = [model.tokens_per_s(p) for p in ranked]
+    assert speeds == sorted(speeds, reverse=True)
+    assert ranked[0].case.strategy == "ddp" and ranked[0].case.batch_size == 4
+
+
+def test_probe_takes_the_best_then_a_differently_bound_case():
+    predictions = [predict_case(c) for c in _grid()]
+    model = prior_model(predictions[0].case)
+    probe = choose_probe(predictions, model)
+    assert probe[0] == rank_predictions(predictions, model)[0]
+    assert len(probe) == 2 and probe[1] != probe[0]
+
+
+def test_budget_skips_what_is_predicted_over_it_and_names_the_boundary():
+    predictions = [predict_case(c) for c in _grid()]
+    peaks = sorted(p.peak_bytes for p in predictions)
+    budget = peaks[len(peaks) // 2] * 1.08 / GIB  # about half fit, with the 7% margin
+    fit, skipped, boundary = split_by_budget(predictions, budget)
+    assert fit and skipped and len(fit) + len(skipped) == len(predictions)
+    assert all(p.peak_bytes * 1.07 <= budget * GIB for p in fit)
+    assert all(s.reason.startswith("predicted not to fit") for s in skipped)
+    assert boundary.peak_bytes == min(p.peak_bytes for p in predictions if p.case.id in {s.case_id for s in skipped})
+
+
+def test_leader_must_fit_the_budget_by_its_measured_peak():
+    measured = {"fast": _measured("fast", 1000, peak=2.0), "slow": _measured("slow", 500, peak=0.5),
+                "unknown": Measured("unknown", "ok", 1.0, 2000, 1900, 2100, None, 1, 1.0)}
+    assert leader(measured, None).case_id == "unknown"
+    assert leader(measured, 1.0).case_id == "slow"
+
+
+def test_single_runs_are_widened_for_run_to_run_noise():
+    a, b = _measured("a", 1000), _measured("b", 850)  # 15% apart, each +-2% within its run
+    assert within_noise(a, b)  # one run each: +-10% more, the bands touch
+    a3, b3 = _measured("a", 1000, repeats=3), _measured("b", 850, repeats=3)
+    assert not within_noise(a3, b3)
+
+
+def test_schedule_explores_what_could_win_then_races_the_ties_then_stops():
+    predictions = [predict_case(c) for c in _grid()]
+    model = StepModel(1e-12, 1e-6, 0.0, error=0.1)
+    ranked = rank_predictions(predictions, model)
+    top, second = ranked[0], ranked[1]
+    # Nothing measured yet: the best predicted, at most ROUND_SIZE of them, once each.
+    first = plan_round(ranked, {}, model, budget_gib=None, max_repeats=3)
+    assert [c.id for c, r in first] == [p.case.id for p in ranked[:3]] and {r for _, r in first} == {1}
+    # The leader measured at its prediction: only cases whose prediction (+10%) reaches it remain.
+    measured = {top.case.id: _measured(top.case.id, model.tokens_per_s(top))}
+    explore = plan_round(ranked, measured, model, budget_gib=None, max_repeats=3)
+    assert explore and all(model.tokens_per_s(next(p for p in ranked if p.case.id == c.id)) * 1.1
+                           >= model.tokens_per_s(top) for c, _ in explore)
+    # Everything measured, two tied: they get their repeats doubled, capped at max_repeats.
+    everything = {p.case.id: _measured(p.case.id, 100.0) for p in ranked}
+    everything[top.case.id] = _measured(top.case.id, 1000)
+    everything[second.case.id] = _measured(second.case.id, 990)
+    race = plan_round(ranked, everything, model, budget_gib=None, max_repeats=3)
+    assert sorted((c.id, r) for c, r in race) == sorted([(top.case.id, 2), (second.case.id, 2)])
+    everything[top.case.id] = _measured(top.case.id, 1000, repeats=3)
+    everything[second.case.id] = _measured(second.case.id, 990, repeats=3)
+    assert plan_round(ranked, everything, model, budget_gib=None, max_repeats=3) == []  # ties that stay: done
+    assert [m.case_id for m in survivors(everything, None)] == [top.case.id, second.case.id]
+    # A lone leader beyond noise: done.
+    everything[second.case.id] = _measured(second.case.id, 500, repeats=3)
+    assert plan_round(ranked, everything, model, budget_gib=None, max_repeats=3) == []
+
+
+def test_full_grid_cost_scales_the_estimate_by_what_was_measured():
+    grid = _grid()
+    from fsdp_bench.analysis.duration import case_seconds
+
+    measured = {grid[0].id: Measured(grid[0].id, "ok", case_seconds=2 * case_seconds(grid[0]) * 2, repeats=2)}
+    total = full_grid_seconds(grid, measured, repeats=3)
+    assert total == pytest.approx(3 * 2 * sum(case_seconds(c) for c in grid))
+
+
+def test_one_tune_request_per_model():
+    cases = _grid() + [c.replace(model="llama3_tiny") for c in _grid()]
+    requests = tune_requests(cases)
+    assert [r.id for r in requests] == ["tune-gpt_tiny", "tune-llama3_tiny"]
+    assert all(len(r.cases) == 12 for r in requests)
