@@ -1,11 +1,11 @@
 #!/usr/bin/env python
 """Turn a fsdp-bench run folder into comparison.csv, charts and a report, or compare two runs.
 
-    python visualize.py                 # the newest run under results/ with a finished case
-    python visualize.py RUN_DIR [...]   # those runs
-    python visualize.py --compare BASE_RUN NEW_RUN [--threshold PCT]
-                                        # compare.csv/.md/.png in NEW_RUN (or --out); exit 1 on a
-                                        # regression beyond PCT percent (default 5)
+python visualize.py                 # the newest run under results/ with a finished case
+python visualize.py RUN_DIR [...]   # those runs
+python visualize.py --compare BASE_RUN NEW_RUN [--threshold PCT]
+                                    # compare.csv/.md/.png in NEW_RUN (or --out); exit 1 on a
+                                    # regression beyond PCT percent (default 5)
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from pathlib import Path
 from fsdp_bench.plan.case import CaseError
 from fsdp_bench.plan.options import writable_dir
 from fsdp_bench.report.writer import write_report
-from fsdp_bench.results.schema import ResultError
 from fsdp_bench.results.layout import RunLayout
 from fsdp_bench.results.load import newest_finished_run
+from fsdp_bench.results.schema import ResultError
 
 
 class _OneLineParser(argparse.ArgumentParser):
@@ -31,16 +31,27 @@ class _OneLineParser(argparse.ArgumentParser):
 
 def main(argv: list[str] | None = None) -> int:
     parser = _OneLineParser(description=__doc__.splitlines()[0])
-    parser.add_argument("runs", nargs="*", type=Path,
-                        help="run folders (default: the newest under --results-dir with a finished case)")
+    parser.add_argument(
+        "runs", nargs="*", type=Path, help="run folders (default: the newest under --results-dir with a finished case)"
+    )
     parser.add_argument("--results-dir", type=Path, default=Path("results"), help="where runs live (default: results)")
     parser.add_argument("--out", type=Path, default=None, help="write outputs here instead of into the run folder")
-    parser.add_argument("--compare", nargs=2, type=Path, metavar=("BASE_RUN", "NEW_RUN"),
-                        help="compare two runs; exit 1 when a case regresses beyond --threshold")
-    parser.add_argument("--threshold", type=float, default=5.0,
-                        help="percent change in the wrong direction that counts as a regression (default: 5)")
-    parser.add_argument("--budget-gib", type=float, default=None,
-                        help="memory budget per device for the recommendation (default: none)")
+    parser.add_argument(
+        "--compare",
+        nargs=2,
+        type=Path,
+        metavar=("BASE_RUN", "NEW_RUN"),
+        help="compare two runs; exit 1 when a case regresses beyond --threshold",
+    )
+    parser.add_argument(
+        "--threshold",
+        type=float,
+        default=5.0,
+        help="percent change in the wrong direction that counts as a regression (default: 5)",
+    )
+    parser.add_argument(
+        "--budget-gib", type=float, default=None, help="memory budget per device for the recommendation (default: none)"
+    )
     args = parser.parse_args(argv)
     if args.compare:
         return compare_main(args)
@@ -106,9 +117,11 @@ def compare_main(args: argparse.Namespace) -> int:
         print(path)
     from fsdp_bench.report.compare import noise_sentence
 
-    print(f"{len(comparison.rows)} case(s) in both runs, {len(comparison.only_base)} only in base, "
-          f"{len(comparison.only_new)} only in new, {len(comparison.regressions)} regression(s) "
-          f"beyond {args.threshold:g}%")
+    print(
+        f"{len(comparison.rows)} case(s) in both runs, {len(comparison.only_base)} only in base, "
+        f"{len(comparison.only_new)} only in new, {len(comparison.regressions)} regression(s) "
+        f"beyond {args.threshold:g}%"
+    )
     print(noise_sentence(comparison))
     for verdict in ("faster", "within noise", "inconclusive"):
         ids = [r["case_id"] for r in comparison.rows if r.get("verdict") == verdict]

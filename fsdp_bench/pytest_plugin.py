@@ -30,8 +30,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         # A switch is a plain flag: `--bench-profile` turns it on (an optional value would
         # swallow a following test path).
         switch = {"action": "store_const", "const": "on"} if name in SWITCH_OPTIONS else {}
-        group.addoption(f"--bench-{name}", dest=f"bench_{name.replace('-', '_')}", default=None, help=option_help(name).replace("%", "%%"),
-                        **switch)
+        group.addoption(
+            f"--bench-{name}",
+            dest=f"bench_{name.replace('-', '_')}",
+            default=None,
+            help=option_help(name).replace("%", "%%"),
+            **switch,
+        )
     for name, help_text in DISPLAY_OPTIONS.items():
         group.addoption(f"--bench-{name}", action="store_true", default=False, help=help_text)
 
@@ -136,8 +141,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 
 def _write_live(config: pytest.Config, line: str) -> None:
-    write_live_line(config.pluginmanager.get_plugin("terminalreporter"),
-                    config.pluginmanager.get_plugin("capturemanager"), line)
+    write_live_line(
+        config.pluginmanager.get_plugin("terminalreporter"), config.pluginmanager.get_plugin("capturemanager"), line
+    )
 
 
 @pytest.hookimpl(wrapper=True)
@@ -222,9 +228,11 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         return
     if not session.launch.owns_results:
         terminalreporter.write_line(f"results: {session.run_dir}")
-        terminalreporter.write_line(f"node {session.launch.node_rank}: logs under "
-                                    f"{session.layout.node_root(session.launch.node_rank)}; "
-                                    "node 0 writes the results and the report")
+        terminalreporter.write_line(
+            f"node {session.launch.node_rank}: logs under "
+            f"{session.layout.node_root(session.launch.node_rank)}; "
+            "node 0 writes the results and the report"
+        )
         return
     hint = state.resume_hint()
     if hint:
@@ -238,8 +246,10 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         except KeyboardInterrupt:
             # Ctrl-C while charts are drawn: every file is written atomically, so nothing is
             # half-written; say how to finish instead of a traceback, and exit as interrupted.
-            pytest.exit(f"report interrupted; the results are safe. To write it: "
-                        f"python visualize.py {session.run_dir}", returncode=pytest.ExitCode.INTERRUPTED)
+            pytest.exit(
+                f"report interrupted; the results are safe. To write it: python visualize.py {session.run_dir}",
+                returncode=pytest.ExitCode.INTERRUPTED,
+            )
     for line in body:
         terminalreporter.write_line(line)
     config.stash[_CLOSING_KEY] = closing

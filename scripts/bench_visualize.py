@@ -28,8 +28,11 @@ from fsdp_bench.results.io import write_json_atomic  # noqa: E402
 
 def build_run(run: Path, n_cases: int) -> None:
     golden = ROOT / "tests" / "data" / "golden" / "base"
-    template = next(json.loads(p.read_text()) for p in sorted((golden / "cases").glob("*.json"))
-                    if json.loads(p.read_text())["status"] == "ok")
+    template = next(
+        json.loads(p.read_text())
+        for p in sorted((golden / "cases").glob("*.json"))
+        if json.loads(p.read_text())["status"] == "ok"
+    )
     (run / "cases").mkdir(parents=True)
     (run / "env.json").write_text((golden / "env.json").read_text())
     grid = itertools.product(STRATEGIES, range(1, 1000), (1, 2, 4), OPTIMIZER_TIMINGS)
@@ -37,8 +40,17 @@ def build_run(run: Path, n_cases: int) -> None:
     for strategy, bs, ga, timing in grid:
         if made == n_cases:
             break
-        case = Case(**{**template["case"], "strategy": strategy, "batch_size": bs, "grad_accum": ga,
-                       "optimizer_timing": timing, "mesh": "", "nproc": 2})
+        case = Case(
+            **{
+                **template["case"],
+                "strategy": strategy,
+                "batch_size": bs,
+                "grad_accum": ga,
+                "optimizer_timing": timing,
+                "mesh": "",
+                "nproc": 2,
+            }
+        )
         result = json.loads(json.dumps(template))
         result.update(case_id=case.id, case=case.to_dict())
         result["metrics"]["tokens_per_s_per_device"] *= bs / (1 + ga)

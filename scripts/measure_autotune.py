@@ -26,14 +26,40 @@ sys.path.insert(0, str(ROOT))
 from fsdp_bench.report.recommend import speeds_overlap  # noqa: E402
 from fsdp_bench.results.metrics import M  # noqa: E402
 
-GRID = ["--bench-seq-len", "32", "--bench-nproc", "2", "--bench-device", "cpu", "--bench-batch-sizes", "2,4",
-        "--bench-grad-accum", "1,2", "--bench-no-report"]
+GRID = [
+    "--bench-seq-len",
+    "32",
+    "--bench-nproc",
+    "2",
+    "--bench-device",
+    "cpu",
+    "--bench-batch-sizes",
+    "2,4",
+    "--bench-grad-accum",
+    "1,2",
+    "--bench-no-report",
+]
 
 
 def _run(model: str, out: Path, repeats: int, extra: list[str], tune: bool) -> Path:
     before = set(out.iterdir()) if out.is_dir() else set()
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "benchmarks/test_strategy_sweep.py",
-           "--bench-model", model, "--bench-repeats", str(repeats), "--bench-results-dir", str(out), *GRID, *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:randomly",
+        "benchmarks/test_strategy_sweep.py",
+        "--bench-model",
+        model,
+        "--bench-repeats",
+        str(repeats),
+        "--bench-results-dir",
+        str(out),
+        *GRID,
+        *extra,
+    ]
     subprocess.run(cmd + (["--bench-tune"] if tune else []), cwd=ROOT, check=False, capture_output=True)
     made = sorted(set(out.iterdir()) - before)
     if not made:
@@ -52,18 +78,31 @@ def _row(result: dict) -> dict:
 def compare(model: str, out: Path, repeats: int, extra: list[str]) -> dict:
     truth_run = _run(model, out, repeats, extra, tune=False)
     tune_run = _run(model, out, repeats, extra, tune=True)
-    truth = {k: r for k, r in _results(truth_run).items() if r.get("status") == "ok"
-             and (r.get("metrics") or {}).get(M.params_changed) is not False}
+    truth = {
+        k: r
+        for k, r in _results(truth_run).items()
+        if r.get("status") == "ok" and (r.get("metrics") or {}).get(M.params_changed) is not False
+    }
     best = max(truth.values(), key=lambda r: r["metrics"][M.tokens_per_s_per_device])
     answer = json.loads(next((tune_run / "tune").glob("*.json")).read_text())
     pick = truth.get(answer["pick"])
     full_s = sum(r.get("duration_s") or 0 for r in _results(truth_run).values())
-    gap = None if pick is None else 100 * (1 - pick["metrics"][M.tokens_per_s_per_device]
-                                            / best["metrics"][M.tokens_per_s_per_device])
-    return {"grid": model, "cases": len(_results(truth_run)), "pick": answer["pick"], "true_best": best["case_id"],
-            "gap_pct": gap, "within_noise": pick is not None and speeds_overlap(_row(best), _row(pick)),
-            "tune_case_s": answer["cost"]["spent_case_s"], "grid_case_s": full_s,
-            "ratio": answer["cost"]["spent_case_s"] / full_s if full_s else None}
+    gap = (
+        None
+        if pick is None
+        else 100 * (1 - pick["metrics"][M.tokens_per_s_per_device] / best["metrics"][M.tokens_per_s_per_device])
+    )
+    return {
+        "grid": model,
+        "cases": len(_results(truth_run)),
+        "pick": answer["pick"],
+        "true_best": best["case_id"],
+        "gap_pct": gap,
+        "within_noise": pick is not None and speeds_overlap(_row(best), _row(pick)),
+        "tune_case_s": answer["cost"]["spent_case_s"],
+        "grid_case_s": full_s,
+        "ratio": answer["cost"]["spent_case_s"] / full_s if full_s else None,
+    }
 
 
 def main() -> None:
@@ -78,8 +117,11 @@ def main() -> None:
         r = compare(model, args.results_dir, args.repeats, extra)
         gap = "" if r["gap_pct"] is None else f"{r['gap_pct']:.1f}"
         ratio = "" if r["ratio"] is None else f"{100 * r['ratio']:.0f}%"
-        print(f"{r['grid']:40} {r['cases']:>5} {str(r['pick']):45} {r['true_best']:45} {gap:>6} "
-              f"{'yes' if r['within_noise'] else 'NO':>8} {ratio:>6}", flush=True)
+        print(
+            f"{r['grid']:40} {r['cases']:>5} {str(r['pick']):45} {r['true_best']:45} {gap:>6} "
+            f"{'yes' if r['within_noise'] else 'NO':>8} {ratio:>6}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

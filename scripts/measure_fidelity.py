@@ -23,19 +23,23 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from fsdp_bench.plan.case import Case  # noqa: E402
-from fsdp_bench.results.layout import create_run_dir  # noqa: E402
 from fsdp_bench.launch.processes import build_env  # noqa: E402
 from fsdp_bench.launch.runner import run_case  # noqa: E402
+from fsdp_bench.plan.case import Case  # noqa: E402
+from fsdp_bench.results.layout import create_run_dir  # noqa: E402
 
 BARE_INIT = "import torch, torch.distributed as d; d.init_process_group('gloo'); d.barrier(); d.destroy_process_group()"
 
 
 def torchrun(nproc: int, *args: str) -> float:
     start = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-                             str(nproc), *args], env=build_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc), *args],
+        env=build_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         _out, err = proc.communicate()
     except KeyboardInterrupt:
@@ -83,17 +87,40 @@ def main() -> None:
     from fsdp_bench.plan.options import count_cuda_devices
 
     device = "cuda" if count_cuda_devices() > 0 else "cpu"  # the bare loop picks the same way
-    case = Case(strategy=args.strategy, model=args.model, batch_size=args.batch_size, seq_len=args.seq_len,
-                nproc=args.nproc, steps=args.steps, warmup=args.warmup, device=device)
+    case = Case(
+        strategy=args.strategy,
+        model=args.model,
+        batch_size=args.batch_size,
+        seq_len=args.seq_len,
+        nproc=args.nproc,
+        steps=args.steps,
+        warmup=args.warmup,
+        device=device,
+    )
     suite, bare, overhead, sharding, bare_init = [], [], [], [], []
     with tempfile.TemporaryDirectory() as tmp:
         init_script = Path(tmp) / "init_only.py"
         init_script.write_text(BARE_INIT)
         for i in range(args.repeats):
             out = Path(tmp) / f"bare-{i}.json"
-            torchrun(args.nproc, str(ROOT / "scripts" / "bare_loop.py"), "--strategy", args.strategy,
-                     "--model", args.model, "--batch-size", str(args.batch_size), "--seq-len", str(args.seq_len),
-                     "--steps", str(args.steps), "--warmup", str(args.warmup), "--out", str(out))
+            torchrun(
+                args.nproc,
+                str(ROOT / "scripts" / "bare_loop.py"),
+                "--strategy",
+                args.strategy,
+                "--model",
+                args.model,
+                "--batch-size",
+                str(args.batch_size),
+                "--seq-len",
+                str(args.seq_len),
+                "--steps",
+                str(args.steps),
+                "--warmup",
+                str(args.warmup),
+                "--out",
+                str(out),
+            )
             bare.append(statistics.median(json.loads(out.read_text())))
             result = run_case(case, create_run_dir(Path(tmp) / "runs"), timeout_s=1800)
             if result["status"] != "ok":
@@ -106,10 +133,14 @@ def main() -> None:
     s, b = statistics.median(suite), statistics.median(bare)
     o, sh, bi = statistics.median(overhead), statistics.median(sharding), statistics.median(bare_init)
     print(f"case: {case.id}")
-    print(f"suite median step time: {s * 1e3:.2f} ms   bare loop: {b * 1e3:.2f} ms   "
-          f"suite/bare: {s / b:.4f} ({100 * (s / b - 1):+.2f}%)")
-    print(f"per-case overhead: {o:.2f} s (of which sharding {sh:.2f} s)   bare torchrun (import torch + "
-          f"init gloo): {bi:.2f} s   ratio: {o / bi:.2f}x, without sharding {(o - sh) / bi:.2f}x")
+    print(
+        f"suite median step time: {s * 1e3:.2f} ms   bare loop: {b * 1e3:.2f} ms   "
+        f"suite/bare: {s / b:.4f} ({100 * (s / b - 1):+.2f}%)"
+    )
+    print(
+        f"per-case overhead: {o:.2f} s (of which sharding {sh:.2f} s)   bare torchrun (import torch + "
+        f"init gloo): {bi:.2f} s   ratio: {o / bi:.2f}x, without sharding {(o - sh) / bi:.2f}x"
+    )
     print(f"raw: suite={suite} bare={bare} overhead={overhead} bare_init={bare_init}")
 
 

@@ -57,8 +57,8 @@ def paired_steps(case, pairs: int) -> tuple[list[float], list[float], list[float
     does exactly what worker.loop.run does around a measured step."""
     import torch.distributed as dist
 
-    from fsdp_bench.worker.update_norms import UpdateNorms
     from fsdp_bench.worker.memory import MemoryTimeline
+    from fsdp_bench.worker.update_norms import UpdateNorms
 
     device, model, batches, trainer = _setup(case)
     try:
@@ -100,8 +100,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--pairs", type=int, default=40, help="bare/instrumented step pairs")
-    parser.add_argument("--no-update-norms", action="store_true",
-                        help="skip the per-step parameter copy, to see its share of the overhead")
+    parser.add_argument(
+        "--no-update-norms",
+        action="store_true",
+        help="skip the per-step parameter copy, to see its share of the overhead",
+    )
     args = parser.parse_args()
     if args.no_update_norms:
         import fsdp_bench.worker.update_norms
@@ -113,16 +116,25 @@ def main() -> None:
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     from fsdp_bench.plan.case import Case
 
-    case = Case(strategy=args.strategy, model=args.model, batch_size=args.batch_size, seq_len=args.seq_len,
-                steps=args.steps, warmup=3, nproc=1)
+    case = Case(
+        strategy=args.strategy,
+        model=args.model,
+        batch_size=args.batch_size,
+        seq_len=args.seq_len,
+        steps=args.steps,
+        warmup=3,
+        nproc=1,
+    )
     pb, pm, cb, cm = paired_steps(case, args.pairs)
     # Wall time suffers when other processes take the CPU; the training thread's CPU time
     # (OMP_NUM_THREADS=1, world size 1: no other thread works for the step) does not.
     for label, b_, m_ in (("wall", pb, pm), ("thread cpu", cb, cm)):
         ratios = [m / b for b, m in zip(b_, m_)]
-        print(f"paired steps, {label} time ({len(ratios)} pairs): median instrumented/bare "
-              f"{statistics.median(ratios):.4f} -> overhead {100 * (statistics.median(ratios) - 1):+.2f} %; "
-              f"medians {statistics.median(b_) * 1e3:.3f} / {statistics.median(m_) * 1e3:.3f} ms")
+        print(
+            f"paired steps, {label} time ({len(ratios)} pairs): median instrumented/bare "
+            f"{statistics.median(ratios):.4f} -> overhead {100 * (statistics.median(ratios) - 1):+.2f} %; "
+            f"medians {statistics.median(b_) * 1e3:.3f} / {statistics.median(m_) * 1e3:.3f} ms"
+        )
     bare, measured = [], []
     for r in range(args.repeats):
         # alternate the order so drift in machine load hits both sides alike

@@ -40,8 +40,11 @@ def planned_cases(quick: bool) -> list[Case]:
     for model in UNSEEN:
         if not quick:
             cases += [Case(strategy=s, nproc=n, model=model, **SMALL) for n in (1, 2, 3, 4) for s in STRATEGIES]
-        cases += [Case(strategy=s, nproc=n, model=model, simulate=True, **SMALL)
-                  for n in (8, 64, 512) for s in ("fsdp2", "fsdp2_no_reshard")]
+        cases += [
+            Case(strategy=s, nproc=n, model=model, simulate=True, **SMALL)
+            for n in (8, 64, 512)
+            for s in ("fsdp2", "fsdp2_no_reshard")
+        ]
     for model in TINY:
         cases += [Case(strategy=s, nproc=n, model=model, simulate=True, **SMALL) for n in (2, 8) for s in STRATEGIES]
     return cases
@@ -54,11 +57,23 @@ def measured_row(result: dict) -> dict | None:
     if result.get("status") != "ok" or not measured or (rank0 or {}).get("params_changed") is False:
         return None  # no peak, or a case that does not train (optimizer built on stale tensors)
     case = result["case"]
-    p = predict_peak_bytes(case["strategy"], flavor_for(case["model"]), case["nproc"], case["batch_size"],
-                           seq_len=case["seq_len"], grad_accum=case["grad_accum"],
-                           optimizer_impl=case.get("optimizer_impl", "auto"), device=case["device"])
-    return {"case": result["case_id"], "predicted": p["peak_bytes"], "measured": measured, "phase": p["phase"],
-            "error_pct": 100 * (p["peak_bytes"] - measured) / measured}
+    p = predict_peak_bytes(
+        case["strategy"],
+        flavor_for(case["model"]),
+        case["nproc"],
+        case["batch_size"],
+        seq_len=case["seq_len"],
+        grad_accum=case["grad_accum"],
+        optimizer_impl=case.get("optimizer_impl", "auto"),
+        device=case["device"],
+    )
+    return {
+        "case": result["case_id"],
+        "predicted": p["peak_bytes"],
+        "measured": measured,
+        "phase": p["phase"],
+        "error_pct": 100 * (p["peak_bytes"] - measured) / measured,
+    }
 
 
 def golden_rows() -> list[dict]:
@@ -77,7 +92,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     rows = golden_rows()
     for row in rows:
-        print(f"{row['case']:70s} {row['predicted']:>11,.0f} {row['measured']:>11,.0f} {row['error_pct']:+7.2f}% {row['phase']}")
+        print(
+            f"{row['case']:70s} {row['predicted']:>11,.0f} {row['measured']:>11,.0f} {row['error_pct']:+7.2f}% {row['phase']}"
+        )
     if not args.golden_only:
         out = Path(tempfile.mkdtemp(prefix="peak_prediction_"))
         (out / "cases").mkdir()
@@ -85,15 +102,23 @@ def main(argv: list[str] | None = None) -> int:
             result = run_case(case, out, timeout_s=600)
             row = measured_row(result)
             if row is None:
-                print(f"{result['case_id']:70s} {result['status']}: no measured peak ({(result.get('reason') or '')[:80]})", flush=True)
+                print(
+                    f"{result['case_id']:70s} {result['status']}: no measured peak ({(result.get('reason') or '')[:80]})",
+                    flush=True,
+                )
                 continue
             rows.append(row)
-            print(f"{row['case']:70s} {row['predicted']:>11,.0f} {row['measured']:>11,.0f} "
-                  f"{row['error_pct']:+7.2f}% {row['phase']}", flush=True)
+            print(
+                f"{row['case']:70s} {row['predicted']:>11,.0f} {row['measured']:>11,.0f} "
+                f"{row['error_pct']:+7.2f}% {row['phase']}",
+                flush=True,
+            )
     worst = max(rows, key=lambda r: abs(r["error_pct"]))
     within = sum(abs(r["error_pct"]) <= 5 for r in rows)
-    print(f"\n{within}/{len(rows)} cases within 5%. Worst peak prediction error: {worst['error_pct']:+.2f}% on "
-          f"{worst['case']} (predicted {worst['predicted']:,.0f} B, measured {worst['measured']:,.0f} B, {worst['phase']})")
+    print(
+        f"\n{within}/{len(rows)} cases within 5%. Worst peak prediction error: {worst['error_pct']:+.2f}% on "
+        f"{worst['case']} (predicted {worst['predicted']:,.0f} B, measured {worst['measured']:,.0f} B, {worst['phase']})"
+    )
     return 0
 
 

@@ -41,9 +41,11 @@ dist.barrier()
 _TRAINING = "torch.optim.AdamW(torch.nn.Linear(8, 8).parameters())  # first optimizer: imports torch._dynamo\n"
 _LEAVE = "sys.stdout.flush(); os._exit(0)\n"
 # name -> (torchrun module, rank script's extra lines, how the rank leaves)
-FLOORS = {"issue": ("torch.distributed.run", "", ""),
-          "strict": ("fsdp_bench.worker.torchrun", "", _LEAVE),
-          "training": ("fsdp_bench.worker.torchrun", _TRAINING, _LEAVE)}
+FLOORS = {
+    "issue": ("torch.distributed.run", "", ""),
+    "strict": ("fsdp_bench.worker.torchrun", "", _LEAVE),
+    "training": ("fsdp_bench.worker.torchrun", _TRAINING, _LEAVE),
+}
 
 
 def _wall(cmd: list[str], **kwargs) -> float:
@@ -55,17 +57,43 @@ def _wall(cmd: list[str], **kwargs) -> float:
 
 
 def bare_torchrun_s(launcher: str, script: Path, nproc: int) -> float:
-    return _wall([sys.executable, "-m", launcher, "--standalone", f"--nproc-per-node={nproc}",
-                  "--monitor-interval=0.1", str(script)],
-                 env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)})
+    return _wall(
+        [
+            sys.executable,
+            "-m",
+            launcher,
+            "--standalone",
+            f"--nproc-per-node={nproc}",
+            "--monitor-interval=0.1",
+            str(script),
+        ],
+        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)},
+    )
 
 
 def run_sweep(project: Path, results: Path, args) -> float:
-    cmd = [sys.executable, "-m", "pytest", "benchmarks/test_strategy_sweep.py", "-q", "-p", "no:cacheprovider",
-           "-p", "no:randomly", "--benchmark-disable", "--bench-model", "gpt_tiny", "--bench-device", "cpu",
-           f"--bench-nproc={args.nproc}", f"--bench-strategies={args.strategies}",
-           f"--bench-batch-sizes={args.batch_sizes}", "--bench-grad-accum=1", "--bench-no-report",
-           f"--bench-results-dir={results}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "benchmarks/test_strategy_sweep.py",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "no:randomly",
+        "--benchmark-disable",
+        "--bench-model",
+        "gpt_tiny",
+        "--bench-device",
+        "cpu",
+        f"--bench-nproc={args.nproc}",
+        f"--bench-strategies={args.strategies}",
+        f"--bench-batch-sizes={args.batch_sizes}",
+        "--bench-grad-accum=1",
+        "--bench-no-report",
+        f"--bench-results-dir={results}",
+    ]
     env = {**os.environ, "PYTHONPATH": str(project)}
     return _wall(cmd, cwd=project, env=env)
 
@@ -80,7 +108,9 @@ def timed_steps_s(result: dict) -> float:
 
 
 def report_s(project: Path, run: Path) -> float:
-    return _wall([sys.executable, "visualize.py", str(run)], cwd=project, env={**os.environ, "PYTHONPATH": str(project)})
+    return _wall(
+        [sys.executable, "visualize.py", str(run)], cwd=project, env={**os.environ, "PYTHONPATH": str(project)}
+    )
 
 
 def main() -> None:
@@ -116,18 +146,24 @@ def main() -> None:
 
 
 def _print_summary(args, n_cases: int, floor_per_case: dict[str, float], sweeps) -> None:
-    print(f"\n{n_cases} cases ({args.strategies} x batch {args.batch_sizes}, gpt_tiny, {args.nproc} gloo ranks), "
-          f"project {args.project}")
+    print(
+        f"\n{n_cases} cases ({args.strategies} x batch {args.batch_sizes}, gpt_tiny, {args.nproc} gloo ranks), "
+        f"project {args.project}"
+    )
     print("per case, median bare torchrun: " + ", ".join(f"{k} {v:.2f} s" for k, v in floor_per_case.items()))
     for wall, cases, _ in sweeps:
         steps = sum(timed_steps_s(c) for c in cases)
         in_cases = sum(c["duration_s"] for c in cases)
         split = sweep_time_split([case_time_split(c) for c in cases])
         parts = ", ".join(f"{k} {v:.1f}" for k, v in split.items())
-        floors = ", ".join(f"{k} floor {n_cases * v + steps:.1f} s -> {wall / (n_cases * v + steps):.2f}x"
-                           for k, v in floor_per_case.items())
-        print(f"sweep {wall:.1f} s (in cases {in_cases:.1f} s: {parts}; pytest outside cases {wall - in_cases:.1f} s); "
-              f"timed steps {steps:.1f} s; {floors}")
+        floors = ", ".join(
+            f"{k} floor {n_cases * v + steps:.1f} s -> {wall / (n_cases * v + steps):.2f}x"
+            for k, v in floor_per_case.items()
+        )
+        print(
+            f"sweep {wall:.1f} s (in cases {in_cases:.1f} s: {parts}; pytest outside cases {wall - in_cases:.1f} s); "
+            f"timed steps {steps:.1f} s; {floors}"
+        )
     run = next(p for p in sweeps[-1][2].iterdir() if p.is_dir())
     print(f"report for the last sweep (visualize.py, once per sweep): {report_s(args.project.resolve(), run):.1f} s")
 

@@ -36,11 +36,34 @@ SLOW = "slow@measure:0,slow@measure:1"
 
 
 def grid(args: argparse.Namespace) -> list[str]:
-    return ["--bench-model", "gpt_tiny", "--bench-strategies", args.strategies, "--bench-batch-sizes",
-            args.batch_sizes, "--bench-grad-accum", "1", "--bench-steps", "6", "--bench-warmup", "1",
-            "--bench-seq-len", "32", "--bench-nproc", "2", "--bench-device", "cpu", "--bench-no-report",
-            "--bench-no-probes", "--bench-repeats", str(args.repeats), "--bench-target-ci-pct", "3",
-            "--bench-measure-cap-s", "2"]
+    return [
+        "--bench-model",
+        "gpt_tiny",
+        "--bench-strategies",
+        args.strategies,
+        "--bench-batch-sizes",
+        args.batch_sizes,
+        "--bench-grad-accum",
+        "1",
+        "--bench-steps",
+        "6",
+        "--bench-warmup",
+        "1",
+        "--bench-seq-len",
+        "32",
+        "--bench-nproc",
+        "2",
+        "--bench-device",
+        "cpu",
+        "--bench-no-report",
+        "--bench-no-probes",
+        "--bench-repeats",
+        str(args.repeats),
+        "--bench-target-ci-pct",
+        "3",
+        "--bench-measure-cap-s",
+        "2",
+    ]
 
 
 def _env(faults: str | None = None) -> dict[str, str]:
@@ -58,16 +81,37 @@ def sweep(project: Path, name: str, args: argparse.Namespace, faults: str | None
     for attempt in range(3):
         results = project / f"{name}-{attempt}" if attempt else project / name
         load = os.getloadavg()[0]
-        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *grid(args),
-                               "--bench-results-dir", str(results)], cwd=project, env=_env(faults),
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                *grid(args),
+                "--bench-results-dir",
+                str(results),
+            ],
+            cwd=project,
+            env=_env(faults),
+            capture_output=True,
+            text=True,
+        )
         runs = [p for p in results.iterdir() if (p / "cases").is_dir()] if results.is_dir() else []
         if proc.returncode == 0 and len(runs) == 1:
             return runs[0], load
-        reasons = sorted({r.get("reason", "") for p in runs for r in map(_read, (p / "cases").glob("*.json"))
-                          if r.get("status") != "ok"})
-        print(f"  sweep {name}: pytest exit {proc.returncode}, not ok: {reasons or proc.stdout[-500:]}; again",
-              flush=True)
+        reasons = sorted(
+            {
+                r.get("reason", "")
+                for p in runs
+                for r in map(_read, (p / "cases").glob("*.json"))
+                if r.get("status") != "ok"
+            }
+        )
+        print(
+            f"  sweep {name}: pytest exit {proc.returncode}, not ok: {reasons or proc.stdout[-500:]}; again", flush=True
+        )
     sys.exit(f"measure_verdict_noise: sweep {name} did not finish in 3 attempts")
 
 
@@ -79,8 +123,12 @@ def _read(path: Path) -> dict:
 
 def compare(base: Path, new: Path, out: Path) -> tuple[int, list[str], dict[str, str]]:
     """(exit code, regressed case ids, verdict per case)."""
-    proc = subprocess.run([sys.executable, str(ROOT / "visualize.py"), "--compare", str(base), str(new), "--out",
-                           str(out)], env=_env(), capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "visualize.py"), "--compare", str(base), str(new), "--out", str(out)],
+        env=_env(),
+        capture_output=True,
+        text=True,
+    )
     named = [line.split()[1].rstrip(":") for line in proc.stdout.splitlines() if line.startswith("REGRESSION ")]
     rows = {r["case_id"]: r["verdict"] for r in csv.DictReader((out / "compare.csv").open())}
     noise = next((line for line in proc.stdout.splitlines() if line.startswith("Run-to-run noise")), "")
@@ -114,20 +162,28 @@ def run(args: argparse.Namespace, project: Path) -> int:
         claimed += len(named)
         la, lb = leaders(a), leaders(b)
         agreed += agree(la, lb)
-        print(f"pair {pair}: load {load_a:.1f}/{load_b:.1f}, compare exit {code}, {len(named)} regression(s) "
-              f"{named}, verdicts {dict(collections.Counter(rows.values()))}; leaders A {list(la)} B {list(lb)} "
-              f"-> {'same' if agree(la, lb) else 'DIFFERENT'}", flush=True)
+        print(
+            f"pair {pair}: load {load_a:.1f}/{load_b:.1f}, compare exit {code}, {len(named)} regression(s) "
+            f"{named}, verdicts {dict(collections.Counter(rows.values()))}; leaders A {list(la)} B {list(lb)} "
+            f"-> {'same' if agree(la, lb) else 'DIFFERENT'}",
+            flush=True,
+        )
     base, load_base = sweep(project, "slow-base", args)
     slowed, load_slow = sweep(project, "slow-new", args, faults=SLOW)
     code, named, rows = compare(base, slowed, project / "cmp-slow")
     slow_ok = code == 1 and set(named) == set(rows)
-    print(f"slow pair: load {load_base:.1f}/{load_slow:.1f}, compare exit {code}, named {sorted(named)} of "
-          f"{len(rows)} cases, verdicts {dict(collections.Counter(rows.values()))}", flush=True)
-    print(f"tally: {args.pairs} identical pair(s), {claimed} claimed regression(s) (target 0); verdicts "
-          f"{dict(verdicts)}; same recommendation or both tied in {agreed}/{args.pairs}; slowed pair "
-          f"{'exit 1 naming every slowed case' if slow_ok else 'MISSED'}; load average 1 min at sweep starts "
-          f"{min(loads + [load_base, load_slow]):.1f}-{max(loads + [load_base, load_slow]):.1f} on "
-          f"{os.cpu_count()} cores; {time.monotonic() - started:.0f} s")
+    print(
+        f"slow pair: load {load_base:.1f}/{load_slow:.1f}, compare exit {code}, named {sorted(named)} of "
+        f"{len(rows)} cases, verdicts {dict(collections.Counter(rows.values()))}",
+        flush=True,
+    )
+    print(
+        f"tally: {args.pairs} identical pair(s), {claimed} claimed regression(s) (target 0); verdicts "
+        f"{dict(verdicts)}; same recommendation or both tied in {agreed}/{args.pairs}; slowed pair "
+        f"{'exit 1 naming every slowed case' if slow_ok else 'MISSED'}; load average 1 min at sweep starts "
+        f"{min(loads + [load_base, load_slow]):.1f}-{max(loads + [load_base, load_slow]):.1f} on "
+        f"{os.cpu_count()} cores; {time.monotonic() - started:.0f} s"
+    )
     return 0 if claimed == 0 and agreed == args.pairs and slow_ok else 1
 
 

@@ -14,14 +14,22 @@ from fsdp_bench.launch.processes import processes_under
 
 PROJECT_ROOT = Path(fsdp_bench.__file__).resolve().parent.parent
 
-SWEEP_TEST = '''
+SWEEP_TEST = """
 def test_case(bench_case, bench_run):
     bench_run(bench_case)
-'''
+"""
 
 # Small enough for a 2-core CI machine, big enough to time and train.
-TINY = ["--bench-model=gpt_tiny", "--bench-steps=3", "--bench-warmup=1", "--bench-seq-len=32",
-        "--bench-nproc=2", "--bench-device=cpu", "--bench-timeout=240", "--bench-target-ci-pct=0"]
+TINY = [
+    "--bench-model=gpt_tiny",
+    "--bench-steps=3",
+    "--bench-warmup=1",
+    "--bench-seq-len=32",
+    "--bench-nproc=2",
+    "--bench-device=cpu",
+    "--bench-timeout=240",
+    "--bench-target-ci-pct=0",
+]
 
 
 def make_sweep_project(pytester: pytest.Pytester) -> None:
@@ -40,9 +48,27 @@ def load_results(run: Path) -> dict[str, dict]:
 
 
 # The smallest real cases: 2 gloo ranks of gpt_tiny, 2 steps after 1 warmup step.
-SMALL = ["--bench-model", "gpt_tiny", "--bench-strategies", "ddp", "--bench-grad-accum", "1",
-         "--bench-steps", "2", "--bench-warmup", "1", "--bench-seq-len", "32", "--bench-nproc", "2",
-         "--bench-device", "cpu", "--bench-no-report", "--bench-target-ci-pct", "0"]
+SMALL = [
+    "--bench-model",
+    "gpt_tiny",
+    "--bench-strategies",
+    "ddp",
+    "--bench-grad-accum",
+    "1",
+    "--bench-steps",
+    "2",
+    "--bench-warmup",
+    "1",
+    "--bench-seq-len",
+    "32",
+    "--bench-nproc",
+    "2",
+    "--bench-device",
+    "cpu",
+    "--bench-no-report",
+    "--bench-target-ci-pct",
+    "0",
+]
 
 
 def write_sweep_project(path: Path) -> None:

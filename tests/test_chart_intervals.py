@@ -53,9 +53,20 @@ def test_throughput_bars_are_the_step_time_interval(monkeypatch):
 def test_step_breakdown_bar_is_the_median_interval(monkeypatch):
     from fsdp_bench.report.charts import time as time_charts
 
-    row = {"case_id": "a", "model": "m", "strategy": "ddp", "batch_size": 2, "grad_accum": 1, "status": "ok",
-           "optimizer_timing": "after_shard", "compute_s_per_step": 0.6, "optimizer_s_per_step": 0.2,
-           "step_time_s_median": 1.0, "step_time_s_median_ci_low": 0.9, "step_time_s_median_ci_high": 1.2}
+    row = {
+        "case_id": "a",
+        "model": "m",
+        "strategy": "ddp",
+        "batch_size": 2,
+        "grad_accum": 1,
+        "status": "ok",
+        "optimizer_timing": "after_shard",
+        "compute_s_per_step": 0.6,
+        "optimizer_s_per_step": 0.2,
+        "step_time_s_median": 1.0,
+        "step_time_s_median_ci_low": 0.9,
+        "step_time_s_median_ci_high": 1.2,
+    }
     fig = _drawn(monkeypatch, time_charts, time_charts.chart_step_breakdown, pd.DataFrame([row]))
     (bar,) = _bars(fig.axes[0])
     assert bar[1:] == (0.9, 1.2)
@@ -64,8 +75,9 @@ def test_step_breakdown_bar_is_the_median_interval(monkeypatch):
 def test_each_peak_measure_has_its_own_label():
     line = progress_line(1, 2, "fsdp1", {"status": "ok", "metrics": {"peak_rss_gib": 0.35}}, 1.0)
     assert "peak RSS 0.35 GiB" in line
-    line = progress_line(1, 2, "fsdp2", {"status": "ok", "metrics": {"peak_allocated_gib": 0.012,
-                                                                     "peak_rss_gib": 0.35}}, 1.0)
+    line = progress_line(
+        1, 2, "fsdp2", {"status": "ok", "metrics": {"peak_allocated_gib": 0.012, "peak_rss_gib": 0.35}}, 1.0
+    )
     assert "peak alloc 12.3 MiB" in line and "RSS" not in line
 
 

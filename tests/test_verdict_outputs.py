@@ -15,18 +15,45 @@ from tests.sweep_helpers import child_env, pytest_cmd, run_dirs, write_sweep_pro
 
 pytestmark = pytest.mark.slow
 
-GRID = ["--bench-model", "gpt_tiny", "--bench-strategies", "fsdp2,fsdp2_no_reshard", "--bench-batch-sizes", "1,2",
-        "--bench-grad-accum", "1", "--bench-steps", "3", "--bench-warmup", "1", "--bench-seq-len", "32",
-        "--bench-nproc", "2", "--bench-device", "cpu", "--bench-timeout", "240", "--bench-target-ci-pct", "0",
-        "--bench-no-probes"]
+GRID = [
+    "--bench-model",
+    "gpt_tiny",
+    "--bench-strategies",
+    "fsdp2,fsdp2_no_reshard",
+    "--bench-batch-sizes",
+    "1,2",
+    "--bench-grad-accum",
+    "1",
+    "--bench-steps",
+    "3",
+    "--bench-warmup",
+    "1",
+    "--bench-seq-len",
+    "32",
+    "--bench-nproc",
+    "2",
+    "--bench-device",
+    "cpu",
+    "--bench-timeout",
+    "240",
+    "--bench-target-ci-pct",
+    "0",
+    "--bench-no-probes",
+]
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     root = tmp_path_factory.mktemp("verdicts")
     write_sweep_project(root)
-    proc = subprocess.run(pytest_cmd("-q", *GRID, "--bench-results-dir", str(root / "results")), cwd=root,
-                          env=child_env(), capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        pytest_cmd("-q", *GRID, "--bench-results-dir", str(root / "results")),
+        cwd=root,
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (folder,) = run_dirs(root / "results")
     return folder, proc.stdout
@@ -94,6 +121,8 @@ def test_within_noise_labels_agree(run, monkeypatch):
     monkeypatch.setattr(scaling, "save_figure", lambda fig, path: figures.append(fig))
     scaling.chart_throughput(RunData(df=df), folder / "unused.png")
     notes = " ".join(t.get_text() for ax in figures[0].axes for t in ax.texts)
-    noted = {int(b) for b in re.findall(r"\d+", notes.split("within noise at batch")[-1])} if "within" in notes else set()
+    noted = (
+        {int(b) for b in re.findall(r"\d+", notes.split("within noise at batch")[-1])} if "within" in notes else set()
+    )
     assert noted == {b for b, tied in said.items() if tied}
     assert (folder / "throughput_vs_batch_size.png").read_bytes()[:4] == b"\x89PNG"

@@ -26,8 +26,9 @@ Activation checkpointing keeps each block's input only and recomputes one block 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from fsdp_bench.analysis.hf_units import LLAMA_STYLE
 from fsdp_bench.plan.flavors import ModelFlavor, load_config_dict
@@ -75,24 +76,53 @@ def _dims(flavor: ModelFlavor) -> dict[str, Any]:
     """hidden, vocab, layers, embedding dropout and the per-layer counts of the flavor."""
     c = flavor.config
     if not flavor.takes_tokens:
-        return {"h": c["dim"], "vocab": 0, "layers": c["n_layers"], "embd_drop": 0, "layer": (c["dim"], 0),
-                "norm": (0, 0), "positions": False}
+        return {
+            "h": c["dim"],
+            "vocab": 0,
+            "layers": c["n_layers"],
+            "embd_drop": 0,
+            "layer": (c["dim"], 0),
+            "norm": (0, 0),
+            "positions": False,
+        }
     if not flavor.from_hf_config:  # the project's nanoGPT-style model
-        return {"h": c["n_embd"], "vocab": c["vocab_size"], "layers": c["n_layer"], "embd_drop": 0,
-                "layer": (16 * c["n_embd"] + 2 + c["n_head"], 0), "norm": (2, 2), "positions": True}
+        return {
+            "h": c["n_embd"],
+            "vocab": c["vocab_size"],
+            "layers": c["n_layer"],
+            "embd_drop": 0,
+            "layer": (16 * c["n_embd"] + 2 + c["n_head"], 0),
+            "norm": (2, 2),
+            "positions": True,
+        }
     cfg = load_config_dict(flavor)
     if cfg["model_type"] == "gpt2":
-        return {"h": cfg["n_embd"], "vocab": cfg["vocab_size"], "layers": cfg["n_layer"], "cfg": cfg,
-                "embd_drop": cfg["n_embd"] if cfg.get("embd_pdrop", 0.1) > 0 else 0, "norm": (2, 2),
-                "positions": True, "gpt2": True}
+        return {
+            "h": cfg["n_embd"],
+            "vocab": cfg["vocab_size"],
+            "layers": cfg["n_layer"],
+            "cfg": cfg,
+            "embd_drop": cfg["n_embd"] if cfg.get("embd_pdrop", 0.1) > 0 else 0,
+            "norm": (2, 2),
+            "positions": True,
+            "gpt2": True,
+        }
     if cfg["model_type"] in LLAMA_STYLE:
-        return {"h": cfg["hidden_size"], "vocab": cfg["vocab_size"], "layers": cfg["num_hidden_layers"],
-                "cfg": cfg, "embd_drop": 0, "norm": (3, 1), "positions": False}
+        return {
+            "h": cfg["hidden_size"],
+            "vocab": cfg["vocab_size"],
+            "layers": cfg["num_hidden_layers"],
+            "cfg": cfg,
+            "embd_drop": 0,
+            "norm": (3, 1),
+            "positions": False,
+        }
     raise ValueError(f"no activation model for Hugging Face model_type {cfg['model_type']!r}")
 
 
-def estimate_activations(flavor: ModelFlavor, batch_size: int, seq_len: int, *, act_ckpt: bool = False,
-                         dtype_bytes: int = 4) -> Activations:
+def estimate_activations(
+    flavor: ModelFlavor, batch_size: int, seq_len: int, *, act_ckpt: bool = False, dtype_bytes: int = 4
+) -> Activations:
     """The saved activations of one micro-batch (batch_size x seq_len tokens) on one rank.
 
     `dtype_bytes` scales what the blocks keep (2 under bf16/fp16 compute); the log-probabilities
@@ -107,11 +137,19 @@ def estimate_activations(flavor: ModelFlavor, batch_size: int, seq_len: int, *, 
         return Activations(tuple([layer] * d["layers"]), 2 * layer, 0)
     h, vocab = d["h"], d["vocab"]
     widths, extras = d["norm"]  # final norm: hidden-wide tensors kept, per-token statistics
-    outside = ((per_seq + (d["embd_drop"] + widths * h + extras) * tokens) * dtype_bytes
-               + vocab * tokens * 4  # log_softmax's output, fp32
-               + 2 * tokens * INT64 + (seq_len * INT64 if d["positions"] else 0))  # ids, targets, positions
+    outside = (
+        (per_seq + (d["embd_drop"] + widths * h + extras) * tokens) * dtype_bytes
+        + vocab * tokens * 4  # log_softmax's output, fp32
+        + 2 * tokens * INT64
+        + (seq_len * INT64 if d["positions"] else 0)
+    )  # ids, targets, positions
     loss_temp = 2 * vocab * tokens * 4
     if act_ckpt:  # each block keeps its input; backward rebuilds one block at a time
-        return Activations(tuple([h * tokens * dtype_bytes] * d["layers"]), outside, loss_temp, recompute=layer,
-                           logprobs=vocab * tokens * 4)
+        return Activations(
+            tuple([h * tokens * dtype_bytes] * d["layers"]),
+            outside,
+            loss_temp,
+            recompute=layer,
+            logprobs=vocab * tokens * 4,
+        )
     return Activations(tuple([layer] * d["layers"]), outside, loss_temp, logprobs=vocab * tokens * 4)

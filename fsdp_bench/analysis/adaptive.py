@@ -10,7 +10,7 @@ of each step, agreed by an all_reduce between steps), so all ranks stop after th
 from __future__ import annotations
 
 import statistics
-from typing import Sequence
+from collections.abc import Sequence
 
 from fsdp_bench.analysis.stats import ci_halfwidth_pct, median_ci
 
@@ -20,8 +20,7 @@ MAX_STEPS = 300  # a case with a target never measures more steps than this
 MIN_STEPS_FOR_CI = 6
 
 
-def measurement_stop_reason(times_s: Sequence[float], *, min_steps: int, target_pct: float,
-                            cap_s: float) -> str | None:
+def measurement_stop_reason(times_s: Sequence[float], *, min_steps: int, target_pct: float, cap_s: float) -> str | None:
     """Why measuring stops after these (slowest-rank) step times, or None to measure another
     step. `target_pct` 0: exactly `min_steps` steps ("fixed_steps")."""
     n = len(times_s)

@@ -4,7 +4,8 @@ MFU, profile times, utilization, and the loss deviation from DDP (pure, no torch
 from __future__ import annotations
 
 import statistics
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from fsdp_bench.analysis.stats import mean_across_ranks, slowest_rank_step_times, summarize_step_times
 from fsdp_bench.plan.catalog import is_baseline, sharding_word
@@ -23,15 +24,24 @@ def effective_sharding(ranks: Sequence[dict[str, Any]]) -> str | None:
 def case_metrics(case, ranks: Sequence[dict[str, Any]], simulation: dict[str, Any] | None = None) -> dict[str, Any]:
     """A case's headline metrics from its rank records (one run's, or every repeat's pooled), with
     a simulated case's modelled metrics on top: the one merge the runner and the repeats share."""
-    metrics = aggregate_rank_metrics(tokens_per_step=case.tokens_per_step, samples_per_step=case.global_batch_size,
-                                     world_size=case.nproc, ranks=ranks) if ranks else {}
+    metrics = (
+        aggregate_rank_metrics(
+            tokens_per_step=case.tokens_per_step,
+            samples_per_step=case.global_batch_size,
+            world_size=case.nproc,
+            ranks=ranks,
+        )
+        if ranks
+        else {}
+    )
     if simulation:
         metrics.update(simulation.get("metrics", {}))
     return metrics
 
 
-def aggregate_rank_metrics(*, tokens_per_step: int, samples_per_step: int, world_size: int,
-                           ranks: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def aggregate_rank_metrics(
+    *, tokens_per_step: int, samples_per_step: int, world_size: int, ranks: Sequence[dict[str, Any]]
+) -> dict[str, Any]:
     """The case's headline metrics from its ranks' raw records.
 
     Throughput uses the median of the slowest-rank step times; losses are averaged over ranks
@@ -115,8 +125,13 @@ def aggregate_measurements(ranks: Sequence[dict[str, Any]], headline: dict[str, 
     if "step_time_s_median" in headline:
         out["time_per_optimizer_step_s"] = headline["step_time_s_median"]
     out.update(_flops_metrics(ranks[0], headline))
-    for key in ("comm_total_s_per_step", "comm_exposed_s_per_step", "compute_s_per_step",
-                "optimizer_s_per_step", "data_host_s_per_step"):
+    for key in (
+        "comm_total_s_per_step",
+        "comm_exposed_s_per_step",
+        "compute_s_per_step",
+        "optimizer_s_per_step",
+        "data_host_s_per_step",
+    ):
         value = _mean_rank(ranks, "profile", key)
         if value is not None:
             out[key] = value
@@ -151,8 +166,10 @@ def prediction_metrics(rank0: dict[str, Any], headline: dict[str, Any], measured
     pred = rank0.get("prediction") or {}
     if pred.get("peak_bytes") is None:
         return {}
-    out: dict[str, Any] = {"predicted_peak_gib": pred["peak_bytes"] / GIB,
-                           "predicted_model_state_gib": pred["model_state_bytes"] / GIB}
+    out: dict[str, Any] = {
+        "predicted_peak_gib": pred["peak_bytes"] / GIB,
+        "predicted_model_state_gib": pred["model_state_bytes"] / GIB,
+    }
     peak = (rank0.get("memory") or {}).get("peak_allocated_bytes")
     # The prediction is rank 0's, so it is judged against rank 0's peak (not the largest rank's).
     out["rank0_peak_allocated_gib"] = peak / GIB if peak is not None else None
@@ -175,8 +192,9 @@ def _flops_metrics(rank0: dict[str, Any], headline: dict[str, Any]) -> dict[str,
             tps = headline["tokens_per_s_per_device"]
             achieved = achieved_tflops_per_device(flops["per_token_formula"], tps)
             out["tflops_per_s_per_device"] = achieved
-            peak_tflops, reason = lookup_peak_tflops(rank0.get("device_name"),
-                                                      rank0.get("compute_dtype") or rank0.get("dtype", "float32"))
+            peak_tflops, reason = lookup_peak_tflops(
+                rank0.get("device_name"), rank0.get("compute_dtype") or rank0.get("dtype", "float32")
+            )
             out["mfu_pct"] = utilization_pct(achieved, peak_tflops)
             counter = flops.get("per_token_counter")
             out["hfu_pct"] = utilization_pct(achieved_tflops_per_device(counter, tps), peak_tflops) if counter else None
@@ -187,7 +205,9 @@ def _flops_metrics(rank0: dict[str, Any], headline: dict[str, Any]) -> dict[str,
     return out
 
 
-def loss_max_abs_dev_vs_ddp(rows: Sequence[dict[str, Any]], curves: dict[str, Sequence[float]]) -> dict[str, float | None]:
+def loss_max_abs_dev_vs_ddp(
+    rows: Sequence[dict[str, Any]], curves: dict[str, Sequence[float]]
+) -> dict[str, float | None]:
     """Per case id, the largest |loss - DDP's loss| over the steps both ran.
 
     `rows` carry case_id and the axes; a case is compared with the DDP case that has the same

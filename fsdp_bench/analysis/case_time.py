@@ -16,13 +16,22 @@ and exit then mix two hosts' clocks and are only as good as their synchronizatio
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 TIME_PARTS = ("launch", "setup", "train", "probes", "exit")
 PART_OF_STAGE = {
-    "init": "setup", "data": "setup", "model": "setup", "shard": "setup", "optimizer": "setup",
-    "first_step": "train", "warmup": "train", "measure": "train",
-    "checkpoint": "probes", "memory_probe": "probes", "end": "exit",
+    "init": "setup",
+    "data": "setup",
+    "model": "setup",
+    "shard": "setup",
+    "optimizer": "setup",
+    "first_step": "train",
+    "warmup": "train",
+    "measure": "train",
+    "checkpoint": "probes",
+    "memory_probe": "probes",
+    "end": "exit",
 }
 
 
@@ -40,8 +49,9 @@ def case_time_split(result: Mapping[str, Any]) -> dict[str, float]:
     starts = next((r.get("stage_started_unix") for r in ranks if r.get("rank") == 0), None)
     if not isinstance(launched, (int, float)) or not isinstance(finished, (int, float)) or not starts:
         return {}
-    ordered = sorted((t, stage) for stage, t in starts.items()
-                     if stage in PART_OF_STAGE and isinstance(t, (int, float)))
+    ordered = sorted(
+        (t, stage) for stage, t in starts.items() if stage in PART_OF_STAGE and isinstance(t, (int, float))
+    )
     if not ordered:
         return {}
     split = dict.fromkeys(TIME_PARTS, 0.0)

@@ -13,11 +13,11 @@ crosses (the inter-node link once a group spans nodes).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Mapping, Sequence
 
-from fsdp_bench.plan.catalog import STRATEGIES
 from fsdp_bench.analysis.hf_units import hf_shapes
+from fsdp_bench.plan.catalog import STRATEGIES
 from fsdp_bench.plan.flavors import ModelFlavor, load_config_dict
 
 Shape = tuple[int, ...]
@@ -128,8 +128,15 @@ class CommVolume:
         return asdict(self)
 
 
-def comm_volume(strategy: str, units: Sequence[Unit], *, world_size: int, grad_accum: int = 1,
-                mesh: tuple[int, int] | None = None, dtype_bytes: int = 4) -> CommVolume:
+def comm_volume(
+    strategy: str,
+    units: Sequence[Unit],
+    *,
+    world_size: int,
+    grad_accum: int = 1,
+    mesh: tuple[int, int] | None = None,
+    dtype_bytes: int = 4,
+) -> CommVolume:
     """Per-optimizer-step collective volume of one rank.
 
     Every micro-step synchronizes gradients (this suite's training step does not use no_sync).
@@ -146,8 +153,11 @@ def comm_volume(strategy: str, units: Sequence[Unit], *, world_size: int, grad_a
     if not row.shards_parameters:
         numel = sum(padded_numel(row.layout, u, 1, dtype_bytes) for u in units)
         biggest = max((u.numel for u in units), default=0)
-        return CommVolume(all_reduce_bytes=grad_accum * numel * dtype_bytes, all_reduce_group=world_size,
-                          largest_unit_bytes=biggest * dtype_bytes)
+        return CommVolume(
+            all_reduce_bytes=grad_accum * numel * dtype_bytes,
+            all_reduce_group=world_size,
+            largest_unit_bytes=biggest * dtype_bytes,
+        )
     reshard = row.reshard_after_forward
     replicate, shard = mesh if row.hybrid and mesh else (1, world_size)
     padded = [padded_numel(row.layout, u, shard, dtype_bytes) for u in units]
@@ -159,31 +169,49 @@ def comm_volume(strategy: str, units: Sequence[Unit], *, world_size: int, grad_a
         all_gather_bytes=grad_accum * gathered * dtype_bytes,
         reduce_scatter_bytes=grad_accum * scattered * dtype_bytes,
         all_reduce_bytes=grad_accum * reduced * dtype_bytes,
-        shard_group=shard, all_reduce_group=replicate if replicate > 1 else 1,
+        shard_group=shard,
+        all_reduce_group=replicate if replicate > 1 else 1,
         largest_unit_bytes=max(padded, default=0) * dtype_bytes,
     )
 
 
-def _link_bytes_per_s(group: int, *, spans_nodes: bool, intra: str, inter: str,
-                      links: Mapping[str, float], efficiency: float) -> float:
+def _link_bytes_per_s(
+    group: int, *, spans_nodes: bool, intra: str, inter: str, links: Mapping[str, float], efficiency: float
+) -> float:
     return links[inter if spans_nodes else intra] * 1e9 * efficiency
 
 
-def comm_time_s(volume: CommVolume, *, intra: str = "nvlink4", inter: str = "ib_ndr",
-                gpus_per_node: int = GPUS_PER_NODE, links: Mapping[str, float] = LINK_GBPS,
-                efficiency: float = DEFAULT_EFFICIENCY, replicas_across_nodes: bool = True) -> float:
+def comm_time_s(
+    volume: CommVolume,
+    *,
+    intra: str = "nvlink4",
+    inter: str = "ib_ndr",
+    gpus_per_node: int = GPUS_PER_NODE,
+    links: Mapping[str, float] = LINK_GBPS,
+    efficiency: float = DEFAULT_EFFICIENCY,
+    replicas_across_nodes: bool = True,
+) -> float:
     """Ring-algorithm time of one step's collectives. A group larger than a node crosses the
     inter-node link; a hybrid all-reduce group (one rank per replica) crosses it whenever the
     replicas sit on different nodes."""
+
     def ring(group: int) -> float:
         return (group - 1) / group if group > 1 else 0.0
 
-    shard_bw = _link_bytes_per_s(volume.shard_group, spans_nodes=volume.shard_group > gpus_per_node,
-                                 intra=intra, inter=inter, links=links, efficiency=efficiency)
+    shard_bw = _link_bytes_per_s(
+        volume.shard_group,
+        spans_nodes=volume.shard_group > gpus_per_node,
+        intra=intra,
+        inter=inter,
+        links=links,
+        efficiency=efficiency,
+    )
     ar_spans = volume.all_reduce_group > gpus_per_node or (
-        replicas_across_nodes and volume.shard_group > 1 and volume.all_reduce_group > 1)
-    ar_bw = _link_bytes_per_s(volume.all_reduce_group, spans_nodes=ar_spans, intra=intra, inter=inter,
-                              links=links, efficiency=efficiency)
+        replicas_across_nodes and volume.shard_group > 1 and volume.all_reduce_group > 1
+    )
+    ar_bw = _link_bytes_per_s(
+        volume.all_reduce_group, spans_nodes=ar_spans, intra=intra, inter=inter, links=links, efficiency=efficiency
+    )
     t = (volume.all_gather_bytes + volume.reduce_scatter_bytes) * ring(volume.shard_group) / shard_bw
     return t + 2 * volume.all_reduce_bytes * ring(volume.all_reduce_group) / ar_bw
 
@@ -195,12 +223,11 @@ def predict_step_time_s(compute_s: float, volume: CommVolume, **link_kwargs) -> 
     comm = comm_time_s(volume, **link_kwargs)
     total = volume.all_gather_bytes + volume.reduce_scatter_bytes + volume.all_reduce_bytes
     exposed = comm * min(1.0, 2 * volume.largest_unit_bytes / total) if total else 0.0
-    return {"comm_s": comm, "no_overlap_s": compute_s + comm,
-            "overlap_s": max(compute_s, comm - exposed) + exposed}
+    return {"comm_s": comm, "no_overlap_s": compute_s + comm, "overlap_s": max(compute_s, comm - exposed) + exposed}
 
 
 def parse_link_overrides(text: str) -> dict[str, float]:
-    """"nvlink4=370,ib_ndr=45" -> a link table with those GB/s values replaced or added."""
+    """ "nvlink4=370,ib_ndr=45" -> a link table with those GB/s values replaced or added."""
     links = dict(LINK_GBPS)
     for item in filter(None, (s.strip() for s in text.split(","))):
         name, sep, value = item.partition("=")
@@ -214,8 +241,9 @@ def parse_link_overrides(text: str) -> dict[str, float]:
     return links
 
 
-def count_trace_bytes(events: Sequence[tuple[str, Sequence[Sequence[int]]]], *, shard_group: int,
-                      dtype_bytes: int = 4) -> dict[str, int]:
+def count_trace_bytes(
+    events: Sequence[tuple[str, Sequence[Sequence[int]]]], *, shard_group: int, dtype_bytes: int = 4
+) -> dict[str, int]:
     """Collective bytes from profiler events (name, input shapes), counted like `comm_volume`.
 
     c10d's tensor ops record their shapes: `_allgather_base_` (output, input) and
@@ -239,5 +267,8 @@ def count_trace_bytes(events: Sequence[tuple[str, Sequence[Sequence[int]]]], *, 
     gloo = any(name.startswith("gloo:") for name, _ in events)
     ar = backend_ar - (rs if gloo else 0)
     ag = ag or backend_ag
-    return {"all_gather_bytes": ag * dtype_bytes, "reduce_scatter_bytes": rs * dtype_bytes,
-            "all_reduce_bytes": ar * dtype_bytes}
+    return {
+        "all_gather_bytes": ag * dtype_bytes,
+        "reduce_scatter_bytes": rs * dtype_bytes,
+        "all_reduce_bytes": ar * dtype_bytes,
+    }

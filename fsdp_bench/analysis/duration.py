@@ -54,8 +54,8 @@ refuses to start unless `--bench-allow-slow-cpu` is given.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from fsdp_bench.analysis.adaptive import max_measured_steps
 from fsdp_bench.analysis.comm_model import model_units
@@ -92,13 +92,16 @@ class Calibration:
     measured: bool = False
 
     @classmethod
-    def from_facts(cls, facts: dict) -> "Calibration":
+    def from_facts(cls, facts: dict) -> Calibration:
         """From the env.json reader's `cpu_matmul_gflops`; the fixed figures without it."""
         gflops = facts.get("cpu_matmul_gflops")
         if not (isinstance(gflops, (int, float)) and gflops > 0):
             return cls()
-        return cls(cpu_flops=gflops * 1e9 * CPU_MATMUL_EFFICIENCY,
-                   fixed_scale=max(0.5, REFERENCE_GFLOPS / gflops), measured=True)
+        return cls(
+            cpu_flops=gflops * 1e9 * CPU_MATMUL_EFFICIENCY,
+            fixed_scale=max(0.5, REFERENCE_GFLOPS / gflops),
+            measured=True,
+        )
 
 
 FIXED = Calibration()
@@ -114,8 +117,10 @@ def check_gpu_name(name: str) -> str:
     ValueError whose one line lists the known names."""
     peak, _why = lookup_peak_tflops(name, "float32")
     if peak is None:
-        raise ValueError(f"--bench-gpu-name: {name!r} is not in the peak-FLOPs table "
-                         f"(fsdp_bench/analysis/flops.py); choose from {', '.join(gpu_names())}")
+        raise ValueError(
+            f"--bench-gpu-name: {name!r} is not in the peak-FLOPs table "
+            f"(fsdp_bench/analysis/flops.py); choose from {', '.join(gpu_names())}"
+        )
     return name
 
 
@@ -135,8 +140,7 @@ def case_flops_per_token(case: Case) -> int:
     flavor = flavor_for(case.model)
     n_params = sum(unit.numel for unit in model_units(flavor))
     layers, width = attention_layers_and_width(flavor)
-    return flops_per_token(n_matmul_params=n_params, n_layers=layers, n_heads=1, head_dim=width,
-                           seq_len=case.seq_len)
+    return flops_per_token(n_matmul_params=n_params, n_layers=layers, n_heads=1, head_dim=width, seq_len=case.seq_len)
 
 
 def case_params(case: Case) -> int:
@@ -144,8 +148,9 @@ def case_params(case: Case) -> int:
     return sum(unit.numel for unit in model_units(flavor_for(case.model)))
 
 
-def rank_flops(case: Case, cpu_count: int | None = None, gpu_name: str = DEFAULT_GPU_NAME,
-               calibration: Calibration = FIXED) -> float:
+def rank_flops(
+    case: Case, cpu_count: int | None = None, gpu_name: str = DEFAULT_GPU_NAME, calibration: Calibration = FIXED
+) -> float:
     """The FLOP/s one rank gets: the GPU's assumed rate, or on CPU the calibrated rate shared
     when a CPU has fewer cores than the case has ranks (4 gloo ranks on 2 cores run at half speed)."""
     if case.device == "cuda":
@@ -181,7 +186,9 @@ def case_seconds(case: Case, gpu_name: str = DEFAULT_GPU_NAME, calibration: Cali
     steps = case.warmup + probes + (PROFILED_STEPS + PROFILER_WARMUP_STEPS if case.profile else 0)
     measured = case.steps * step
     if case.target_ci_pct > 0:
-        measured = max(measured, min(case.measure_cap_s + step, max_measured_steps(case.steps, case.target_ci_pct) * step))
+        measured = max(
+            measured, min(case.measure_cap_s + step, max_measured_steps(case.steps, case.target_ci_pct) * step)
+        )
     return fixed_seconds(case, calibration) + steps * step + measured
 
 
@@ -206,8 +213,13 @@ class SweepEstimate:
     calibration: Calibration = FIXED
 
 
-def estimate_sweep(cases: Iterable[Case], repeats: int = 1, gpu_name: str = DEFAULT_GPU_NAME,
-                   calibration: Calibration = FIXED, kept: frozenset[str] = frozenset()) -> SweepEstimate:
+def estimate_sweep(
+    cases: Iterable[Case],
+    repeats: int = 1,
+    gpu_name: str = DEFAULT_GPU_NAME,
+    calibration: Calibration = FIXED,
+    kept: frozenset[str] = frozenset(),
+) -> SweepEstimate:
     """Every case run `repeats` times, plus the session; the case with the slowest first step, for
     the guard. A model whose shapes are unknown (an unsupported hf:PATH) counts only its fixed
     cost. Cases whose id is in `kept` (ok in the run a resume continues) cost nothing."""
@@ -226,15 +238,24 @@ def estimate_sweep(cases: Iterable[Case], repeats: int = 1, gpu_name: str = DEFA
         total += seconds * repeats
         if slowest is None or first > slowest_s:
             slowest, slowest_s = case, first
-    return SweepEstimate(cases=n, repeats=repeats, total_s=total, slowest_case=slowest,
-                         slowest_first_step_s=slowest_s, gpu_name=gpu_name if cuda else None,
-                         kept=skipped, calibration=calibration)
+    return SweepEstimate(
+        cases=n,
+        repeats=repeats,
+        total_s=total,
+        slowest_case=slowest,
+        slowest_first_step_s=slowest_s,
+        gpu_name=gpu_name if cuda else None,
+        kept=skipped,
+        calibration=calibration,
+    )
 
 
 def format_duration(seconds: float) -> str:
     """`1m05s`, or `2h03m` from an hour on."""
     seconds = int(round(seconds))
-    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+    return (
+        f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+    )
 
 
 def estimate_line(estimate: SweepEstimate) -> str:
@@ -246,8 +267,11 @@ def estimate_line(estimate: SweepEstimate) -> str:
         line += f" ({estimate.kept} kept from the resumed run)"
     if estimate.slowest_case is not None:
         first = estimate.slowest_first_step_s
-        line += f" (slowest first step ~{first:.2g} s: {estimate.slowest_case.id})" if first < 10 else \
-            f" (slowest first step ~{first:.0f} s: {estimate.slowest_case.id})"
+        line += (
+            f" (slowest first step ~{first:.2g} s: {estimate.slowest_case.id})"
+            if first < 10
+            else f" (slowest first step ~{first:.0f} s: {estimate.slowest_case.id})"
+        )
     figures = f" with {estimate.gpu_name}'s published peak" if estimate.gpu_name else ""
     if estimate.calibration.measured:
         cal = estimate.calibration
@@ -260,10 +284,12 @@ def slow_cpu_line(estimate: SweepEstimate, limit_s: float = FIRST_STEP_LIMIT_S) 
     case = estimate.slowest_case
     if case is None or case.device != "cpu" or estimate.slowest_first_step_s <= limit_s:
         return None
-    return (f"fsdp-bench: refusing to start on CPU: {case.model} at seq len {case.seq_len} "
-            f"(case {case.id}) needs ~{estimate.slowest_first_step_s:.0f} s for its first step alone "
-            f"(limit {limit_s:.0f} s); use a smaller model or --bench-seq-len, run on a GPU, "
-            "or pass --bench-allow-slow-cpu to run it anyway")
+    return (
+        f"fsdp-bench: refusing to start on CPU: {case.model} at seq len {case.seq_len} "
+        f"(case {case.id}) needs ~{estimate.slowest_first_step_s:.0f} s for its first step alone "
+        f"(limit {limit_s:.0f} s); use a smaller model or --bench-seq-len, run on a GPU, "
+        "or pass --bench-allow-slow-cpu to run it anyway"
+    )
 
 
 def estimate_gpu_name(named: str | None, cases) -> str:

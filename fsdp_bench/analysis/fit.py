@@ -15,16 +15,16 @@ simulated measurements.
 from __future__ import annotations
 
 import math
-
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from fsdp_bench.analysis.activations import Activations, estimate_activations
 from fsdp_bench.analysis.comm_model import Unit, model_units, padded_numel
 from fsdp_bench.analysis.model_state import allocated_model_state_bytes, shard_size
 from fsdp_bench.plan.catalog import strategy as catalog_strategy
 from fsdp_bench.plan.flavors import ModelFlavor, flavor_for
-from fsdp_bench.results.schema import GIB
 from fsdp_bench.results.metrics import M
+from fsdp_bench.results.schema import GIB
 
 WORLD_SIZES = (1, 8, 64, 512)
 
@@ -34,8 +34,9 @@ def activation_bytes_per_sample(flavor: ModelFlavor, seq_len: int, dtype_bytes: 
     return estimate_activations(flavor, 1, seq_len, dtype_bytes=dtype_bytes).total
 
 
-def gathered_bytes(strategy: str, units: Sequence[Unit], world_size: int, dtype_bytes: int = 4, *,
-                   mesh: tuple[int, int] | None = None) -> int:
+def gathered_bytes(
+    strategy: str, units: Sequence[Unit], world_size: int, dtype_bytes: int = 4, *, mesh: tuple[int, int] | None = None
+) -> int:
     """Unsharded parameter buffers alive at the top of backward, beyond the rank's own shards:
     the unit being computed and the one prefetched (FSDP2: the root, holding the head, and the
     last block), every unit when nothing is resharded after forward; DDP's reducer buckets (a
@@ -60,8 +61,16 @@ def bucket_bytes(strategy: str, units: Sequence[Unit], dtype_bytes: int = 4) -> 
     return sum(u.numel for u in units) * dtype_bytes if row.layout == "whole" else 0
 
 
-def optimizer_temp_bytes(strategy: str, units: Sequence[Unit], world_size: int, *, impl: str = "auto",
-                         device: str = "cpu", mesh: tuple[int, int] | None = None, dtype_bytes: int = 4) -> int:
+def optimizer_temp_bytes(
+    strategy: str,
+    units: Sequence[Unit],
+    world_size: int,
+    *,
+    impl: str = "auto",
+    device: str = "cpu",
+    mesh: tuple[int, int] | None = None,
+    dtype_bytes: int = 4,
+) -> int:
     """AdamW's temporaries inside optimizer.step(), by implementation. The for-loop version
     (torch's choice on CPU) builds `exp_avg_sq.sqrt() / bias_correction2_sqrt` for one
     parameter at a time: two tensors the size of the largest local parameter. foreach (torch's
@@ -89,10 +98,20 @@ def _local_numel(layout: str, shape: tuple[int, ...], shard: int) -> int:
 PHASES = ("forward", "backward", "optimizer step")
 
 
-def predict_peak_bytes(strategy: str, flavor: ModelFlavor, world_size: int, batch_size: int, *, seq_len: int,
-                       act_bytes_per_sample: float | None = None, mesh: tuple[int, int] | None = None,
-                       grad_accum: int = 1, optimizer_impl: str = "auto", device: str = "cpu",
-                       act_ckpt: bool = False) -> dict[str, Any]:
+def predict_peak_bytes(
+    strategy: str,
+    flavor: ModelFlavor,
+    world_size: int,
+    batch_size: int,
+    *,
+    seq_len: int,
+    act_bytes_per_sample: float | None = None,
+    mesh: tuple[int, int] | None = None,
+    grad_accum: int = 1,
+    optimizer_impl: str = "auto",
+    device: str = "cpu",
+    act_ckpt: bool = False,
+) -> dict[str, Any]:
     """The peak of one rank, from its parts, and the phase of the step where it falls.
 
     forward/backward: parameters (own shards), AdamW state, DDP's buckets, the gathered units,
@@ -106,30 +125,56 @@ def predict_peak_bytes(strategy: str, flavor: ModelFlavor, world_size: int, batc
     act, loss_temp = acts.total + acts.recompute, acts.loss_temp
     if act_bytes_per_sample is not None:
         act, loss_temp = act_bytes_per_sample * batch_size, 0
-    parts = {"params": states["params"], "grads": states["grads"], "optimizer": states["optimizer"],
-             "buckets": bucket_bytes(strategy, units), "gathered": gathered_bytes(strategy, units, world_size, mesh=mesh),
-             "activations": act, "loss_temp": loss_temp,
-             "optimizer_temp": optimizer_temp_bytes(strategy, units, world_size, impl=optimizer_impl,
-                                                    device=device, mesh=mesh)}
+    parts = {
+        "params": states["params"],
+        "grads": states["grads"],
+        "optimizer": states["optimizer"],
+        "buckets": bucket_bytes(strategy, units),
+        "gathered": gathered_bytes(strategy, units, world_size, mesh=mesh),
+        "activations": act,
+        "loss_temp": loss_temp,
+        "optimizer_temp": optimizer_temp_bytes(
+            strategy, units, world_size, impl=optimizer_impl, device=device, mesh=mesh
+        ),
+    }
     kept = parts["params"] + parts["optimizer"]
     phases = {
         # with accumulation the earlier micro-batches' gradients (and DDP's buckets) are alive
-        "backward": kept + parts["gathered"] + act + loss_temp
+        "backward": kept
+        + parts["gathered"]
+        + act
+        + loss_temp
         + (parts["grads"] + parts["buckets"] if grad_accum > 1 else 0),
         "optimizer step": kept + parts["buckets"] + parts["grads"] + parts["optimizer_temp"],
     }
     if acts.per_layer and act_bytes_per_sample is None:
         # with accumulation the earlier micro-batches' (sharded) gradients are alive in every block's backward
         earlier_grads = parts["grads"] if grad_accum > 1 else 0
-        phases["backward"] = max(phases["backward"], kept + earlier_grads + _block_backward_bytes(
-            strategy, units, world_size, acts, mesh=mesh))
+        phases["backward"] = max(
+            phases["backward"],
+            kept + earlier_grads + _block_backward_bytes(strategy, units, world_size, acts, mesh=mesh),
+        )
     phase = max(phases, key=phases.get)
-    return {"peak_bytes": phases[phase], "phase": phase, "parts_bytes": parts, "phases_bytes": phases,
-            "model_state_bytes": states["total"], "gathered_bytes": parts["gathered"], "activation_bytes": act}
+    return {
+        "peak_bytes": phases[phase],
+        "phase": phase,
+        "parts_bytes": parts,
+        "phases_bytes": phases,
+        "model_state_bytes": states["total"],
+        "gathered_bytes": parts["gathered"],
+        "activation_bytes": act,
+    }
 
 
-def _block_backward_bytes(strategy: str, units: Sequence[Unit], world_size: int, acts: Activations, *,
-                          mesh: tuple[int, int] | None = None, dtype_bytes: int = 4) -> int:
+def _block_backward_bytes(
+    strategy: str,
+    units: Sequence[Unit],
+    world_size: int,
+    acts: Activations,
+    *,
+    mesh: tuple[int, int] | None = None,
+    dtype_bytes: int = 4,
+) -> int:
     """The larger of the last two blocks' post-backward on a sharded strategy (FSDP2): the root
     still gathered, the block gathered, the next block prefetched, the block's unsharded
     gradients and the reduce-scatter's padded input; the loss's tensors and the blocks' own
@@ -166,14 +211,24 @@ def _block_backward_bytes(strategy: str, units: Sequence[Unit], world_size: int,
 FIT_MARGIN = 0.07
 
 
-def largest_batch(strategy: str, flavor: ModelFlavor, world_size: int, device_bytes: float, *, seq_len: int,
-                  act_bytes_per_sample: float | None = None, limit: int = 1 << 16,
-                  margin: float = FIT_MARGIN) -> int:
+def largest_batch(
+    strategy: str,
+    flavor: ModelFlavor,
+    world_size: int,
+    device_bytes: float,
+    *,
+    seq_len: int,
+    act_bytes_per_sample: float | None = None,
+    limit: int = 1 << 16,
+    margin: float = FIT_MARGIN,
+) -> int:
     """The largest per-device batch whose predicted peak, plus `margin`, fits `device_bytes`
     (0: not even 1)."""
+
     def fits(bs: int) -> bool:
-        peak = predict_peak_bytes(strategy, flavor, world_size, bs, seq_len=seq_len,
-                                  act_bytes_per_sample=act_bytes_per_sample)["peak_bytes"]
+        peak = predict_peak_bytes(
+            strategy, flavor, world_size, bs, seq_len=seq_len, act_bytes_per_sample=act_bytes_per_sample
+        )["peak_bytes"]
         return peak * (1 + margin) <= device_bytes
 
     if not fits(1):
@@ -189,15 +244,26 @@ def gib_text(value_bytes: float, budget_bytes: float | None = None) -> str:
     """GiB with two decimals, or as many more as it takes not to read like the budget when the
     two differ (0.30237 GiB against a 0.3 GiB budget is not "0.30 GiB")."""
     digits = 2
-    while budget_bytes is not None and digits < 9 and value_bytes != budget_bytes and \
-            f"{value_bytes / GIB:.{digits}f}" == f"{budget_bytes / GIB:.{digits}f}":
+    while (
+        budget_bytes is not None
+        and digits < 9
+        and value_bytes != budget_bytes
+        and f"{value_bytes / GIB:.{digits}f}" == f"{budget_bytes / GIB:.{digits}f}"
+    ):
         digits += 1
     return f"{value_bytes / GIB:.{digits}f} GiB"
 
 
-def fit_table(models: Iterable[str], strategies: Iterable[str], *, device_memory_gib: float, seq_len: int,
-              batch_size: int, world_sizes: Sequence[int] = WORLD_SIZES,
-              calibration: Mapping[str, float] | None = None) -> list[dict[str, Any]]:
+def fit_table(
+    models: Iterable[str],
+    strategies: Iterable[str],
+    *,
+    device_memory_gib: float,
+    seq_len: int,
+    batch_size: int,
+    world_sizes: Sequence[int] = WORLD_SIZES,
+    calibration: Mapping[str, float] | None = None,
+) -> list[dict[str, Any]]:
     """One row per (model, strategy, world size)."""
     rows = []
     for model in models:
@@ -207,16 +273,32 @@ def fit_table(models: Iterable[str], strategies: Iterable[str], *, device_memory
         for strategy in strategies:
             for n in world_sizes:
                 p = predict_peak_bytes(strategy, flavor, n, batch_size, seq_len=length, act_bytes_per_sample=per_sample)
-                rows.append({
-                    "model": model, "strategy": strategy, "world_size": n, "seq_len": length, "batch_size": batch_size,
-                    "model_state_gib": p["model_state_bytes"] / GIB, "gathered_gib": p["gathered_bytes"] / GIB,
-                    "activation_gib": p["activation_bytes"] / GIB, M.predicted_peak_gib: p["peak_bytes"] / GIB,
-                    "fits": p["peak_bytes"] * (1 + FIT_MARGIN) <= device_memory_gib * GIB, "fit_margin": FIT_MARGIN,
-                    "peak_phase": p["phase"], "device_memory_gib": device_memory_gib,
-                    "max_batch_size": largest_batch(strategy, flavor, n, device_memory_gib * GIB, seq_len=length,
-                                                    act_bytes_per_sample=per_sample),
-                    "activation_source": "measured" if per_sample is not None else "estimate",
-                })
+                rows.append(
+                    {
+                        "model": model,
+                        "strategy": strategy,
+                        "world_size": n,
+                        "seq_len": length,
+                        "batch_size": batch_size,
+                        "model_state_gib": p["model_state_bytes"] / GIB,
+                        "gathered_gib": p["gathered_bytes"] / GIB,
+                        "activation_gib": p["activation_bytes"] / GIB,
+                        M.predicted_peak_gib: p["peak_bytes"] / GIB,
+                        "fits": p["peak_bytes"] * (1 + FIT_MARGIN) <= device_memory_gib * GIB,
+                        "fit_margin": FIT_MARGIN,
+                        "peak_phase": p["phase"],
+                        "device_memory_gib": device_memory_gib,
+                        "max_batch_size": largest_batch(
+                            strategy,
+                            flavor,
+                            n,
+                            device_memory_gib * GIB,
+                            seq_len=length,
+                            act_bytes_per_sample=per_sample,
+                        ),
+                        "activation_source": "measured" if per_sample is not None else "estimate",
+                    }
+                )
     return rows
 
 
@@ -229,5 +311,7 @@ def calibrate_from_results(results: Iterable[Mapping[str, Any]]) -> dict[str, fl
         rank0 = next((r for r in result.get("ranks", []) if r.get("rank") == 0), None)
         cats = (rank0 or {}).get("memory", {}).get("tracked_by_category_bytes") or {}
         if "act" in cats:
-            found.setdefault(result["case"]["model"], (cats["act"] + cats.get("temp", 0)) / result["case"]["batch_size"])
+            found.setdefault(
+                result["case"]["model"], (cats["act"] + cats.get("temp", 0)) / result["case"]["batch_size"]
+            )
     return found

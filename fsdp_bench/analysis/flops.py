@@ -17,8 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-def flops_per_token(*, n_matmul_params: int, n_layers: int = 0, n_heads: int = 0, head_dim: int = 0,
-                    seq_len: int = 0) -> int:
+def flops_per_token(
+    *, n_matmul_params: int, n_layers: int = 0, n_heads: int = 0, head_dim: int = 0, seq_len: int = 0
+) -> int:
     """Training FLOPs (forward + backward) per token; attention arguments 0 for attention-free models."""
     if n_matmul_params < 0 or min(n_layers, n_heads, head_dim, seq_len) < 0:
         raise ValueError("flops_per_token: counts must be non-negative")
@@ -41,8 +42,10 @@ def _attention_dims(query_shape, key_shape, value_shape) -> tuple[int, int, int,
     b_k, h_kv, s_k, d_k = key_shape
     b_v, h_v, s_v, d_v = value_shape
     if not (b == b_k == b_v and h_kv == h_v and d_q == d_k and s_k == s_v):
-        raise ValueError(f"attention shapes do not fit together: q={tuple(query_shape)}, "
-                         f"k={tuple(key_shape)}, v={tuple(value_shape)}")
+        raise ValueError(
+            f"attention shapes do not fit together: q={tuple(query_shape)}, "
+            f"k={tuple(key_shape)}, v={tuple(value_shape)}"
+        )
     if h_kv <= 0 or h_q % h_kv:
         raise ValueError(f"query heads ({h_q}) are not a multiple of key/value heads ({h_kv})")
     return b * h_q, s_q, s_k, d_q, d_v
@@ -59,11 +62,13 @@ def sdpa_backward_flops(grad_out_shape, query_shape, key_shape, value_shape) -> 
     bh, s_q, s_k, d_qk, d_v = _attention_dims(query_shape, key_shape, value_shape)
     if tuple(grad_out_shape)[-1] != d_v or tuple(grad_out_shape)[-2] != s_q:
         raise ValueError(f"attention output gradient {tuple(grad_out_shape)} does not fit q={tuple(query_shape)}")
-    return (_bmm_flops(bh, s_q, d_qk, s_k)      # scores recomputed
-            + _bmm_flops(bh, s_q, d_v, s_k)     # grad of the scores: grad_out V^T
-            + _bmm_flops(bh, s_k, s_q, d_v)     # grad of V: scores^T grad_out
-            + _bmm_flops(bh, s_q, s_k, d_qk)    # grad of Q: grad_scores K
-            + _bmm_flops(bh, d_qk, s_q, s_k))   # grad of K: Q^T grad_scores
+    return (
+        _bmm_flops(bh, s_q, d_qk, s_k)  # scores recomputed
+        + _bmm_flops(bh, s_q, d_v, s_k)  # grad of the scores: grad_out V^T
+        + _bmm_flops(bh, s_k, s_q, d_v)  # grad of V: scores^T grad_out
+        + _bmm_flops(bh, s_q, s_k, d_qk)  # grad of Q: grad_scores K
+        + _bmm_flops(bh, d_qk, s_q, s_k)
+    )  # grad of K: Q^T grad_scores
 
 
 @dataclass(frozen=True)

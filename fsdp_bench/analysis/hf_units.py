@@ -12,7 +12,8 @@ Two architecture shapes are known, parameters listed in the order transformers r
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 Shape = tuple[int, ...]
 LLAMA_STYLE = ("llama", "qwen2", "mistral")
@@ -31,8 +32,10 @@ def unsupported_reason(config: Mapping[str, Any]) -> str | None:
     """Why the shapes of this config cannot be computed (None: they can)."""
     model_type = config.get("model_type")
     if model_type not in KNOWN_MODEL_TYPES:
-        return (f"no parameter-shape model for Hugging Face model_type {model_type!r} "
-                f"(known: {', '.join(KNOWN_MODEL_TYPES)})")
+        return (
+            f"no parameter-shape model for Hugging Face model_type {model_type!r} "
+            f"(known: {', '.join(KNOWN_MODEL_TYPES)})"
+        )
     return None
 
 
@@ -89,10 +92,18 @@ def hf_dims(config: Mapping[str, Any]) -> dict[str, int]:
         raise ValueError(reason)
     if config["model_type"] == "gpt2":
         d = config["n_embd"]
-        return {"hidden": d, "intermediate": config.get("n_inner") or 4 * d, "layers": config["n_layer"],
-                "vocab": config["vocab_size"]}
-    return {"hidden": config["hidden_size"], "intermediate": config["intermediate_size"],
-            "layers": config["num_hidden_layers"], "vocab": config["vocab_size"]}
+        return {
+            "hidden": d,
+            "intermediate": config.get("n_inner") or 4 * d,
+            "layers": config["n_layer"],
+            "vocab": config["vocab_size"],
+        }
+    return {
+        "hidden": config["hidden_size"],
+        "intermediate": config["intermediate_size"],
+        "layers": config["num_hidden_layers"],
+        "vocab": config["vocab_size"],
+    }
 
 
 def attention_layers_and_width(flavor) -> tuple[int, int]:

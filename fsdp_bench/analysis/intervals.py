@@ -7,7 +7,7 @@ Summing self-times double counts overlapping collectives and hides overlap with 
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 Interval = tuple[float, float]
 

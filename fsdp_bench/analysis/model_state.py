@@ -20,15 +20,26 @@ zero_grad), the one point where params, grads and optimizer state all exist at f
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from fsdp_bench.analysis.comm_model import GPUS_PER_NODE, Unit, fsdp1_flat_numel, padded_numel
 from fsdp_bench.plan.case import hybrid_mesh_shape
 from fsdp_bench.plan.catalog import STRATEGIES
 
-def expected_model_state_bytes(strategy: str, *, n_params: int, world_size: int, param_bytes: int = 4,
-                               grad_bytes: int = 4, optimizer_bytes: int = 8, units: Sequence[Unit] | None = None,
-                               mesh: tuple[int, int] | None = None, rank: int = 0) -> dict[str, Any]:
+
+def expected_model_state_bytes(
+    strategy: str,
+    *,
+    n_params: int,
+    world_size: int,
+    param_bytes: int = 4,
+    grad_bytes: int = 4,
+    optimizer_bytes: int = 8,
+    units: Sequence[Unit] | None = None,
+    mesh: tuple[int, int] | None = None,
+    rank: int = 0,
+) -> dict[str, Any]:
     """Bytes of params, grads and optimizer state one rank holds after the optimizer step.
 
     Given the model's `units`, params/grads/optimizer/total are what the strategy really
@@ -36,8 +47,14 @@ def expected_model_state_bytes(strategy: str, *, n_params: int, world_size: int,
     a hybrid mesh's shard group: see `allocated_model_state_bytes`), and the ZeRO formula's
     figure stays beside it as `textbook_total`. Without units, the ZeRO formula alone.
     """
-    out = _textbook_model_state_bytes(strategy, n_params=n_params, world_size=world_size, param_bytes=param_bytes,
-                                      grad_bytes=grad_bytes, optimizer_bytes=optimizer_bytes)
+    out = _textbook_model_state_bytes(
+        strategy,
+        n_params=n_params,
+        world_size=world_size,
+        param_bytes=param_bytes,
+        grad_bytes=grad_bytes,
+        optimizer_bytes=optimizer_bytes,
+    )
     if units is None or out["layout"] == "unknown":
         return out
     out["textbook_total"] = out["total"]
@@ -46,8 +63,9 @@ def expected_model_state_bytes(strategy: str, *, n_params: int, world_size: int,
     return out
 
 
-def _textbook_model_state_bytes(strategy: str, *, n_params: int, world_size: int, param_bytes: int,
-                                grad_bytes: int, optimizer_bytes: int) -> dict[str, Any]:
+def _textbook_model_state_bytes(
+    strategy: str, *, n_params: int, world_size: int, param_bytes: int, grad_bytes: int, optimizer_bytes: int
+) -> dict[str, Any]:
     if world_size < 1 or n_params < 0:
         raise ValueError("expected_model_state_bytes: world_size >= 1 and n_params >= 0")
     if strategy not in STRATEGIES:
@@ -84,8 +102,9 @@ def shard_size(strategy: str, world_size: int, mesh: tuple[int, int] | None = No
     return world_size
 
 
-def padded_model_state_bytes(strategy: str, units: Sequence[Unit], world_size: int, *,
-                             mesh: tuple[int, int] | None = None, dtype_bytes: int = 4) -> dict[str, int]:
+def padded_model_state_bytes(
+    strategy: str, units: Sequence[Unit], world_size: int, *, mesh: tuple[int, int] | None = None, dtype_bytes: int = 4
+) -> dict[str, int]:
     """Parameters, gradients and AdamW state rank 0 holds between steps, with the padding and
     alignment the strategy's parameter layout really allocates (and a step counter for every
     parameter: rank 0's dim-0 shard of each one is never empty)."""
@@ -128,9 +147,15 @@ def fsdp2_local_numel(unit: Unit, shard: int, rank: int) -> int:
     return total
 
 
-def allocated_model_state_bytes(strategy: str, units: Sequence[Unit], world_size: int, *,
-                                mesh: tuple[int, int] | None = None, rank: int = 0,
-                                dtype_bytes: int = 4) -> dict[str, int]:
+def allocated_model_state_bytes(
+    strategy: str,
+    units: Sequence[Unit],
+    world_size: int,
+    *,
+    mesh: tuple[int, int] | None = None,
+    rank: int = 0,
+    dtype_bytes: int = 4,
+) -> dict[str, int]:
     """Params, grads and AdamW state `rank` holds after the step, as allocated. Params and grads
     are storage: FSDP2's padded dim-0 shard, FSDP1's chunk of the flat parameter (DDP: whole).
     AdamW's state follows the rank's real elements, padding and alignment left out (on rank 0 of

@@ -17,7 +17,8 @@ The merged result is the first repeat's (its case, rank records, memory and mode
 from __future__ import annotations
 
 import statistics
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from fsdp_bench.analysis.aggregate import case_metrics
 from fsdp_bench.analysis.case_time import summed_time_split
@@ -43,9 +44,13 @@ def _pooled_ranks(results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _summary(result: dict[str, Any], n: int) -> dict[str, Any]:
-    return {"repeat": result.get("repeat", n), "status": result.get("status"), "reason": result.get("reason", ""),
-            "duration_s": result.get("duration_s"),
-            M.step_time_s_median: (result.get("metrics") or {}).get(M.step_time_s_median)}
+    return {
+        "repeat": result.get("repeat", n),
+        "status": result.get("status"),
+        "reason": result.get("reason", ""),
+        "duration_s": result.get("duration_s"),
+        M.step_time_s_median: (result.get("metrics") or {}).get(M.step_time_s_median),
+    }
 
 
 def merge_repeats(results: Sequence[dict[str, Any]], planned: int | None = None) -> dict[str, Any]:

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 from fsdp_bench.analysis.stats import CONFIDENCE, t_quantile
 

@@ -20,23 +20,31 @@ from __future__ import annotations
 
 from typing import Any
 
-from fsdp_bench.plan.catalog import strategy as catalog_strategy
+from fsdp_bench.analysis.comm_model import CLUSTERS, GPUS_PER_NODE, comm_volume, model_units, predict_step_time_s
 from fsdp_bench.plan.case import Case, hybrid_mesh_shape
-from fsdp_bench.analysis.comm_model import (CLUSTERS, GPUS_PER_NODE, comm_volume, model_units, predict_step_time_s)
+from fsdp_bench.plan.catalog import strategy as catalog_strategy
 from fsdp_bench.plan.flavors import flavor_for
 
 
 def simulated_environment(case: Case) -> dict[str, str]:
     """The torchrun variables rank 0 of the simulated job would see. A simulated node holds
     GPUS_PER_NODE ranks, which sets a hybrid strategy's default mesh."""
-    return {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": str(case.nproc),
-            "LOCAL_WORLD_SIZE": str(min(case.nproc, GPUS_PER_NODE)), "GROUP_RANK": "0"}
+    return {
+        "RANK": "0",
+        "LOCAL_RANK": "0",
+        "WORLD_SIZE": str(case.nproc),
+        "LOCAL_WORLD_SIZE": str(min(case.nproc, GPUS_PER_NODE)),
+        "GROUP_RANK": "0",
+    }
 
 
 def simulation_summary(case: Case, record: dict[str, Any]) -> dict[str, Any]:
     """Communication volume and predicted step times for a finished simulated record. Pure."""
-    summary: dict[str, Any] = {"world_size": case.nproc, "method": "fake process group, rank 0",
-                               "compute_device": record.get("device_name")}
+    summary: dict[str, Any] = {
+        "world_size": case.nproc,
+        "method": "fake process group, rank 0",
+        "compute_device": record.get("device_name"),
+    }
     try:
         units = model_units(flavor_for(case.model))
     except (ValueError, KeyError, OSError) as exc:  # unknown model or Hugging Face model_type
@@ -45,12 +53,14 @@ def simulation_summary(case: Case, record: dict[str, Any]) -> dict[str, Any]:
     mesh = None
     if catalog_strategy(case.strategy).hybrid:
         mesh = hybrid_mesh_shape(case.mesh, world_size=case.nproc, ranks_per_node=min(case.nproc, GPUS_PER_NODE))
-    volume = comm_volume(case.strategy, units, world_size=case.nproc,
-                         grad_accum=case.grad_accum, mesh=mesh)
+    volume = comm_volume(case.strategy, units, world_size=case.nproc, grad_accum=case.grad_accum, mesh=mesh)
     times = sorted(record.get("step_times_s") or [])
     compute_s = times[len(times) // 2] if times else None
-    metrics: dict[str, Any] = {f"comm_{k}_per_step": v for k, v in volume.to_dict().items()
-               if k.endswith("_bytes") and k != "largest_unit_bytes"}
+    metrics: dict[str, Any] = {
+        f"comm_{k}_per_step": v
+        for k, v in volume.to_dict().items()
+        if k.endswith("_bytes") and k != "largest_unit_bytes"
+    }
     metrics["simulated_compute_s_per_step"] = compute_s
     clusters = {}
     for name, (intra, inter) in CLUSTERS.items():

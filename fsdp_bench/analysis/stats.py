@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -41,11 +41,11 @@ def t_quantile(p: float, dof: float) -> float:
     z = statistics.NormalDist().inv_cdf(p)
     if dof <= 0 or math.isinf(dof):
         return z
-    g1 = (z ** 3 + z) / 4
-    g2 = (5 * z ** 5 + 16 * z ** 3 + 3 * z) / 96
-    g3 = (3 * z ** 7 + 19 * z ** 5 + 17 * z ** 3 - 15 * z) / 384
-    g4 = (79 * z ** 9 + 776 * z ** 7 + 1482 * z ** 5 - 1920 * z ** 3 - 945 * z) / 92160
-    return z + g1 / dof + g2 / dof ** 2 + g3 / dof ** 3 + g4 / dof ** 4
+    g1 = (z**3 + z) / 4
+    g2 = (5 * z**5 + 16 * z**3 + 3 * z) / 96
+    g3 = (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / 384
+    g4 = (79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / 92160
+    return z + g1 / dof + g2 / dof**2 + g3 / dof**3 + g4 / dof**4
 
 
 def ci_halfwidth_pct(low: float, high: float, median: float) -> float | None:
@@ -64,11 +64,11 @@ def median_ci(values: Sequence[float], level: float = MEDIAN_CI_LEVEL) -> tuple[
         raise ValueError("median_ci of no values")
     ordered = sorted(values)
     n = len(ordered)
-    pmf = [math.comb(n, i) / 2 ** n for i in range(n + 1)]
+    pmf = [math.comb(n, i) / 2**n for i in range(n + 1)]
     best = (0, n - 1, 1 - 2 * pmf[0] if n > 1 else 0.0)
     for j in range(n // 2, -1, -1):  # j = 0-based index of the lower order statistic
         k = n - 1 - j
-        coverage = sum(pmf[j + 1:k + 1])  # P(j+1 <= B <= k): X(j) <= median <= X(k)
+        coverage = sum(pmf[j + 1 : k + 1])  # P(j+1 <= B <= k): X(j) <= median <= X(k)
         if k >= j and coverage >= level:
             best = (j, k, coverage)
             break

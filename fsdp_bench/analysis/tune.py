@@ -32,8 +32,9 @@ ties that the planned repeats could not split; or when the time budget is spent.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from fsdp_bench.analysis.comm_model import CommVolume, comm_volume, model_units
 from fsdp_bench.analysis.duration import MICRO_STEP_OVERHEAD_S, case_flops_per_token, rank_flops
@@ -75,24 +76,41 @@ class Prediction:
 def wire_bytes(volume: CommVolume) -> float:
     """Bytes one rank moves over the wire per step: ring all-gather and reduce-scatter send
     (g-1)/g of their buffer, a ring all-reduce twice that."""
+
     def ring(group: int) -> float:
         return (group - 1) / group if group > 1 else 0.0
 
-    return ((volume.all_gather_bytes + volume.reduce_scatter_bytes) * ring(volume.shard_group)
-            + 2 * volume.all_reduce_bytes * ring(volume.all_reduce_group))
+    return (volume.all_gather_bytes + volume.reduce_scatter_bytes) * ring(
+        volume.shard_group
+    ) + 2 * volume.all_reduce_bytes * ring(volume.all_reduce_group)
 
 
 def predict_case(case: Case) -> Prediction:
     flavor = flavor_for(case.model)
     mesh = parse_mesh(case.mesh) if case.mesh and catalog_strategy(case.strategy).hybrid else None
-    peak = predict_peak_bytes(case.strategy, flavor, case.nproc, case.batch_size, seq_len=case.seq_len, mesh=mesh,
-                              grad_accum=case.grad_accum, optimizer_impl=case.optimizer_impl, device=case.device,
-                              act_ckpt=case.act_ckpt)["peak_bytes"]
+    peak = predict_peak_bytes(
+        case.strategy,
+        flavor,
+        case.nproc,
+        case.batch_size,
+        seq_len=case.seq_len,
+        mesh=mesh,
+        grad_accum=case.grad_accum,
+        optimizer_impl=case.optimizer_impl,
+        device=case.device,
+        act_ckpt=case.act_ckpt,
+    )["peak_bytes"]
     tokens = case.batch_size * case.grad_accum * case.seq_len
-    volume = comm_volume(case.strategy, model_units(flavor), world_size=case.nproc, grad_accum=case.grad_accum,
-                         mesh=mesh)
-    return Prediction(case=case, peak_bytes=peak, flops=case_flops_per_token(case) * tokens,
-                      wire_bytes=wire_bytes(volume), micro_steps=case.grad_accum)
+    volume = comm_volume(
+        case.strategy, model_units(flavor), world_size=case.nproc, grad_accum=case.grad_accum, mesh=mesh
+    )
+    return Prediction(
+        case=case,
+        peak_bytes=peak,
+        flops=case_flops_per_token(case) * tokens,
+        wire_bytes=wire_bytes(volume),
+        micro_steps=case.grad_accum,
+    )
 
 
 @dataclass(frozen=True)
@@ -116,9 +134,13 @@ class StepModel:
         return p.tokens / step if step > 0 else math.inf
 
     def describe(self) -> dict[str, float]:
-        return {"device_flops_per_s": 1 / self.s_per_flop, "wire_bytes_per_s": 1 / self.s_per_byte,
-                "micro_step_overhead_s": self.s_per_micro_step, "model_error_pct": 100 * self.error,
-                "fitted_on_cases": self.fitted_on}
+        return {
+            "device_flops_per_s": 1 / self.s_per_flop,
+            "wire_bytes_per_s": 1 / self.s_per_byte,
+            "micro_step_overhead_s": self.s_per_micro_step,
+            "model_error_pct": 100 * self.error,
+            "fitted_on_cases": self.fitted_on,
+        }
 
 
 def prior_model(case: Case) -> StepModel:
@@ -141,8 +163,9 @@ def _solve(a: list[list[float]], b: list[float]) -> list[float]:
     return [m[i][n] / m[i][i] if m[i][i] else 0.0 for i in range(n)]
 
 
-def fit_step_model(prior: StepModel, measured: Sequence[tuple[Prediction, float]],
-                   weight: float = PRIOR_WEIGHT) -> StepModel:
+def fit_step_model(
+    prior: StepModel, measured: Sequence[tuple[Prediction, float]], weight: float = PRIOR_WEIGHT
+) -> StepModel:
     """Refit the coefficients to measured (prediction, step seconds): minimise the squared
     relative errors plus `weight` x the squared relative departures from the prior. Each
     coefficient stays at least 1% of its prior (a rate cannot be negative)."""
@@ -183,14 +206,17 @@ def measured_from_result(result: Mapping[str, Any]) -> Measured:
     case_id = result.get("case_id") or Case.from_dict(case).id
     repeats = len(result.get(M.repeats) or []) or 1
     if result.get("status") != "ok" or metrics.get(M.params_changed) is False:
-        return Measured(case_id, result.get("status") or "failed", repeats=repeats,
-                        case_seconds=float(result.get("duration_s") or 0.0))
+        return Measured(
+            case_id,
+            result.get("status") or "failed",
+            repeats=repeats,
+            case_seconds=float(result.get("duration_s") or 0.0),
+        )
     step, speed = metrics.get(M.step_time_s_median), metrics.get(M.tokens_per_s_per_device)
     low_s, high_s = metrics.get(M.step_time_s_median_ci_low), metrics.get(M.step_time_s_median_ci_high)
     band = (speed * step / high_s, speed * step / low_s) if speed and step and low_s and high_s else (speed, speed)
     peak = next((metrics[k] for k in MEASURED_MEMORY if isinstance(metrics.get(k), (int, float))), None)
-    return Measured(case_id, "ok", step, speed, band[0], band[1], peak, repeats,
-                    float(result.get("duration_s") or 0.0))
+    return Measured(case_id, "ok", step, speed, band[0], band[1], peak, repeats, float(result.get("duration_s") or 0.0))
 
 
 def fits_budget(m: Measured, budget_gib: float | None) -> bool:
@@ -228,8 +254,9 @@ class Skip:
     predicted_peak_gib: float
 
 
-def split_by_budget(predictions: Sequence[Prediction], budget_gib: float | None,
-                    margin: float = FIT_MARGIN) -> tuple[list[Prediction], list[Skip], Prediction | None]:
+def split_by_budget(
+    predictions: Sequence[Prediction], budget_gib: float | None, margin: float = FIT_MARGIN
+) -> tuple[list[Prediction], list[Skip], Prediction | None]:
     """(predicted to fit, skipped with the reason, the boundary case to measure). The boundary is
     the skipped case with the smallest predicted peak: measuring it checks the prediction."""
     if budget_gib is None:
@@ -237,8 +264,14 @@ def split_by_budget(predictions: Sequence[Prediction], budget_gib: float | None,
     fit, out = [], []
     for p in predictions:
         (fit if p.peak_bytes * (1 + margin) <= budget_gib * GIB else out).append(p)
-    skipped = [Skip(p.case.id, f"predicted not to fit: {p.peak_bytes / GIB:.4g} GiB + {margin:.0%} margin > "
-                               f"{budget_gib:g} GiB", p.peak_bytes / GIB) for p in out]
+    skipped = [
+        Skip(
+            p.case.id,
+            f"predicted not to fit: {p.peak_bytes / GIB:.4g} GiB + {margin:.0%} margin > {budget_gib:g} GiB",
+            p.peak_bytes / GIB,
+        )
+        for p in out
+    ]
     boundary = min(out, key=lambda p: p.peak_bytes, default=None)
     return fit, skipped, boundary
 
@@ -262,7 +295,7 @@ def choose_probe(predictions: Sequence[Prediction], model: StepModel, n: int = P
         return [x / total for x in parts]
 
     chosen = [ranked[0]]
-    pool = ranked[1:max(2, (len(ranked) + 1) // 2)]
+    pool = ranked[1 : max(2, (len(ranked) + 1) // 2)]
     while len(chosen) < n and pool:
         far = max(pool, key=lambda p: min(sum(abs(a - b) for a, b in zip(shares(p), shares(c))) for c in chosen))
         chosen.append(far)
@@ -285,8 +318,15 @@ def survivors(measured: Mapping[str, Measured], budget_gib: float | None) -> lis
     return sorted((m for m in ok if within_noise(best, m)), key=lambda m: -m.tokens_per_s)
 
 
-def plan_round(ranked: Sequence[Prediction], measured: Mapping[str, Measured], model: StepModel, *,
-               budget_gib: float | None, max_repeats: int, round_size: int = ROUND_SIZE) -> list[tuple[Case, int]]:
+def plan_round(
+    ranked: Sequence[Prediction],
+    measured: Mapping[str, Measured],
+    model: StepModel,
+    *,
+    budget_gib: float | None,
+    max_repeats: int,
+    round_size: int = ROUND_SIZE,
+) -> list[tuple[Case, int]]:
     """The next round as (case, total repeats wanted); [] when tuning is done.
 
     Explore first: the unmeasured cases that could still beat the leader, given the model's error.
@@ -304,8 +344,11 @@ def plan_round(ranked: Sequence[Prediction], measured: Mapping[str, Measured], m
     if len(tied) < 2:
         return []
     by_id = {p.case.id: p.case for p in ranked}
-    return [(by_id[m.case_id], min(max_repeats, 2 * m.repeats)) for m in tied
-            if m.repeats < max_repeats and m.case_id in by_id]
+    return [
+        (by_id[m.case_id], min(max_repeats, 2 * m.repeats))
+        for m in tied
+        if m.repeats < max_repeats and m.case_id in by_id
+    ]
 
 
 @dataclass(frozen=True)
@@ -352,31 +395,66 @@ def full_grid_seconds(cases: Sequence[Case], measured: Mapping[str, Measured], r
     return repeats * sum(per_repeat.get(c.id, case_seconds(c) * scale) for c in cases)
 
 
-def tune_answer(request: TuneRequest, log: TuneLog, model: StepModel, skipped: Sequence[Skip], *,
-                budget_gib: float | None, max_repeats: int, stopped: str,
-                boundary: Prediction | None = None) -> dict[str, Any]:
+def tune_answer(
+    request: TuneRequest,
+    log: TuneLog,
+    model: StepModel,
+    skipped: Sequence[Skip],
+    *,
+    budget_gib: float | None,
+    max_repeats: int,
+    stopped: str,
+    boundary: Prediction | None = None,
+) -> dict[str, Any]:
     """The tuning's answer as JSON: the pick, its ties, what was skipped, predicted vs measured
     step time of every measured case, the rounds and the cost against the full grid."""
     tied = survivors(log.measured, budget_gib)
     rows = []
     for case_id, m in log.measured.items():
         predicted = log.predicted_step_s.get(case_id)
-        rows.append({"case_id": case_id, "status": m.status, "repeat_count": m.repeats, "case_seconds": m.case_seconds,
-                     "predicted_step_s": predicted, "measured_step_s": m.step_s,
-                     "error_pct": 100 * (predicted - m.step_s) / m.step_s if predicted and m.step_s else None,
-                     "speed_tokens_per_s": m.tokens_per_s, "speed_low_tokens_per_s": m.tokens_per_s_low,
-                     "speed_high_tokens_per_s": m.tokens_per_s_high, "peak_gib": m.peak_gib,
-                     "fits_budget": fits_budget(m, budget_gib)})
+        rows.append(
+            {
+                "case_id": case_id,
+                "status": m.status,
+                "repeat_count": m.repeats,
+                "case_seconds": m.case_seconds,
+                "predicted_step_s": predicted,
+                "measured_step_s": m.step_s,
+                "error_pct": 100 * (predicted - m.step_s) / m.step_s if predicted and m.step_s else None,
+                "speed_tokens_per_s": m.tokens_per_s,
+                "speed_low_tokens_per_s": m.tokens_per_s_low,
+                "speed_high_tokens_per_s": m.tokens_per_s_high,
+                "peak_gib": m.peak_gib,
+                "fits_budget": fits_budget(m, budget_gib),
+            }
+        )
     full = full_grid_seconds(request.cases, log.measured, max_repeats)
     check = None
     if boundary is not None and boundary.case.id in log.measured:
         peak = log.measured[boundary.case.id].peak_gib
-        check = {"case_id": boundary.case.id, "predicted_peak_in_gib": boundary.peak_bytes / GIB, "measured_peak_in_gib": peak,
-                 "over_budget_when_measured": None if peak is None else peak > (budget_gib or math.inf)}
-    return {"model": request.model, "budget_gib": budget_gib, "max_repeats": max_repeats, "stopped": stopped,
-            "pick": tied[0].case_id if tied else None, "tied": [m.case_id for m in tied[1:]],
-            "skipped": [vars(s) for s in skipped], "boundary_check": check, "measured": rows,
-            "rounds": log.rounds, "step_model": model.describe(),
-            "cost": {"spent_case_s": log.spent_s(), "full_grid_case_s": full,
-                     "ratio": log.spent_s() / full if full > 0 else None, "grid_cases": len(request.cases),
-                     "measured_cases": len(log.measured)}}
+        check = {
+            "case_id": boundary.case.id,
+            "predicted_peak_in_gib": boundary.peak_bytes / GIB,
+            "measured_peak_in_gib": peak,
+            "over_budget_when_measured": None if peak is None else peak > (budget_gib or math.inf),
+        }
+    return {
+        "model": request.model,
+        "budget_gib": budget_gib,
+        "max_repeats": max_repeats,
+        "stopped": stopped,
+        "pick": tied[0].case_id if tied else None,
+        "tied": [m.case_id for m in tied[1:]],
+        "skipped": [vars(s) for s in skipped],
+        "boundary_check": check,
+        "measured": rows,
+        "rounds": log.rounds,
+        "step_model": model.describe(),
+        "cost": {
+            "spent_case_s": log.spent_s(),
+            "full_grid_case_s": full,
+            "ratio": log.spent_s() / full if full > 0 else None,
+            "grid_cases": len(request.cases),
+            "measured_cases": len(log.measured),
+        },
+    }

@@ -16,8 +16,11 @@ def record_benchmark_stats(benchmark: Any, case: Case, result: dict[str, Any]) -
 
     times = pooled_step_times(result)  # every repeat's, with --bench-repeats
     benchmark.extra_info.update(
-        {"case_id": case.id, **case.to_dict(),
-         **{k: v for k, v in (result.get("metrics") or {}).items() if isinstance(v, (int, float, str, bool))}}
+        {
+            "case_id": case.id,
+            **case.to_dict(),
+            **{k: v for k, v in (result.get("metrics") or {}).items() if isinstance(v, (int, float, str, bool))},
+        }
     )
     if not times or not benchmark.enabled:
         benchmark.skipped = True  # nothing to time; silences "fixture was not used"

@@ -32,15 +32,22 @@ def torchrun_rendezvous_args(launch: Launch, *, case_id: str, world_size: int, j
         return ["--standalone", "--nnodes", "1", "--nproc-per-node", str(world_size)]
     host, port = launch.rdzv_host_port()
     return [
-        "--nnodes", str(launch.nnodes),
-        "--node-rank", str(launch.node_rank),
-        "--nproc-per-node", str(ranks_per_node(world_size, launch.nnodes)),
-        "--rdzv-backend", "c10d",
-        "--rdzv-endpoint", f"{host}:{port}",
-        "--rdzv-id", rendezvous_id(launch.run_id or "", case_id),
+        "--nnodes",
+        str(launch.nnodes),
+        "--node-rank",
+        str(launch.node_rank),
+        "--nproc-per-node",
+        str(ranks_per_node(world_size, launch.nnodes)),
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        f"{host}:{port}",
+        "--rdzv-id",
+        rendezvous_id(launch.run_id or "", case_id),
         # is_host=0: the store is the sweep-long one on node 0 (fsdp_bench.rendezvous), never
         # one of these torchruns. join_timeout: a node may wait for the others' previous case.
-        "--rdzv-conf", f"is_host=0,join_timeout={int(join_timeout_s)}",
+        "--rdzv-conf",
+        f"is_host=0,join_timeout={int(join_timeout_s)}",
     ]
 
 
@@ -48,8 +55,16 @@ def case_args(case_file: Path, out_dir: Path) -> list[str]:
     return ["--case", str(case_file), "--out", str(out_dir)]
 
 
-def build_command(case: Case, case_file: Path, out_dir: Path, *, python: str = sys.executable,
-                  launch: Launch = Launch(), join_timeout_s: float = 600.0, repeat: int | None = None) -> list[str]:
+def build_command(
+    case: Case,
+    case_file: Path,
+    out_dir: Path,
+    *,
+    python: str = sys.executable,
+    launch: Launch = Launch(),
+    join_timeout_s: float = 600.0,
+    repeat: int | None = None,
+) -> list[str]:
     """The command line for one case on this node.
 
     One node: `--standalone` lets the c10d rendezvous bind localhost:0 itself, so concurrent
@@ -61,12 +76,21 @@ def build_command(case: Case, case_file: Path, out_dir: Path, *, python: str = s
     if case.simulate:
         return [python, "-m", "fsdp_bench.worker.simulate", *case_args(case_file, out_dir)]
     return [
-        python, "-m", "fsdp_bench.worker.torchrun",
-        *torchrun_rendezvous_args(launch, case_id=case.id if repeat is None else f"{case.id}/repeat-{repeat}",
-                                  world_size=case.nproc, join_timeout_s=join_timeout_s),
-        "--max-restarts", "0",
-        "--monitor-interval", "0.1",
-        "-m", "fsdp_bench.worker",
+        python,
+        "-m",
+        "fsdp_bench.worker.torchrun",
+        *torchrun_rendezvous_args(
+            launch,
+            case_id=case.id if repeat is None else f"{case.id}/repeat-{repeat}",
+            world_size=case.nproc,
+            join_timeout_s=join_timeout_s,
+        ),
+        "--max-restarts",
+        "0",
+        "--monitor-interval",
+        "0.1",
+        "-m",
+        "fsdp_bench.worker",
         *case_args(case_file, out_dir),
     ]
 

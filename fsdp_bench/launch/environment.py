@@ -15,10 +15,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from fsdp_bench.results.schema import SCHEMA_VERSION
-from fsdp_bench.results.layout import RunLayout
-from fsdp_bench.results.io import read_json, utc_now, write_json_atomic
 from fsdp_bench.launch.commands import environment_command
+from fsdp_bench.results.io import read_json, utc_now, write_json_atomic
+from fsdp_bench.results.layout import RunLayout
+from fsdp_bench.results.schema import SCHEMA_VERSION
 
 
 def git_info(cwd: Path) -> dict[str, Any]:
@@ -60,9 +60,13 @@ class TorchEnvironment:
         self.path = Path(name)
         self.python = environment_command(self.path)[0]
         self._result: dict[str, Any] | None = None
-        self.proc = subprocess.Popen(environment_command(self.path),
-                                     env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                     stdin=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            environment_command(self.path),
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+        )
 
     def result(self, timeout_s: float = 120.0) -> dict[str, Any]:
         """The torch facts, or {"torch_info_error": why} (why ends with the reader's last
@@ -77,8 +81,10 @@ class TorchEnvironment:
             if self.proc.returncode != 0:
                 lines = (err or b"").decode(errors="replace").strip().splitlines()
                 last = lines[-1] if lines else f"exit status {self.proc.returncode}"
-                return {"torch_info_error": f"{self.python} -m fsdp_bench.worker.environment failed: {last}",
-                        "torch_reader_returncode": self.proc.returncode}
+                return {
+                    "torch_info_error": f"{self.python} -m fsdp_bench.worker.environment failed: {last}",
+                    "torch_reader_returncode": self.proc.returncode,
+                }
             data = read_json(self.path)
             return data if isinstance(data, dict) else {"torch_info_error": "not a JSON object"}
         except (subprocess.SubprocessError, OSError, ValueError) as exc:
@@ -99,13 +105,17 @@ def interpreter_problem(facts: dict[str, Any], device: str, python: str) -> str 
     sweep's torch sees no GPU (a CPU-only torch wheel on a GPU node)."""
     if facts.get("torch_reader_returncode"):  # it ran and failed (a reader that hung is only a note)
         error = facts["torch_info_error"].partition("failed: ")[2] or facts["torch_info_error"]
-        return (f"fsdp-bench: the cases would run with {python}, which cannot import torch ({error}); "
-                "run pytest from the virtual environment that has torch (e.g. .venv/bin/pytest), "
-                "or install torch into that interpreter")
+        return (
+            f"fsdp-bench: the cases would run with {python}, which cannot import torch ({error}); "
+            "run pytest from the virtual environment that has torch (e.g. .venv/bin/pytest), "
+            "or install torch into that interpreter"
+        )
     if device == "cuda" and "torch" in facts and not facts.get("gpu_count"):
         build = f"CUDA {facts['cuda']}" if facts.get("cuda") else "a CPU-only build"
-        return (f"fsdp-bench: --bench-device cuda, but torch {facts.get('torch')} ({build}) in {python} sees no GPU; "
-                "install a CUDA build of torch (see the README's 'On a GPU node') or use --bench-device cpu")
+        return (
+            f"fsdp-bench: --bench-device cuda, but torch {facts.get('torch')} ({build}) in {python} sees no GPU; "
+            "install a CUDA build of torch (see the README's 'On a GPU node') or use --bench-device cpu"
+        )
     return None
 
 

@@ -10,8 +10,8 @@ rank keeps those in device memory and costs the host only its fixed part.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from fsdp_bench.analysis.fit import predict_peak_bytes
 from fsdp_bench.plan.case import Case, parse_mesh
@@ -40,8 +40,15 @@ def predicted_rank_peak_bytes(case: Case) -> float | None:
     """One rank's predicted peak of model state and activations; None where there is no model."""
     mesh = parse_mesh(case.mesh) if case.mesh else None
     try:
-        return predict_peak_bytes(case.strategy, flavor_for(case.model), case.nproc, case.batch_size,
-                                  seq_len=case.seq_len, mesh=mesh, grad_accum=case.grad_accum)["peak_bytes"]
+        return predict_peak_bytes(
+            case.strategy,
+            flavor_for(case.model),
+            case.nproc,
+            case.batch_size,
+            seq_len=case.seq_len,
+            mesh=mesh,
+            grad_accum=case.grad_accum,
+        )["peak_bytes"]
     except (KeyError, ValueError, TypeError, ZeroDivisionError):
         return None
 
@@ -68,8 +75,10 @@ def memory_refusal(cases: Iterable[Case], available_bytes: int | None, *, nnodes
     if worst is None:
         return None
     case, need, peak, ranks_here = worst
-    per_rank = (f"{(peak or 0) / GIB:.1f} GiB predicted peak + " if case.device == "cpu" else "")
-    return (f"fsdp-bench: refusing to start: case {case.id} needs about {need / GIB:.1f} GiB of host memory "
-            f"({1 if case.simulate else ranks_here} process(es) x ({per_rank}{RANK_FIXED_BYTES / GIB:.1f} GiB "
-            f"per process)) but only {available_bytes / GIB:.1f} GiB is available; use a smaller model, batch "
-            f"size or --bench-nproc, or pass --bench-allow-memory-overcommit to run it anyway")
+    per_rank = f"{(peak or 0) / GIB:.1f} GiB predicted peak + " if case.device == "cpu" else ""
+    return (
+        f"fsdp-bench: refusing to start: case {case.id} needs about {need / GIB:.1f} GiB of host memory "
+        f"({1 if case.simulate else ranks_here} process(es) x ({per_rank}{RANK_FIXED_BYTES / GIB:.1f} GiB "
+        f"per process)) but only {available_bytes / GIB:.1f} GiB is available; use a smaller model, batch "
+        f"size or --bench-nproc, or pass --bench-allow-memory-overcommit to run it anyway"
+    )

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import re
 import signal
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 # torchrun's failure summary: "rank      : 1 (local_rank: 1)" then "exitcode  : -9 (pid: ...)".
 _RANK_EXIT_RE = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank[^)]*\)\s*exitcode\s*:\s*(-?\d+)")
@@ -14,11 +15,15 @@ _EXITCODE_RE = re.compile(r"exitcode\s*:\s*-(\d+)")
 # A collective that gave up waiting: the process-group timeout fired because another rank hung.
 _COLLECTIVE_TIMEOUT_RE = re.compile(
     r"Timed out waiting|Watchdog caught collective operation timeout|collective operation timeout"
-    r"|Socket Timeout|wait timeout after|timed out after \d+", re.I)
+    r"|Socket Timeout|wait timeout after|timed out after \d+",
+    re.I,
+)
 # An error a rank raised only because a peer died first; never the root cause.
 _PEER_LOST_RE = re.compile(
     r"Connection closed by peer|Connection reset by peer|remote worker crash|Broken pipe"
-    r"|Connection refused|communicator was aborted|ncclRemoteError", re.I)
+    r"|Connection refused|communicator was aborted|ncclRemoteError",
+    re.I,
+)
 
 
 def signal_name(number: int) -> str:
@@ -30,8 +35,7 @@ def signal_name(number: int) -> str:
 
 def rank_signals(log_tail: str) -> dict[int, str]:
     """rank -> name of the signal that ended it, from torchrun's failure summary."""
-    return {int(rank): signal_name(-int(code)) for rank, code in _RANK_EXIT_RE.findall(log_tail)
-            if int(code) < 0}
+    return {int(rank): signal_name(-int(code)) for rank, code in _RANK_EXIT_RE.findall(log_tail) if int(code) < 0}
 
 
 def rank_failure_kind(record: dict[str, Any] | None) -> str:
@@ -62,8 +66,9 @@ def _first(records: list[dict[str, Any]]) -> dict[str, Any]:
     return min(records, key=lambda r: ((r.get("error") or {}).get("time_unix", float("inf")), r.get("rank", 0)))
 
 
-def _timed_out(ranks: Sequence[dict[str, Any]], kinds: dict[str, list[dict[str, Any]]],
-               timeout_s: float | None) -> Outcome:
+def _timed_out(
+    ranks: Sequence[dict[str, Any]], kinds: dict[str, list[dict[str, Any]]], timeout_s: float | None
+) -> Outcome:
     stages = sorted({r.get("stage") or "?" for r in ranks})
     where = f"; ranks had reached: {', '.join(stages)}" if stages else ""
     limit = f" of {timeout_s:g}s" if timeout_s is not None else ""
@@ -84,16 +89,26 @@ def _died(died: list[dict[str, Any]], returncode: int | None, log_tail: str) -> 
         how = f"was lost: torchrun itself was killed by {signal_name(-returncode)}"
     else:
         match = _EXITCODE_RE.search(log_tail)
-        how = (f"died without a result (a rank was killed by {signal_name(int(match.group(1)))})"
-               if match else f"died without a result (torchrun exited with {returncode})")
+        how = (
+            f"died without a result (a rank was killed by {signal_name(int(match.group(1)))})"
+            if match
+            else f"died without a result (torchrun exited with {returncode})"
+        )
     stage = first.get("stage")
     at = f" at stage {stage}" if stage else " before it started"
     return Outcome("failed", f"rank {rank} {how}{at}", rank, stage)
 
 
-def classify_outcome(*, returncode: int | None, timed_out: bool, ranks: Sequence[dict[str, Any]],
-                     world_size: int, log_tail: str, timeout_s: float | None = None,
-                     expected_ranks: Sequence[int] | None = None) -> Outcome:
+def classify_outcome(
+    *,
+    returncode: int | None,
+    timed_out: bool,
+    ranks: Sequence[dict[str, Any]],
+    world_size: int,
+    log_tail: str,
+    timeout_s: float | None = None,
+    expected_ranks: Sequence[int] | None = None,
+) -> Outcome:
     """ok|failed|oom|timeout|skipped from what the case left behind. Pure, so it is unit-tested.
 
     A rank's own record beats torchrun's exit code: torchrun exits 1 for every failure and its
@@ -104,7 +119,7 @@ def classify_outcome(*, returncode: int | None, timed_out: bool, ranks: Sequence
     """
     by_rank = {r.get("rank"): r for r in ranks}
     kinds: dict[str, list[dict[str, Any]]] = {}
-    for rank in (range(world_size) if expected_ranks is None else expected_ranks):
+    for rank in range(world_size) if expected_ranks is None else expected_ranks:
         record = by_rank.get(rank)
         kinds.setdefault(rank_failure_kind(record), []).append(record or {"rank": rank, "stage": None})
 
@@ -118,23 +133,35 @@ def classify_outcome(*, returncode: int | None, timed_out: bool, ranks: Sequence
             first = about(kind)
             err = first.get("error") or {}
             what = f"{verb} {err.get('type')}" if kind == "error" else verb
-            return Outcome(status, f"rank {first['rank']} {what} at stage {first.get('stage')}: "
-                                   f"{err.get('message', '')[:300]}", first["rank"], first.get("stage"))
+            return Outcome(
+                status,
+                f"rank {first['rank']} {what} at stage {first.get('stage')}: {err.get('message', '')[:300]}",
+                first["rank"],
+                first.get("stage"),
+            )
     if "died" in kinds:
         return _died(kinds["died"], returncode, log_tail)
     if "collective_timeout" in kinds:
         first = about("collective_timeout")
         err = first.get("error") or {}
-        return Outcome("timeout", f"rank {first['rank']}'s collective timed out at stage {first.get('stage')} "
-                                  f"(another rank hung): {err.get('message', '')[:300]}",
-                       first["rank"], first.get("stage"))
+        return Outcome(
+            "timeout",
+            f"rank {first['rank']}'s collective timed out at stage {first.get('stage')} "
+            f"(another rank hung): {err.get('message', '')[:300]}",
+            first["rank"],
+            first.get("stage"),
+        )
     for kind in ("peer_lost", "terminated"):
         if kind in kinds:
             first = about(kind)
             err = first.get("error") or {}
-            return Outcome("failed", f"rank {first['rank']} {kind.replace('_', ' ')} at stage "
-                                     f"{first.get('stage')}: {err.get('message', '')[:300]}",
-                           first["rank"], first.get("stage"))
+            return Outcome(
+                "failed",
+                f"rank {first['rank']} {kind.replace('_', ' ')} at stage "
+                f"{first.get('stage')}: {err.get('message', '')[:300]}",
+                first["rank"],
+                first.get("stage"),
+            )
     if "skipped" in kinds:
         first = kinds["skipped"][0]
         return Outcome("skipped", (first.get("error") or {}).get("message", "skipped"))

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from fsdp_bench.analysis.duration import (Calibration, estimate_gpu_name, estimate_line, estimate_sweep,
-                                          slow_cpu_line)
+from fsdp_bench.analysis.duration import Calibration, estimate_gpu_name, estimate_line, estimate_sweep, slow_cpu_line
 from fsdp_bench.launch.memory_guard import available_host_bytes, memory_refusal
 from fsdp_bench.launch.session import SessionError, SweepSession
 from fsdp_bench.plan.case import Case
@@ -33,8 +32,13 @@ def run_preflight(session: SweepSession, cases: list[Case], *, collect_only: boo
         except SessionError as exc:
             return Preflight(refusal=str(exc))
         calibration = Calibration.from_facts(facts)
-    estimate = estimate_sweep(cases, repeats=sweep.repeats, gpu_name=estimate_gpu_name(sweep.gpu_name, cases),
-                              calibration=calibration, kept=session.kept_on_resume([case.id for case in cases]))
+    estimate = estimate_sweep(
+        cases,
+        repeats=sweep.repeats,
+        gpu_name=estimate_gpu_name(sweep.gpu_name, cases),
+        calibration=calibration,
+        kept=session.kept_on_resume([case.id for case in cases]),
+    )
     refusal = None if sweep.allow_slow_cpu else slow_cpu_line(estimate)
     if refusal is None and not sweep.allow_memory_overcommit:
         refusal = memory_refusal(cases, available_host_bytes(), nnodes=sweep.launch().nnodes)

@@ -41,8 +41,13 @@ def omp_threads(device: str, ranks_per_node: int, cpu_count: int | None) -> int:
     return max(1, (cpu_count or 1) // max(1, ranks_per_node))
 
 
-def build_env(base: dict[str, str] | None = None, *, grace_s: float = TORCHRUN_GRACE_S,
-              device: str = "cpu", ranks_per_node: int = 1) -> dict[str, str]:
+def build_env(
+    base: dict[str, str] | None = None,
+    *,
+    grace_s: float = TORCHRUN_GRACE_S,
+    device: str = "cpu",
+    ranks_per_node: int = 1,
+) -> dict[str, str]:
     """The worker's environment: this checkout importable, OpenMP threads per rank (see
     omp_threads; an OMP_NUM_THREADS already set wins), and torchrun's own SIGTERM-to-SIGKILL
     wait shorter than the runner's, so torchrun gets to kill its workers itself before the
@@ -123,8 +128,7 @@ def names_file(pid: int, path: str | Path) -> bool:
 
 def is_case_process(pid: int, marker: str | Path, root: int | None = None) -> bool:
     """A live process of the case: names the case file, not a zombie, started by the sweep."""
-    return (pid != os.getpid() and names_file(pid, marker) and not _is_zombie(pid)
-            and _started_by_us(pid, root))
+    return pid != os.getpid() and names_file(pid, marker) and not _is_zombie(pid) and _started_by_us(pid, root)
 
 
 def processes_under(folder: str | Path) -> list[int]:

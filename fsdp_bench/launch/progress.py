@@ -7,8 +7,9 @@ from __future__ import annotations
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from fsdp_bench.analysis.duration import format_duration
 from fsdp_bench.analysis.stats import NOISY_CV_PCT
@@ -53,7 +54,7 @@ class BenchState:
     interrupted: bool = False  # Ctrl-C, SIGTERM, or a full disk stopped the sweep
 
     @classmethod
-    def open(cls, sweep: Sweep) -> "BenchState":
+    def open(cls, sweep: Sweep) -> BenchState:
         """The session's state; with --bench-resume the run folder is locked and checked first
         (a busy run, live ranks or other settings: SessionError, before any case runs)."""
         session = SweepSession(sweep)
@@ -79,8 +80,10 @@ class BenchState:
         if not (self.interrupted or not_ok):
             return None
         why = "interrupted" if self.interrupted else f"{not_ok} case(s) not ok"
-        return (f"{why}; to finish this run (ok cases are kept, the rest re-run): "
-                f"pytest benchmarks --bench-resume {self.session.run_dir} [same --bench-* options]")
+        return (
+            f"{why}; to finish this run (ok cases are kept, the rest re-run): "
+            f"pytest benchmarks --bench-resume {self.session.run_dir} [same --bench-* options]"
+        )
 
 
 def progress_line(i: int, total: int, case_id: str, result: dict[str, Any], elapsed_s: float) -> str:
@@ -106,8 +109,14 @@ def _measured_parts(metrics: dict[str, Any]) -> list[str]:
         parts.append(f"{metrics[M.tokens_per_s_per_device]:,.0f} tok/s/dev")
     # One label per measure (the registry's, unit stripped): on CPU, FSDP1 has only the process RSS
     # (~0.3 GiB) while the others have live tensor bytes (MiB); one bare "peak" mixed the two.
-    key = next((k for k in (M.peak_reserved_gib, M.peak_allocated_gib, M.peak_rss_gib)
-                if isinstance(metrics.get(k), (int, float))), None)
+    key = next(
+        (
+            k
+            for k in (M.peak_reserved_gib, M.peak_allocated_gib, M.peak_rss_gib)
+            if isinstance(metrics.get(k), (int, float))
+        ),
+        None,
+    )
     if key is not None:
         peak, name = metrics[key], label(key).split(" (")[0]
         parts.append(f"{name} {peak:.2f} GiB" if peak >= 0.1 else f"{name} {peak * 1024:.1f} MiB")
@@ -174,7 +183,12 @@ def cases_to_run(items: list) -> list:
     tuning item counts its whole grid, what the full sweep would cost)."""
     from fsdp_bench.analysis.tune import TuneRequest
 
-    params = [item.callspec.params["bench_case"] for item in items
-              if "bench_case" in getattr(item, "fixturenames", ()) and item.get_closest_marker("skip") is None
-              and hasattr(item, "callspec") and "bench_case" in item.callspec.params]
+    params = [
+        item.callspec.params["bench_case"]
+        for item in items
+        if "bench_case" in getattr(item, "fixturenames", ())
+        and item.get_closest_marker("skip") is None
+        and hasattr(item, "callspec")
+        and "bench_case" in item.callspec.params
+    ]
     return [case for p in params for case in (p.cases if isinstance(p, TuneRequest) else (p,))]

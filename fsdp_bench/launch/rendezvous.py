@@ -12,14 +12,20 @@ from fsdp_bench.launch.processes import build_env
 from fsdp_bench.plan.nodes import Launch
 
 
-def start_rendezvous_store(launch: Launch, *, env: dict[str, str] | None = None,
-                           timeout_s: float = 120.0) -> subprocess.Popen:
+def start_rendezvous_store(
+    launch: Launch, *, env: dict[str, str] | None = None, timeout_s: float = 120.0
+) -> subprocess.Popen:
     """Node 0's sweep-long rendezvous store (`fsdp_bench.worker.store`). It exits when the
     returned process's stdin is closed; `stop_rendezvous_store` does that."""
     _host, port = launch.rdzv_host_port()
-    proc = subprocess.Popen(store_command(port),
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            env=build_env(env), start_new_session=True)
+    proc = subprocess.Popen(
+        store_command(port),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=build_env(env),
+        start_new_session=True,
+    )
     deadline = time.monotonic() + timeout_s
     line = b""
     while time.monotonic() < deadline and proc.poll() is None:
@@ -28,8 +34,10 @@ def start_rendezvous_store(launch: Launch, *, env: dict[str, str] | None = None,
             return proc
     rest = proc.stdout.read() if proc.poll() is not None else b""
     stop_rendezvous_store(proc)
-    raise RuntimeError(f"--bench-rdzv-endpoint: could not host the rendezvous store on port {port}: "
-                       f"{(line + rest).decode(errors='replace').strip()[-500:]}")
+    raise RuntimeError(
+        f"--bench-rdzv-endpoint: could not host the rendezvous store on port {port}: "
+        f"{(line + rest).decode(errors='replace').strip()[-500:]}"
+    )
 
 
 def stop_rendezvous_store(proc: subprocess.Popen) -> None:
@@ -39,5 +47,3 @@ def stop_rendezvous_store(proc: subprocess.Popen) -> None:
     except (OSError, subprocess.TimeoutExpired):
         proc.kill()
         proc.wait()
-
-

@@ -9,13 +9,14 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from fsdp_bench.analysis.aggregate import case_metrics
+from fsdp_bench.launch.commands import build_command, ranks_per_node
 from fsdp_bench.launch.outcome import Outcome, classify_outcome
 from fsdp_bench.launch.processes import TORCHRUN_GRACE_S, build_env, stop_case
-from fsdp_bench.launch.commands import build_command, ranks_per_node
 from fsdp_bench.plan.case import Case
 from fsdp_bench.plan.nodes import CASE_DEADLINE_ENV, Launch
 from fsdp_bench.results.io import read_json, utc_now, write_json_atomic
@@ -50,8 +51,9 @@ def _node_local_ranks(ranks: list[dict[str, Any]], local: int) -> list[int]:
     return sorted(r["rank"] for r in ranks) if ranks else list(range(local))
 
 
-def _collect_ranks(case: Case, run: RunLayout, launch: Launch,
-                   repeat: int | None = None) -> tuple[list[dict[str, Any]], list[int], str]:
+def _collect_ranks(
+    case: Case, run: RunLayout, launch: Launch, repeat: int | None = None
+) -> tuple[list[dict[str, Any]], list[int], str]:
     """All rank records of a case this node can see, the ranks it expects, and a note.
 
     Node 0 of a multi-node case also reads the other nodes' folders; when those are not
@@ -76,9 +78,14 @@ def _collect_ranks(case: Case, run: RunLayout, launch: Launch,
         time.sleep(0.5)
     if shared:
         return ranks, list(range(case.nproc)), ""
-    return ranks, _node_local_ranks(ranks, local), (
-        f"other nodes' folders under {run.node_root(1).parent} are not visible here "
-        f"(no shared filesystem?): the result holds node 0's {local} rank(s) only")
+    return (
+        ranks,
+        _node_local_ranks(ranks, local),
+        (
+            f"other nodes' folders under {run.node_root(1).parent} are not visible here "
+            f"(no shared filesystem?): the result holds node 0's {local} rank(s) only"
+        ),
+    )
 
 
 def _tail(path: Path, chars: int = LOG_TAIL_CHARS) -> str:
@@ -92,8 +99,16 @@ def _tail(path: Path, chars: int = LOG_TAIL_CHARS) -> str:
         return ""
 
 
-def run_case(case: Case, run_dir: Path, *, timeout_s: float, env: dict[str, str] | None = None,
-             grace_s: float = TORCHRUN_GRACE_S, launch: Launch = Launch(), repeat: int | None = None) -> dict[str, Any]:
+def run_case(
+    case: Case,
+    run_dir: Path,
+    *,
+    timeout_s: float,
+    env: dict[str, str] | None = None,
+    grace_s: float = TORCHRUN_GRACE_S,
+    launch: Launch = Launch(),
+    repeat: int | None = None,
+) -> dict[str, Any]:
     """Run one case in a fresh torchrun and save its merged result; returns that result.
     With `repeat`, it is that repeat of the case, in the repeat's own folder and result file.
 
@@ -109,43 +124,69 @@ def run_case(case: Case, run_dir: Path, *, timeout_s: float, env: dict[str, str]
     work.path.mkdir(parents=True, exist_ok=False)
     write_json_atomic(work.case_file, case.to_dict())
     started = {"monotonic": time.monotonic(), "utc": utc_now(), "unix": time.time()}
-    returncode, timed_out, leftover = _launch_and_wait(case, work, timeout_s=timeout_s, env=env,
-                                                       grace_s=grace_s, launch=launch, repeat=repeat)
+    returncode, timed_out, leftover = _launch_and_wait(
+        case, work, timeout_s=timeout_s, env=env, grace_s=grace_s, launch=launch, repeat=repeat
+    )
     ranks, expected, note = _collect_ranks(case, run, launch, repeat)
     log_tail = _tail(work.log_file, CLASSIFY_TAIL_CHARS)
-    outcome = classify_outcome(returncode=returncode, timed_out=timed_out, ranks=ranks,
-                               world_size=len(expected), log_tail=log_tail, timeout_s=timeout_s,
-                               expected_ranks=expected)
-    result = _merged_result(case, outcome, ranks, returncode=returncode, started=started,
-                            log_tail=log_tail[-LOG_TAIL_CHARS:])
+    outcome = classify_outcome(
+        returncode=returncode,
+        timed_out=timed_out,
+        ranks=ranks,
+        world_size=len(expected),
+        log_tail=log_tail,
+        timeout_s=timeout_s,
+        expected_ranks=expected,
+    )
+    result = _merged_result(
+        case, outcome, ranks, returncode=returncode, started=started, log_tail=log_tail[-LOG_TAIL_CHARS:]
+    )
     if leftover:  # never expected; said loudly rather than hidden
         result["leftover_pids"] = leftover
     if launch.multi_node:
-        result["launch"] = {"nnodes": launch.nnodes, "node_rank": launch.node_rank,
-                            "rdzv_endpoint": launch.rdzv_endpoint, "run_id": launch.run_id, "note": note}
+        result["launch"] = {
+            "nnodes": launch.nnodes,
+            "node_rank": launch.node_rank,
+            "rdzv_endpoint": launch.rdzv_endpoint,
+            "run_id": launch.run_id,
+            "note": note,
+        }
     if repeat is not None:
         result["repeat"] = repeat
     write_json_atomic(run.result_file(case.id, launch.node_rank, repeat), result)
     return result
 
 
-def _case_env(case: Case, env: dict[str, str] | None, grace_s: float, launch: Launch,
-              timeout_s: float) -> dict[str, str]:
+def _case_env(
+    case: Case, env: dict[str, str] | None, grace_s: float, launch: Launch, timeout_s: float
+) -> dict[str, str]:
     out = build_env(env, grace_s=grace_s, device=case.device, ranks_per_node=ranks_per_node(case.nproc, launch.nnodes))
     out[CASE_DEADLINE_ENV] = str(timeout_s + grace_s)  # torchrun's own stop if this process is gone by then
     return out
 
 
-def _launch_and_wait(case: Case, work: CaseDir, *, timeout_s: float, env: dict[str, str] | None,
-                     grace_s: float, launch: Launch, repeat: int | None = None) -> tuple[int | None, bool, list[int]]:
+def _launch_and_wait(
+    case: Case,
+    work: CaseDir,
+    *,
+    timeout_s: float,
+    env: dict[str, str] | None,
+    grace_s: float,
+    launch: Launch,
+    repeat: int | None = None,
+) -> tuple[int | None, bool, list[int]]:
     """Start the case's torchrun in its own session, wait at most `timeout_s`, and stop whatever
     is left (also on Ctrl-C or SIGTERM to the parent). (returncode, timed_out, leftover pids)."""
     timed_out = False
     with open(work.log_file, "wb") as log:
         proc = subprocess.Popen(
             build_command(case, work.case_file, work.path, launch=launch, join_timeout_s=timeout_s, repeat=repeat),
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=_case_env(case, env, grace_s, launch, timeout_s),
-            cwd=work.path, start_new_session=True,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=_case_env(case, env, grace_s, launch, timeout_s),
+            cwd=work.path,
+            start_new_session=True,
         )
         try:
             proc.wait(timeout=timeout_s)
@@ -156,8 +197,15 @@ def _launch_and_wait(case: Case, work: CaseDir, *, timeout_s: float, env: dict[s
     return proc.returncode, timed_out, leftover
 
 
-def _merged_result(case: Case, outcome: Outcome, ranks: list[dict[str, Any]], *, returncode: int | None,
-                   started: dict[str, Any], log_tail: str) -> dict[str, Any]:
+def _merged_result(
+    case: Case,
+    outcome: Outcome,
+    ranks: list[dict[str, Any]],
+    *,
+    returncode: int | None,
+    started: dict[str, Any],
+    log_tail: str,
+) -> dict[str, Any]:
     """The case's result file: status and why, timings of the launch, headline metrics, every rank."""
     result = {
         "schema_version": SCHEMA_VERSION,

@@ -62,8 +62,10 @@ def check_free_space(run_dir: Path) -> None:
     need_mib = min_free_mib()
     free_mib = shutil.disk_usage(run_dir).free / 2**20
     if free_mib < need_mib:
-        raise DiskFull(f"only {free_mib:.0f} MiB free under {run_dir} (need {need_mib:.0f} MiB); "
-                       f"free some space, then: pytest benchmarks --bench-resume {run_dir} [same --bench-* options]")
+        raise DiskFull(
+            f"only {free_mib:.0f} MiB free under {run_dir} (need {need_mib:.0f} MiB); "
+            f"free some space, then: pytest benchmarks --bench-resume {run_dir} [same --bench-* options]"
+        )
 
 
 class SweepSession:
@@ -107,8 +109,7 @@ class SweepSession:
         if self.sweep.resume is None or not self.launch.owns_results:
             return frozenset()
         run = RunLayout(self.sweep.resume)
-        return frozenset(cid for cid in case_ids
-                         if (_load_or_none(run.result_file(cid)) or {}).get("status") == "ok")
+        return frozenset(cid for cid in case_ids if (_load_or_none(run.result_file(cid)) or {}).get("status") == "ok")
 
     def _write_environment(self, folder: Path) -> None:
         from fsdp_bench.launch.environment import write_environment
@@ -153,8 +154,10 @@ class SweepSession:
         except OSError:
             now = None
         if now != self._identity or not layout.cases_dir.is_dir():
-            raise RunFolderGone(f"{self.run_dir} was removed or replaced while the sweep ran; stopping "
-                                f"(the cases done so far are wherever that folder went)")
+            raise RunFolderGone(
+                f"{self.run_dir} was removed or replaced while the sweep ran; stopping "
+                f"(the cases done so far are wherever that folder went)"
+            )
 
     def check_no_live_ranks(self, run_dir: Path) -> None:
         """Refuse to resume a run whose earlier attempt still has ranks alive (an orphaned
@@ -164,8 +167,10 @@ class SweepSession:
         for work in RunLayout(Path(run_dir)).unfinished_case_dirs():
             pids = live_ranks(work.path)
             if pids:
-                raise SessionError(f"{work.path.name} still has ranks running from an earlier attempt "
-                                   f"(pid {', '.join(map(str, pids))}); stop them first")
+                raise SessionError(
+                    f"{work.path.name} still has ranks running from an earlier attempt "
+                    f"(pid {', '.join(map(str, pids))}); stop them first"
+                )
 
     def check_same_settings(self, run_dir: Path) -> None:
         """Refuse to resume a run with settings that change what its cases measure."""
@@ -180,8 +185,10 @@ class SweepSession:
             raise SessionError(f"{stored_file} is not a JSON object; cannot tell the run's settings")
         diffs = fingerprint_differences(stored, self.sweep.fingerprint())
         if diffs:
-            raise SessionError(f"{run_dir} was run with other settings ({'; '.join(diffs)}); "
-                               "resume with the same options or start a new run")
+            raise SessionError(
+                f"{run_dir} was run with other settings ({'; '.join(diffs)}); "
+                "resume with the same options or start a new run"
+            )
 
     def unlock_run_dir(self) -> None:
         if self._lock_fd is not None:
@@ -206,7 +213,9 @@ class SweepSession:
             if self.sweep.resume is not None:
                 self.run_dir = self.sweep.resume
             elif self.sweep.run_id is not None:
-                self.run_dir = _named_run_dir(self, self.sweep.results_dir / self.sweep.run_id, self.launch.owns_results)
+                self.run_dir = _named_run_dir(
+                    self, self.sweep.results_dir / self.sweep.run_id, self.launch.owns_results
+                )
                 self._write_environment(RunLayout(self.run_dir).node_root(self.launch.node_rank))
             else:
                 self.run_dir = create_run_dir(self.sweep.results_dir)
@@ -233,8 +242,9 @@ class SweepSession:
         try:
             return self._run(run, case)
         except OSError as exc:
-            raise RunFolderGone(f"{run.root}: {_os_error_line(exc)}; stopping (resume later with "
-                                f"--bench-resume {run.root})") from None
+            raise RunFolderGone(
+                f"{run.root}: {_os_error_line(exc)}; stopping (resume later with --bench-resume {run.root})"
+            ) from None
 
     def _run(self, run: RunLayout, case: Case) -> dict[str, Any]:
         from fsdp_bench.launch.runner import run_case
@@ -251,8 +261,9 @@ class SweepSession:
             check_free_space(run.root)
             if previous is not None:
                 _set_aside(run, case.id)
-            result = run_case(case, run.root, timeout_s=self.sweep.timeout_s, grace_s=self.sweep.kill_grace_s,
-                              launch=self.launch)
+            result = run_case(
+                case, run.root, timeout_s=self.sweep.timeout_s, grace_s=self.sweep.kill_grace_s, launch=self.launch
+            )
         self.results.append(result)
         return result
 
@@ -285,10 +296,18 @@ class SweepSession:
             if done is None or done["status"] != "ok":
                 check_free_space(run.root)
                 # Only node 0 resumes; another node must never move node 0's (live) folder.
-                if self.launch.owns_results and (run.case_dir(case.id, repeat=repeat).path.exists() or done is not None):
+                if self.launch.owns_results and (
+                    run.case_dir(case.id, repeat=repeat).path.exists() or done is not None
+                ):
                     _set_aside(run, case.id, repeat=repeat)
-                done = run_case(case, run.root, timeout_s=self.sweep.timeout_s, grace_s=self.sweep.kill_grace_s,
-                                launch=self.launch, repeat=repeat)
+                done = run_case(
+                    case,
+                    run.root,
+                    timeout_s=self.sweep.timeout_s,
+                    grace_s=self.sweep.kill_grace_s,
+                    launch=self.launch,
+                    repeat=repeat,
+                )
             results.append(done)
             if done["status"] != "ok":
                 break
@@ -324,8 +343,7 @@ def _open_lock_file(run_dir: Path, lock_file: Path) -> int:
         except FileExistsError:
             fd = os.open(lock_file, flags)  # O_NONBLOCK: a FIFO must not block the open
     except OSError as exc:
-        raise SessionError(f"cannot lock {run_dir}: {lock_file} is a symlink or unusable "
-                           f"({exc.strerror})") from None
+        raise SessionError(f"cannot lock {run_dir}: {lock_file} is a symlink or unusable ({exc.strerror})") from None
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
         os.close(fd)
@@ -334,7 +352,7 @@ def _open_lock_file(run_dir: Path, lock_file: Path) -> int:
     return fd
 
 
-def _named_run_dir(session: "SweepSession", path: Path, owner: bool) -> Path:
+def _named_run_dir(session: SweepSession, path: Path, owner: bool) -> Path:
     """The run folder every node names alike (--bench-run-id). Node 0 takes it only when it is
     new or empty (never a folder with files of the user's or an earlier run: those would be
     overwritten), locks it, then makes cases/; other nodes only make their node folder."""
@@ -346,15 +364,19 @@ def _named_run_dir(session: "SweepSession", path: Path, owner: bool) -> Path:
         return path
     taken = foreign_entries(path)
     if taken:
-        raise SessionError(f"--bench-run-id: {path} already exists and holds {', '.join(taken[:3])}; "
-                           f"choose a new run id, or continue a run with --bench-resume {path}")
+        raise SessionError(
+            f"--bench-run-id: {path} already exists and holds {', '.join(taken[:3])}; "
+            f"choose a new run id, or continue a run with --bench-resume {path}"
+        )
     session.lock_run_dir(path)  # exclusive: of two sweeps started at once, one gets RunBusy here
     try:
         RunLayout(path).cases_dir.mkdir()
     except FileExistsError:
         session.unlock_run_dir()
-        raise SessionError(f"--bench-run-id: {path} already holds results; choose a new run id "
-                           f"or continue it with --bench-resume {path}") from None
+        raise SessionError(
+            f"--bench-run-id: {path} already holds results; choose a new run id "
+            f"or continue it with --bench-resume {path}"
+        ) from None
     return path
 
 

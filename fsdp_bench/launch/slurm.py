@@ -16,7 +16,7 @@ import re
 import shutil
 import subprocess
 import sys
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 # Options the script sets from Slurm; a user passing them too would split the nodes.
 MANAGED_OPTIONS = ("--bench-nnodes", "--bench-node-rank", "--bench-rdzv-endpoint", "--bench-run-id")
@@ -51,8 +51,9 @@ def gpus_on_node(env: Mapping[str, str]) -> int | None:
     return int(per_node) if per_node.isdigit() else None
 
 
-def build_node_command(env: Mapping[str, str], user_args: Sequence[str], *,
-                       python: str = sys.executable) -> tuple[list[str], dict[str, str]]:
+def build_node_command(
+    env: Mapping[str, str], user_args: Sequence[str], *, python: str = sys.executable
+) -> tuple[list[str], dict[str, str]]:
     """(argv, extra environment) of this node's sweep inside a Slurm job step."""
     missing = [k for k in ("SLURM_JOB_ID", "SLURM_NNODES", "SLURM_NODEID") if not env.get(k)]
     if missing:
@@ -65,10 +66,20 @@ def build_node_command(env: Mapping[str, str], user_args: Sequence[str], *,
         raise SlurmError(f"SLURM_NODEID {node_rank} is not in 0..{nnodes - 1}")
     head = env.get("FSDP_BENCH_RDZV_HOST") or first_host(env.get("SLURM_JOB_NODELIST", ""))
     port = int(env.get("FSDP_BENCH_RDZV_PORT", DEFAULT_PORT))
-    argv = [python, "-m", "pytest", "benchmarks",
-            "--bench-nnodes", str(nnodes), "--bench-node-rank", str(node_rank),
-            "--bench-rdzv-endpoint", f"{head}:{port}",
-            "--bench-run-id", env.get("FSDP_BENCH_RUN_ID") or f"slurm-{env['SLURM_JOB_ID']}"]
+    argv = [
+        python,
+        "-m",
+        "pytest",
+        "benchmarks",
+        "--bench-nnodes",
+        str(nnodes),
+        "--bench-node-rank",
+        str(node_rank),
+        "--bench-rdzv-endpoint",
+        f"{head}:{port}",
+        "--bench-run-id",
+        env.get("FSDP_BENCH_RUN_ID") or f"slurm-{env['SLURM_JOB_ID']}",
+    ]
     gpus = gpus_on_node(env)
     if gpus and not any(a.split("=", 1)[0] == "--bench-nproc" for a in user_args):
         argv += ["--bench-nproc", str(gpus)]

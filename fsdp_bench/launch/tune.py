@@ -10,11 +10,24 @@ goes on where it stopped.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from fsdp_bench.analysis.tune import (TuneLog, TuneRequest, choose_probe, fit_step_model, leader, measured_from_result,
-                                      plan_round, predict_case, prior_model, rank_predictions, split_by_budget,
-                                      survivors, tune_answer)
+from fsdp_bench.analysis.tune import (
+    TuneLog,
+    TuneRequest,
+    choose_probe,
+    fit_step_model,
+    leader,
+    measured_from_result,
+    plan_round,
+    predict_case,
+    prior_model,
+    rank_predictions,
+    split_by_budget,
+    survivors,
+    tune_answer,
+)
 from fsdp_bench.launch.session import SweepSession
 from fsdp_bench.plan.case import Case
 from fsdp_bench.results.io import write_json_atomic
@@ -28,8 +41,15 @@ class TuneError(RuntimeError):
     """The grid cannot be tuned (a model without shapes); one line for the user."""
 
 
-def _measure(session: SweepSession, log: TuneLog, batch: list[tuple[Case, int]], kind: str, model,
-             on_result: OnResult, predictions) -> None:
+def _measure(
+    session: SweepSession,
+    log: TuneLog,
+    batch: list[tuple[Case, int]],
+    kind: str,
+    model,
+    on_result: OnResult,
+    predictions,
+) -> None:
     by_id = {p.case.id: p for p in predictions}
     entry = {"round": len(log.rounds), "kind": kind, "runs": []}
     for case, repeats in batch:
@@ -39,10 +59,17 @@ def _measure(session: SweepSession, log: TuneLog, batch: list[tuple[Case, int]],
         on_result(case, result)
         log.measured[case.id] = measured_from_result(result)
         m = log.measured[case.id]
-        entry["runs"].append({"case_id": case.id, "repeat_count": m.repeats, "status": m.status,
-                               "predicted_step_s": log.predicted_step_s.get(case.id),
-                               "speed_tokens_per_s": m.tokens_per_s, "speed_low_tokens_per_s": m.tokens_per_s_low,
-                               "speed_high_tokens_per_s": m.tokens_per_s_high})
+        entry["runs"].append(
+            {
+                "case_id": case.id,
+                "repeat_count": m.repeats,
+                "status": m.status,
+                "predicted_step_s": log.predicted_step_s.get(case.id),
+                "speed_tokens_per_s": m.tokens_per_s,
+                "speed_low_tokens_per_s": m.tokens_per_s_low,
+                "speed_high_tokens_per_s": m.tokens_per_s_high,
+            }
+        )
     log.rounds.append(entry)
 
 
@@ -52,8 +79,15 @@ def _refit(prior, predictions, log: TuneLog):
     return fit_step_model(prior, pairs)
 
 
-def run_tune(session: SweepSession, request: TuneRequest, *, budget_gib: float | None, max_repeats: int,
-             time_budget_s: float | None, on_result: OnResult) -> dict[str, Any]:
+def run_tune(
+    session: SweepSession,
+    request: TuneRequest,
+    *,
+    budget_gib: float | None,
+    max_repeats: int,
+    time_budget_s: float | None,
+    on_result: OnResult,
+) -> dict[str, Any]:
     """Tune one model's grid; returns the answer, also written to RUN/tune/<request id>.json."""
     try:
         predictions = [predict_case(c) for c in request.cases]
@@ -64,8 +98,9 @@ def run_tune(session: SweepSession, request: TuneRequest, *, budget_gib: float |
     model, log = prior, TuneLog()
     stopped = "no configuration is predicted to fit the budget" if not fitting else ""
     if fitting:
-        _measure(session, log, [(p.case, 1) for p in choose_probe(fitting, prior)], "probe", model, on_result,
-                 predictions)
+        _measure(
+            session, log, [(p.case, 1) for p in choose_probe(fitting, prior)], "probe", model, on_result, predictions
+        )
     if boundary is not None:
         _measure(session, log, [(boundary.case, 1)], "boundary", model, on_result, predictions)
     while fitting and not stopped:
@@ -73,15 +108,17 @@ def run_tune(session: SweepSession, request: TuneRequest, *, budget_gib: float |
         if time_budget_s is not None and log.spent_s() >= time_budget_s:
             stopped = f"time budget spent ({log.spent_s():.0f} of {time_budget_s:g} case-seconds)"
             break
-        batch = plan_round(rank_predictions(fitting, model), log.measured, model, budget_gib=budget_gib,
-                           max_repeats=max_repeats)
+        batch = plan_round(
+            rank_predictions(fitting, model), log.measured, model, budget_gib=budget_gib, max_repeats=max_repeats
+        )
         if not batch or len(log.rounds) >= MAX_ROUNDS:
             stopped = _why_done(log, budget_gib, max_repeats)
             break
         kind = "repeat" if all(case.id in log.measured for case, _ in batch) else "explore"
         _measure(session, log, batch, kind, model, on_result, predictions)
-    answer = tune_answer(request, log, model, skipped, budget_gib=budget_gib, max_repeats=max_repeats,
-                         stopped=stopped, boundary=boundary)
+    answer = tune_answer(
+        request, log, model, skipped, budget_gib=budget_gib, max_repeats=max_repeats, stopped=stopped, boundary=boundary
+    )
     write_json_atomic(session.layout.tune_file(request.id), answer, overwrite=True)
     return answer
 
@@ -99,17 +136,21 @@ def answer_lines(answer: dict[str, Any]) -> list[str]:
     """The tuning's answer for the terminal."""
     cost = answer["cost"]
     ratio = f"{100 * cost['ratio']:.0f}%" if cost["ratio"] is not None else "?"
-    lines = [f"tune {answer['model']}: pick {answer['pick'] or 'none'}"
-             + (f"; tied within noise: {', '.join(answer['tied'])}" if answer["tied"] else ""),
-             f"  stopped: {answer['stopped']}",
-             f"  cost: {cost['spent_case_s']:.0f} case-seconds on {cost['measured_cases']} of {cost['grid_cases']} cases, "
-             f"{ratio} of the full grid's estimated {cost['full_grid_case_s']:.0f} at {answer['max_repeats']} repeat(s)"]
+    lines = [
+        f"tune {answer['model']}: pick {answer['pick'] or 'none'}"
+        + (f"; tied within noise: {', '.join(answer['tied'])}" if answer["tied"] else ""),
+        f"  stopped: {answer['stopped']}",
+        f"  cost: {cost['spent_case_s']:.0f} case-seconds on {cost['measured_cases']} of {cost['grid_cases']} cases, "
+        f"{ratio} of the full grid's estimated {cost['full_grid_case_s']:.0f} at {answer['max_repeats']} repeat(s)",
+    ]
     if answer["skipped"]:
         lines.append(f"  skipped {len(answer['skipped'])} case(s) predicted not to fit {answer['budget_gib']:g} GiB")
     check = answer.get("boundary_check")
     if check:
-        lines.append(f"  boundary check {check['case_id']}: predicted {check['predicted_peak_in_gib']:.4g} GiB, measured "
-                     f"{check['measured_peak_in_gib']} GiB, over the budget when measured: {check['over_budget_when_measured']}")
+        lines.append(
+            f"  boundary check {check['case_id']}: predicted {check['predicted_peak_in_gib']:.4g} GiB, measured "
+            f"{check['measured_peak_in_gib']} GiB, over the budget when measured: {check['over_budget_when_measured']}"
+        )
     return lines
 
 
@@ -117,14 +158,21 @@ def tune_item(state, request, write_live) -> dict:
     """One `--bench-tune` test: the tuning of `request`'s grid through the sweep's session (`state`,
     a launch.progress.BenchState), each measured case's live line and then the answer written with
     `write_live`. Raises DiskFull, SessionError or TuneError for the plugin to turn into a stop."""
+
     def on_result(case, result) -> None:
         line = state.progress.finish_case(f"{request.id}::{case.id}", case.id, result)
         if line:
             write_live(line)
 
     sweep = state.sweep
-    answer = run_tune(state.session, request, budget_gib=sweep.budget_gib, max_repeats=sweep.repeats,
-                      time_budget_s=sweep.tune_time_s, on_result=on_result)
+    answer = run_tune(
+        state.session,
+        request,
+        budget_gib=sweep.budget_gib,
+        max_repeats=sweep.repeats,
+        time_budget_s=sweep.tune_time_s,
+        on_result=on_result,
+    )
     for line in answer_lines(answer):
         write_live(line)
     return answer

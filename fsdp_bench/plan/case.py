@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from fsdp_bench.plan.catalog import OPTIMIZER_TIMING_ROWS, PRECISIONS, STRATEGIES
 from fsdp_bench.plan.catalog import strategy as catalog_strategy
@@ -122,14 +123,14 @@ class Case:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "Case":
+    def from_dict(cls, data: Mapping[str, Any]) -> Case:
         names = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - names)
         if unknown:
             raise CaseError(f"unknown case field(s) {_known(unknown)}; known: {_known(sorted(names))}")
         return cls(**dict(data))
 
-    def replace(self, **changes: Any) -> "Case":
+    def replace(self, **changes: Any) -> Case:
         return dataclasses.replace(self, **changes)
 
 
@@ -143,12 +144,40 @@ PROFILER_WARMUP_STEPS = 1
 # they differ from their default. Measurement settings never appear: they do not change
 # what is being compared, and resuming a run must find the same ids.
 _ID_AXES = frozenset({"strategy", "model", "nproc", "batch_size", "grad_accum", "optimizer_timing"})
-_NOT_IN_ID = frozenset({"steps", "warmup", "target_ci_pct", "measure_cap_s", "device", "pg_timeout_s", "suite", "scaled_down", "profile",
-                        "memory_snapshot", "probes"})
-_ID_PREFIX = {"seq_len": "sl", "seed": "seed", "lr": "lr", "precision": "", "act_ckpt": "ac",
-              "compile": "compiled", "optimizer_impl": "adamw_", "grad_clip": "clip", "wrap_policy": "wrap_",
-              "min_num_params": "mnp", "forward_prefetch": "fwdpf", "backward_prefetch": "bwdpf_",
-              "grad_sync": "sync_", "checkpoint": "ckpt_", "data": "data_", "mesh": "mesh", "simulate": "sim"}
+_NOT_IN_ID = frozenset(
+    {
+        "steps",
+        "warmup",
+        "target_ci_pct",
+        "measure_cap_s",
+        "device",
+        "pg_timeout_s",
+        "suite",
+        "scaled_down",
+        "profile",
+        "memory_snapshot",
+        "probes",
+    }
+)
+_ID_PREFIX = {
+    "seq_len": "sl",
+    "seed": "seed",
+    "lr": "lr",
+    "precision": "",
+    "act_ckpt": "ac",
+    "compile": "compiled",
+    "optimizer_impl": "adamw_",
+    "grad_clip": "clip",
+    "wrap_policy": "wrap_",
+    "min_num_params": "mnp",
+    "forward_prefetch": "fwdpf",
+    "backward_prefetch": "bwdpf_",
+    "grad_sync": "sync_",
+    "checkpoint": "ckpt_",
+    "data": "data_",
+    "mesh": "mesh",
+    "simulate": "sim",
+}
 
 
 def check_unique_ids(cases: Iterable[Case]) -> None:
@@ -160,8 +189,9 @@ def check_unique_ids(cases: Iterable[Case]) -> None:
         if other != case:
             a, b = other.to_dict(), case.to_dict()
             diff = ", ".join(f"{k}={a[k]!r} vs {b[k]!r}" for k in a if a[k] != b[k])
-            raise CaseError(f"two different cases share the id {case.id!r} ({diff}); "
-                            f"rename or move one of them so their ids differ")
+            raise CaseError(
+                f"two different cases share the id {case.id!r} ({diff}); rename or move one of them so their ids differ"
+            )
 
 
 def _format_id_value(value: Any) -> str:
@@ -181,9 +211,7 @@ def validate_case(case: Case) -> None:
     if case.strategy not in STRATEGIES:
         raise CaseError(f"unknown strategy {case.strategy!r}; known: {_known(STRATEGIES)}")
     if case.optimizer_timing not in OPTIMIZER_TIMINGS:
-        raise CaseError(
-            f"unknown optimizer timing {case.optimizer_timing!r}; known: {_known(OPTIMIZER_TIMINGS)}"
-        )
+        raise CaseError(f"unknown optimizer timing {case.optimizer_timing!r}; known: {_known(OPTIMIZER_TIMINGS)}")
     if case.model not in MODEL_FLAVORS and not is_hf_path(case.model):
         raise CaseError(f"unknown model {case.model!r}; known: {_known(MODEL_FLAVORS)} or hf:PATH")
     if is_hf_path(case.model) and (problem := hf_path_problem(case.model)):
@@ -216,24 +244,33 @@ def validate_case(case: Case) -> None:
             raise CaseError(f"mesh {case.mesh} has {replicate * shard} ranks but the case has {case.nproc}")
     flavor = MODEL_FLAVORS.get(case.model)
     if flavor is not None and flavor.max_seq_len is not None and case.seq_len > flavor.max_seq_len:
-        raise CaseError(
-            f"seq_len {case.seq_len} exceeds {case.model}'s context of {flavor.max_seq_len} tokens"
-        )
-    for name, known in (("precision", PRECISIONS), ("optimizer_impl", OPTIMIZER_IMPLS),
-                        ("wrap_policy", WRAP_POLICIES), ("backward_prefetch", BACKWARD_PREFETCHES),
-                        ("grad_sync", GRAD_SYNCS), ("checkpoint", CHECKPOINTS)):
+        raise CaseError(f"seq_len {case.seq_len} exceeds {case.model}'s context of {flavor.max_seq_len} tokens")
+    for name, known in (
+        ("precision", PRECISIONS),
+        ("optimizer_impl", OPTIMIZER_IMPLS),
+        ("wrap_policy", WRAP_POLICIES),
+        ("backward_prefetch", BACKWARD_PREFETCHES),
+        ("grad_sync", GRAD_SYNCS),
+        ("checkpoint", CHECKPOINTS),
+    ):
         if getattr(case, name) not in known:
             raise CaseError(f"unknown {name} {getattr(case, name)!r}; known: {_known(known)}")
     if isinstance(case.grad_clip, bool) or not isinstance(case.grad_clip, (int, float)) or case.grad_clip < 0:
         raise CaseError(f"grad_clip must be a non-negative number, got {case.grad_clip!r}")
     _positive_int("min_num_params", case.min_num_params)
-    if isinstance(case.forward_prefetch, bool) or not isinstance(case.forward_prefetch, int) or case.forward_prefetch < 0:
+    if (
+        isinstance(case.forward_prefetch, bool)
+        or not isinstance(case.forward_prefetch, int)
+        or case.forward_prefetch < 0
+    ):
         raise CaseError(f"forward_prefetch must be a non-negative integer, got {case.forward_prefetch!r}")
     if case.data and flavor is not None and not flavor.takes_tokens:
         raise CaseError(f"data {case.data!r} needs a language model; {case.model} takes vectors, not tokens")
     if len(case.id.encode()) > MAX_CASE_ID_BYTES:
-        raise CaseError(f"case id {case.id[:60]}... is {len(case.id.encode())} bytes; a file name holds "
-                        f"{MAX_CASE_ID_BYTES} at most here (a shorter hf: path gives a shorter id)")
+        raise CaseError(
+            f"case id {case.id[:60]}... is {len(case.id.encode())} bytes; a file name holds "
+            f"{MAX_CASE_ID_BYTES} at most here (a shorter hf: path gives a shorter id)"
+        )
 
 
 def applicable(case: Case) -> Case:
@@ -261,7 +298,7 @@ def timing_order(name: str) -> int:
 
 
 def parse_mesh(text: str) -> tuple[int, int]:
-    """"2x4" -> (replicate=2, shard=4)."""
+    """ "2x4" -> (replicate=2, shard=4)."""
     parts = str(text).lower().split("x")
     try:
         replicate, shard = (int(p) for p in parts)
@@ -291,17 +328,23 @@ def skip_reason(case: Case) -> str | None:
     row = catalog_strategy(case.strategy)
     if case.device == "cpu":
         if case.precision == "fp16":
-            return ("fp16 needs CUDA: the fp16 recipe (half params + sharded GradScaler) is a GPU training "
-                    "choice; CPU kernels for half matmuls are slow emulation, so its timings mean nothing")
+            return (
+                "fp16 needs CUDA: the fp16 recipe (half params + sharded GradScaler) is a GPU training "
+                "choice; CPU kernels for half matmuls are slow emulation, so its timings mean nothing"
+            )
         if row.cpu_skip_reason:
             return f"{case.strategy} {row.cpu_skip_reason}"
     if case.device == "cuda" and case.nproc == 1 and not case.simulate and row.degrades_to_no_shard_at_one_rank:
-        return (f"{case.strategy} at 1 rank: FSDP1 switches every sharded strategy to NO_SHARD when the "
-                "world size is 1, so it would measure fsdp1_no_shard under this name; run it with "
-                "nproc >= 2 or simulate=True")
+        return (
+            f"{case.strategy} at 1 rank: FSDP1 switches every sharded strategy to NO_SHARD when the "
+            "world size is 1, so it would measure fsdp1_no_shard under this name; run it with "
+            "nproc >= 2 or simulate=True"
+        )
     if row.uses_fsdp_knobs and not row.chooses_backward_prefetch and case.backward_prefetch != "pre":
-        return (f"backward_prefetch={case.backward_prefetch} does not exist in FSDP2: fully_shard always "
-                "prefetches the next block in backward (only explicit deeper prefetch can be set)")
+        return (
+            f"backward_prefetch={case.backward_prefetch} does not exist in FSDP2: fully_shard always "
+            "prefetches the next block in backward (only explicit deeper prefetch can be set)"
+        )
     return None
 
 
@@ -326,12 +369,21 @@ def expand_grid(grid: Grid) -> list[Case]:
     cases: dict[str, Case] = {}
     knob_names = list(grid.knobs)
     for strategy, bs, ga, timing, *knob_values in itertools.product(
-        grid.strategies, grid.batch_sizes, grid.grad_accums, grid.optimizer_timings,
+        grid.strategies,
+        grid.batch_sizes,
+        grid.grad_accums,
+        grid.optimizer_timings,
         *(grid.knobs[n] for n in knob_names),
     ):
         case = Case(
-            **{**grid.base, "strategy": strategy, "batch_size": bs, "grad_accum": ga,
-               "optimizer_timing": timing, **dict(zip(knob_names, knob_values))}
+            **{
+                **grid.base,
+                "strategy": strategy,
+                "batch_size": bs,
+                "grad_accum": ga,
+                "optimizer_timing": timing,
+                **dict(zip(knob_names, knob_values)),
+            }
         )
         case = applicable(case)
         cases.setdefault(case.id, case)

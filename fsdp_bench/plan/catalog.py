@@ -132,12 +132,22 @@ class OptimizerTiming:
     not_trained_reason: str | None = None  # why a case with this timing does not train (None: it does)
 
 
-OPTIMIZER_TIMING_ROWS: dict[str, OptimizerTiming] = {t.name: t for t in (
-    OptimizerTiming("after_shard", "after", "optimizer after sharding", "-", False, False),
-    OptimizerTiming("before_shard", "before", "optimizer before sharding (no fix)", "--", True, False,
-                    "optimizer built before sharding: parameters never changed"),
-    OptimizerTiming("before_shard_fixed", "before_fixed", "optimizer before sharding + fix", ":", True, True),
-)}
+OPTIMIZER_TIMING_ROWS: dict[str, OptimizerTiming] = {
+    t.name: t
+    for t in (
+        OptimizerTiming("after_shard", "after", "optimizer after sharding", "-", False, False),
+        OptimizerTiming(
+            "before_shard",
+            "before",
+            "optimizer before sharding (no fix)",
+            "--",
+            True,
+            False,
+            "optimizer built before sharding: parameters never changed",
+        ),
+        OptimizerTiming("before_shard_fixed", "before_fixed", "optimizer before sharding + fix", ":", True, True),
+    )
+}
 INTENDED_TIMING = "after_shard"  # the way the PyTorch docs build it
 
 
@@ -152,37 +162,101 @@ def optimizer_timing(name: str) -> OptimizerTiming:
 
 
 _NEEDS_CUDA = "needs CUDA: "
-STRATEGIES: dict[str, Strategy] = {s.name: s for s in (
-    Strategy("ddp", "DistributedDataParallel: full replica per rank, gradients all-reduced",
-             "ddp", "replicated", fixed_timing="after_shard"),
-    Strategy("fsdp1_full_shard", "FSDP1 FULL_SHARD (ZeRO-3): params, grads and optimizer state sharded",
-             "fsdp1", "full_shard", reshard_after_forward=True),
-    Strategy("fsdp1_shard_grad_op", "FSDP1 SHARD_GRAD_OP (ZeRO-2): params kept after forward, grads/optim sharded",
-             "fsdp1", "shard_grad_op"),
-    Strategy("fsdp1_no_shard", "FSDP1 NO_SHARD: DDP-like replication through the FSDP1 code path",
-             "fsdp1", "replicated"),
-    Strategy("fsdp2", "FSDP2 fully_shard, reshard_after_forward=True (ZeRO-3-like)",
-             "fsdp2", "full_shard", reshard_after_forward=True),
-    Strategy("fsdp2_no_reshard", "FSDP2 fully_shard, reshard_after_forward=False (ZeRO-2-like)",
-             "fsdp2", "shard_grad_op"),
-    Strategy("fsdp1_offload", "FSDP1 FULL_SHARD with CPUOffload(offload_params=True): params and grads live on the host",
-             "fsdp1", "full_shard", reshard_after_forward=True, offload=True, in_default_sweep=False,
-             cpu_skip_reason=(_NEEDS_CUDA + "FSDP1 CPUOffload(offload_params=True) raises 'Cannot access accelerator "
-                              "device when none is available' at the first forward on a CPU-only machine")),
-    Strategy("fsdp2_offload", "FSDP2 fully_shard with CPUOffloadPolicy: sharded params, grads and optimizer step on the host",
-             "fsdp2", "full_shard", reshard_after_forward=True, offload=True, in_default_sweep=False,
-             cpu_skip_reason=(_NEEDS_CUDA + "FSDP2 CPUOffloadPolicy raises 'Cannot access accelerator device when "
-                              "none is available' on a CPU-only machine")),
-    Strategy("accelerate_fsdp2", "Hugging Face accelerate FSDP2: model and optimizer built first, then Accelerator.prepare",
-             "accelerate", "full_shard", reshard_after_forward=True, fixed_timing="before_shard_fixed",
-             in_default_sweep=False,
-             cpu_skip_reason=(_NEEDS_CUDA + "accelerate 1.15 on CPU runs as DistributedType.MULTI_CPU and wraps the "
-                              "model in DDP, ignoring the FSDP2 plugin, so nothing would be sharded")),
-    Strategy("fsdp1_hybrid_shard", "FSDP1 HYBRID_SHARD: FULL_SHARD inside a node, replicated across nodes (2D mesh)",
-             "fsdp1", "full_shard", reshard_after_forward=True, hybrid=True, in_default_sweep=False),
-    Strategy("fsdp2_hsdp", "FSDP2 fully_shard on a 2D (replicate x shard) mesh: HSDP",
-             "fsdp2", "full_shard", reshard_after_forward=True, hybrid=True, in_default_sweep=False),
-)}
+STRATEGIES: dict[str, Strategy] = {
+    s.name: s
+    for s in (
+        Strategy(
+            "ddp",
+            "DistributedDataParallel: full replica per rank, gradients all-reduced",
+            "ddp",
+            "replicated",
+            fixed_timing="after_shard",
+        ),
+        Strategy(
+            "fsdp1_full_shard",
+            "FSDP1 FULL_SHARD (ZeRO-3): params, grads and optimizer state sharded",
+            "fsdp1",
+            "full_shard",
+            reshard_after_forward=True,
+        ),
+        Strategy(
+            "fsdp1_shard_grad_op",
+            "FSDP1 SHARD_GRAD_OP (ZeRO-2): params kept after forward, grads/optim sharded",
+            "fsdp1",
+            "shard_grad_op",
+        ),
+        Strategy(
+            "fsdp1_no_shard", "FSDP1 NO_SHARD: DDP-like replication through the FSDP1 code path", "fsdp1", "replicated"
+        ),
+        Strategy(
+            "fsdp2",
+            "FSDP2 fully_shard, reshard_after_forward=True (ZeRO-3-like)",
+            "fsdp2",
+            "full_shard",
+            reshard_after_forward=True,
+        ),
+        Strategy(
+            "fsdp2_no_reshard", "FSDP2 fully_shard, reshard_after_forward=False (ZeRO-2-like)", "fsdp2", "shard_grad_op"
+        ),
+        Strategy(
+            "fsdp1_offload",
+            "FSDP1 FULL_SHARD with CPUOffload(offload_params=True): params and grads live on the host",
+            "fsdp1",
+            "full_shard",
+            reshard_after_forward=True,
+            offload=True,
+            in_default_sweep=False,
+            cpu_skip_reason=(
+                _NEEDS_CUDA + "FSDP1 CPUOffload(offload_params=True) raises 'Cannot access accelerator "
+                "device when none is available' at the first forward on a CPU-only machine"
+            ),
+        ),
+        Strategy(
+            "fsdp2_offload",
+            "FSDP2 fully_shard with CPUOffloadPolicy: sharded params, grads and optimizer step on the host",
+            "fsdp2",
+            "full_shard",
+            reshard_after_forward=True,
+            offload=True,
+            in_default_sweep=False,
+            cpu_skip_reason=(
+                _NEEDS_CUDA + "FSDP2 CPUOffloadPolicy raises 'Cannot access accelerator device when "
+                "none is available' on a CPU-only machine"
+            ),
+        ),
+        Strategy(
+            "accelerate_fsdp2",
+            "Hugging Face accelerate FSDP2: model and optimizer built first, then Accelerator.prepare",
+            "accelerate",
+            "full_shard",
+            reshard_after_forward=True,
+            fixed_timing="before_shard_fixed",
+            in_default_sweep=False,
+            cpu_skip_reason=(
+                _NEEDS_CUDA + "accelerate 1.15 on CPU runs as DistributedType.MULTI_CPU and wraps the "
+                "model in DDP, ignoring the FSDP2 plugin, so nothing would be sharded"
+            ),
+        ),
+        Strategy(
+            "fsdp1_hybrid_shard",
+            "FSDP1 HYBRID_SHARD: FULL_SHARD inside a node, replicated across nodes (2D mesh)",
+            "fsdp1",
+            "full_shard",
+            reshard_after_forward=True,
+            hybrid=True,
+            in_default_sweep=False,
+        ),
+        Strategy(
+            "fsdp2_hsdp",
+            "FSDP2 fully_shard on a 2D (replicate x shard) mesh: HSDP",
+            "fsdp2",
+            "full_shard",
+            reshard_after_forward=True,
+            hybrid=True,
+            in_default_sweep=False,
+        ),
+    )
+}
 
 
 def strategy(name: str) -> Strategy:
@@ -192,8 +266,7 @@ def strategy(name: str) -> Strategy:
 
 def names_where(**traits: object) -> tuple[str, ...]:
     """Strategy names whose rows have every given trait value, in catalog order."""
-    return tuple(s.name for s in STRATEGIES.values()
-                 if all(getattr(s, key) == value for key, value in traits.items()))
+    return tuple(s.name for s in STRATEGIES.values() if all(getattr(s, key) == value for key, value in traits.items()))
 
 
 DEFAULT_STRATEGIES = names_where(in_default_sweep=True)

@@ -60,8 +60,7 @@ def parse_faults(spec: str, *, stages: tuple[str, ...] | None = None) -> list[Fa
         if stages is not None and fault.stage not in stages:
             raise ValueError(f"{ENV_VAR}: unknown stage {fault.stage!r} in {item!r}; known: {', '.join(stages)}")
         if fault.kind == "slow" and stages is not None and fault.stage not in SLOW_STAGES:
-            raise ValueError(f"{ENV_VAR}: fault kind 'slow' acts on timed steps: only slow@measure:RANK, "
-                             f"got {item!r}")
+            raise ValueError(f"{ENV_VAR}: fault kind 'slow' acts on timed steps: only slow@measure:RANK, got {item!r}")
         if fault.rank < 0:
             raise ValueError(f"{ENV_VAR}: rank must be >= 0 in {item!r}")
         faults.append(fault)

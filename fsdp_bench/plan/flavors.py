@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"  # shipped Hugging Face configs (no weights)
 
@@ -49,13 +50,21 @@ def _gpt(name: str, n_layer: int, n_head: int, n_embd: int, vocab: int, block: i
 
 # Tiny versions keep the architecture (attention kind, GQA ratio, norm, activation, tying) and
 # shrink only the sizes, so CPU tests run the same code paths as the 7B model.
-_TINY_LLAMA = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
-               "vocab_size": 512, "max_position_embeddings": 256,
-               "bos_token_id": 1, "eos_token_id": 2}
+_TINY_LLAMA = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "vocab_size": 512,
+    "max_position_embeddings": 256,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+}
 
 
-def _hf(name: str, config_file: str, max_seq_len: int, description: str,
-        overrides: Mapping[str, Any] | None = None) -> ModelFlavor:
+def _hf(
+    name: str, config_file: str, max_seq_len: int, description: str, overrides: Mapping[str, Any] | None = None
+) -> ModelFlavor:
     config = {"config_file": config_file, "overrides": dict(overrides or {})}
     return ModelFlavor(name, "hf", config, max_seq_len, description)
 
@@ -71,21 +80,64 @@ MODEL_FLAVORS: dict[str, ModelFlavor] = {
         _gpt("gpt_124m", 12, 12, 768, 50304, 1024, "GPT-2 124M shape (nanoGPT)"),
         _gpt("gpt_350m", 24, 16, 1024, 50304, 1024, "GPT-2 350M (medium) shape"),
         _hf("qwen2_1_5b", "qwen2_1.5b.json", 32768, "Qwen2-1.5B shape (transformers Qwen2ForCausalLM), 1.54B params"),
-        _hf("qwen2_tiny", "qwen2_1.5b.json", 256, "Qwen2 architecture, 2 layers, d=64, GQA 4:1 heads: CPU tests",
-            {**_TINY_LLAMA, "num_key_value_heads": 1}),
-        _hf("codellama_7b", "codellama_7b.json", 16384, "CodeLlama-7B / Llama-2-7B shape (LlamaForCausalLM), 6.7B params"),
-        _hf("codellama_tiny", "codellama_7b.json", 256, "Llama-2 architecture (MHA), 2 layers, d=64: CPU tests",
-            {**_TINY_LLAMA, "num_key_value_heads": 4}),
+        _hf(
+            "qwen2_tiny",
+            "qwen2_1.5b.json",
+            256,
+            "Qwen2 architecture, 2 layers, d=64, GQA 4:1 heads: CPU tests",
+            {**_TINY_LLAMA, "num_key_value_heads": 1},
+        ),
+        _hf(
+            "codellama_7b",
+            "codellama_7b.json",
+            16384,
+            "CodeLlama-7B / Llama-2-7B shape (LlamaForCausalLM), 6.7B params",
+        ),
+        _hf(
+            "codellama_tiny",
+            "codellama_7b.json",
+            256,
+            "Llama-2 architecture (MHA), 2 layers, d=64: CPU tests",
+            {**_TINY_LLAMA, "num_key_value_heads": 4},
+        ),
         _hf("llama3_8b", "llama3_8b.json", 8192, "Llama-3-8B shape (LlamaForCausalLM, GQA 4:1), 8.0B params"),
-        _hf("llama3_1b", "llama3_8b.json", 8192, "Llama-3.2-1B shape (16 layers, d=2048, GQA 4:1, tied), 1.24B params: "
-            "the MFU reference model", {"hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16,
-                                        "num_attention_heads": 32, "num_key_value_heads": 8,
-                                        "tie_word_embeddings": True}),
-        _hf("llama3_tiny", "llama3_8b.json", 256, "Llama-3 architecture (GQA 4:1), 2 layers, d=64: CPU tests",
-            {**_TINY_LLAMA, "num_key_value_heads": 1}),
+        _hf(
+            "llama3_1b",
+            "llama3_8b.json",
+            8192,
+            "Llama-3.2-1B shape (16 layers, d=2048, GQA 4:1, tied), 1.24B params: the MFU reference model",
+            {
+                "hidden_size": 2048,
+                "intermediate_size": 8192,
+                "num_hidden_layers": 16,
+                "num_attention_heads": 32,
+                "num_key_value_heads": 8,
+                "tie_word_embeddings": True,
+            },
+        ),
+        _hf(
+            "llama3_tiny",
+            "llama3_8b.json",
+            256,
+            "Llama-3 architecture (GQA 4:1), 2 layers, d=64: CPU tests",
+            {**_TINY_LLAMA, "num_key_value_heads": 1},
+        ),
         _hf("gpt2_124m", "gpt2_124m.json", 1024, "GPT-2 124M (transformers GPT2LMHeadModel)"),
-        _hf("gpt2_tiny", "gpt2_124m.json", 256, "GPT-2 architecture, 2 layers, d=64: CPU tests",
-            {"n_embd": 64, "n_layer": 2, "n_head": 4, "vocab_size": 512, "n_positions": 256, "bos_token_id": 0, "eos_token_id": 0}),
+        _hf(
+            "gpt2_tiny",
+            "gpt2_124m.json",
+            256,
+            "GPT-2 architecture, 2 layers, d=64: CPU tests",
+            {
+                "n_embd": 64,
+                "n_layer": 2,
+                "n_head": 4,
+                "vocab_size": 512,
+                "n_positions": 256,
+                "bos_token_id": 0,
+                "eos_token_id": 0,
+            },
+        ),
     )
 }
 
@@ -116,7 +168,9 @@ def hf_config_problem(data: Any, where: Path) -> str | None:
         return f"{where} has no model_type"
     needed = HF_SIZE_FIELDS.get(data["model_type"])
     if needed is None:
-        return f"{where}: model_type {data['model_type'][:40]!r} is not supported (supported: {', '.join(HF_SIZE_FIELDS)})"
+        return (
+            f"{where}: model_type {data['model_type'][:40]!r} is not supported (supported: {', '.join(HF_SIZE_FIELDS)})"
+        )
     for key in needed:
         if key not in data:
             return f"{where}: {key} is missing"
@@ -146,7 +200,7 @@ def _weights_problem(folder: Path) -> str | None:
 def hf_path_problem(model: str) -> str | None:
     """Why `hf:PATH` cannot be used (None: it has a usable config.json and, if any, weights
     that look like weights). Pure: reads JSON only."""
-    folder = Path(model[len(HF_PREFIX):]).expanduser()
+    folder = Path(model[len(HF_PREFIX) :]).expanduser()
     if not folder.is_dir():
         return f"{model}: {folder} is not a folder"
     config = folder / "config.json"
@@ -166,11 +220,16 @@ def flavor_for(model: str) -> ModelFlavor:
     """The named flavor, or one made on the fly for `hf:PATH` (its context read from config.json)."""
     if model in MODEL_FLAVORS:
         return MODEL_FLAVORS[model]
-    folder = Path(model[len(HF_PREFIX):]).expanduser()
+    folder = Path(model[len(HF_PREFIX) :]).expanduser()
     data = json.loads((folder / "config.json").read_text())
     context = data.get("max_position_embeddings") or data.get("n_positions")
-    return ModelFlavor(model, "hf", {"path": str(folder.resolve()), "overrides": {}}, context,
-                       f"local Hugging Face model folder {folder}")
+    return ModelFlavor(
+        model,
+        "hf",
+        {"path": str(folder.resolve()), "overrides": {}},
+        context,
+        f"local Hugging Face model folder {folder}",
+    )
 
 
 def load_config_dict(flavor: ModelFlavor) -> dict[str, Any]:

@@ -55,7 +55,7 @@ class Launch:
 
 
 def parse_endpoint(text: str) -> tuple[str, int]:
-    """"HOST:PORT" (or "HOST", torchrun's default port) -> (host, port)."""
+    """ "HOST:PORT" (or "HOST", torchrun's default port) -> (host, port)."""
     host, sep, port_text = text.rpartition(":")
     if not sep:
         host, port_text = text, str(DEFAULT_RDZV_PORT)
@@ -90,7 +90,8 @@ def validate_launch(launch: Launch, *, env: dict[str, str] | None = None) -> Lau
     if run_id is None and (env or {}).get("SLURM_JOB_ID"):
         run_id = f"slurm-{env['SLURM_JOB_ID']}"
     if run_id is None:
-        raise LaunchError("--bench-run-id: required with --bench-nnodes > 1 so every node names the "
-                          "same run folder (under Slurm it defaults to slurm-$SLURM_JOB_ID)")
-    return Launch(nnodes=launch.nnodes, node_rank=launch.node_rank,
-                  rdzv_endpoint=launch.rdzv_endpoint, run_id=run_id)
+        raise LaunchError(
+            "--bench-run-id: required with --bench-nnodes > 1 so every node names the "
+            "same run folder (under Slurm it defaults to slurm-$SLURM_JOB_ID)"
+        )
+    return Launch(nnodes=launch.nnodes, node_rank=launch.node_rank, rdzv_endpoint=launch.rdzv_endpoint, run_id=run_id)

@@ -10,13 +10,26 @@ import dataclasses
 import os
 import subprocess
 import tempfile
+from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
-from fsdp_bench.plan.case import (BACKWARD_PREFETCHES, CHECKPOINTS, DEVICES, GRAD_SYNCS, OPTIMIZER_IMPLS,
-                                  OPTIMIZER_TIMINGS, WRAP_POLICIES, Case, CaseError, Grid, check_unique_ids, expand_grid,
-                                  parse_mesh)
+from fsdp_bench.plan.case import (
+    BACKWARD_PREFETCHES,
+    CHECKPOINTS,
+    DEVICES,
+    GRAD_SYNCS,
+    OPTIMIZER_IMPLS,
+    OPTIMIZER_TIMINGS,
+    WRAP_POLICIES,
+    Case,
+    CaseError,
+    Grid,
+    check_unique_ids,
+    expand_grid,
+    parse_mesh,
+)
 from fsdp_bench.plan.catalog import DEFAULT_STRATEGIES, PRECISIONS, STRATEGIES
 from fsdp_bench.plan.catalog import strategy as catalog_strategy
 from fsdp_bench.plan.flavors import MODEL_FLAVORS, hf_path_problem, is_hf_path
@@ -30,11 +43,26 @@ CPU_TARGET_CI_PCT = 2.0  # --bench-target-ci-pct's default on CPU
 
 
 # how cases run or where results go, not what they measure: a resume may change these
-_NOT_MEASURED = frozenset({"timeout_s", "kill_grace_s", "results_dir", "resume", "report", "nnodes", "node_rank",
-                           "rdzv_endpoint", "run_id", "allow_slow_cpu", "gpu_name",
-                           "allow_memory_overcommit",
-                           # the tuner picks which cases to measure, not how each is measured
-                           "tune", "budget_gib", "tune_time_s"})
+_NOT_MEASURED = frozenset(
+    {
+        "timeout_s",
+        "kill_grace_s",
+        "results_dir",
+        "resume",
+        "report",
+        "nnodes",
+        "node_rank",
+        "rdzv_endpoint",
+        "run_id",
+        "allow_slow_cpu",
+        "gpu_name",
+        "allow_memory_overcommit",
+        # the tuner picks which cases to measure, not how each is measured
+        "tune",
+        "budget_gib",
+        "tune_time_s",
+    }
+)
 
 
 def _jsonable(value: Any) -> Any:
@@ -47,8 +75,11 @@ def _jsonable(value: Any) -> Any:
 
 def fingerprint_differences(stored: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
     """'name: was X, now Y' for each setting that differs (a missing one is the default)."""
-    return [f"{name}: was {stored.get(name, 'default')!r}, now {now.get(name, 'default')!r}"
-            for name in sorted(set(stored) | set(now)) if stored.get(name) != now.get(name)]
+    return [
+        f"{name}: was {stored.get(name, 'default')!r}, now {now.get(name, 'default')!r}"
+        for name in sorted(set(stored) | set(now))
+        if stored.get(name) != now.get(name)
+    ]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -112,8 +143,9 @@ class Sweep:
         return out
 
     def launch(self) -> Launch:
-        return Launch(nnodes=self.nnodes, node_rank=self.node_rank, rdzv_endpoint=self.rdzv_endpoint,
-                      run_id=self.run_id)
+        return Launch(
+            nnodes=self.nnodes, node_rank=self.node_rank, rdzv_endpoint=self.rdzv_endpoint, run_id=self.run_id
+        )
 
     def process_group_timeout_s(self) -> float:
         """Collectives must time out before the case does, so a hang ends as a rank error."""
@@ -122,13 +154,26 @@ class Sweep:
     def grids(self, device: str, nproc: int, simulate: bool = False) -> list[Grid]:
         return [
             Grid(
-                strategies=self.strategies, batch_sizes=self.batch_sizes, grad_accums=self.grad_accums,
+                strategies=self.strategies,
+                batch_sizes=self.batch_sizes,
+                grad_accums=self.grad_accums,
                 optimizer_timings=self.optimizer_timings,
-                base={"model": model, "seq_len": self.seq_len, "steps": self.steps, "warmup": self.warmup,
-                      "device": device, "nproc": nproc, "pg_timeout_s": self.process_group_timeout_s(),
-                      "data": self.data, "profile": self.profile, "memory_snapshot": self.memory_snapshot,
-                      "probes": not self.skip_probes, **({"simulate": True} if simulate else {}),
-                      **self.measurement(device), **self.extra},
+                base={
+                    "model": model,
+                    "seq_len": self.seq_len,
+                    "steps": self.steps,
+                    "warmup": self.warmup,
+                    "device": device,
+                    "nproc": nproc,
+                    "pg_timeout_s": self.process_group_timeout_s(),
+                    "data": self.data,
+                    "profile": self.profile,
+                    "memory_snapshot": self.memory_snapshot,
+                    "probes": not self.skip_probes,
+                    **({"simulate": True} if simulate else {}),
+                    **self.measurement(device),
+                    **self.extra,
+                },
                 knobs=self.knobs,
             )
             for model in self.models
@@ -136,8 +181,9 @@ class Sweep:
 
     def measurement(self, device: str) -> dict[str, float]:
         """The cases' adaptive-measurement settings on `device` (see `target_ci_pct`)."""
-        target = self.target_ci_pct if self.target_ci_pct is not None else (
-            CPU_TARGET_CI_PCT if device == "cpu" else 0.0)
+        target = (
+            self.target_ci_pct if self.target_ci_pct is not None else (CPU_TARGET_CI_PCT if device == "cpu" else 0.0)
+        )
         return {"target_ci_pct": target, "measure_cap_s": self.measure_cap_s}
 
     def cases(self) -> list[Case]:
@@ -148,8 +194,12 @@ class Sweep:
         device = resolve_device(self.device)
         nproc = resolve_nproc(self.nproc, device) * self.nnodes
         worlds = [(n, True) for n in self.simulate_world_sizes] or [(nproc, False)]
-        cases = [case for world, simulate in worlds for grid in self.grids(device, world, simulate)
-                 for case in expand_grid(grid)]
+        cases = [
+            case
+            for world, simulate in worlds
+            for grid in self.grids(device, world, simulate)
+            for case in expand_grid(grid)
+        ]
         if self.mesh:
             cases = [c.replace(mesh=self.mesh) if catalog_strategy(c.strategy).hybrid else c for c in cases]
         check_unique_ids(cases)
@@ -170,16 +220,29 @@ class Sweep:
         worlds = [(n, True) for n in self.simulate_world_sizes] or [(resolve_nproc(self.nproc, device), False)]
         cases = []
         for world, simulate in worlds:
-            settings = SuiteSettings(device=device, nproc=world, steps=self.steps, warmup=self.warmup,
-                                     pg_timeout_s=self.process_group_timeout_s(), data=self.data)
-            cases += [c.replace(profile=self.profile, memory_snapshot=self.memory_snapshot, probes=not self.skip_probes,
-                                **({"simulate": True} if simulate else {}))
-                      for c in suite_cases(name, settings)]
+            settings = SuiteSettings(
+                device=device,
+                nproc=world,
+                steps=self.steps,
+                warmup=self.warmup,
+                pg_timeout_s=self.process_group_timeout_s(),
+                data=self.data,
+            )
+            cases += [
+                c.replace(
+                    profile=self.profile,
+                    memory_snapshot=self.memory_snapshot,
+                    probes=not self.skip_probes,
+                    **({"simulate": True} if simulate else {}),
+                )
+                for c in suite_cases(name, settings)
+            ]
         check_unique_ids(cases)
         return cases
 
 
 # --- device discovery without torch -------------------------------------------------------------
+
 
 def count_cuda_devices() -> int:
     """Visible NVIDIA GPUs, read without importing torch or touching CUDA."""
@@ -202,8 +265,9 @@ def visible_gpu_name() -> str | None:
     if count_cuda_devices() == 0:
         return None
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
-                             text=True, timeout=10)
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True, timeout=10
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     names = [line.strip() for line in out.stdout.splitlines() if line.strip()] if out.returncode == 0 else []
@@ -223,6 +287,7 @@ def resolve_nproc(nproc: int | None, device: str) -> int:
 
 
 # --- parsing ----------------------------------------------------------------------------------
+
 
 def _split(option: str, raw: str) -> list[str]:
     items = [s.strip() for s in raw.split(",") if s.strip()]
@@ -334,8 +399,9 @@ def _check_path_length(option: str, raw: str) -> None:
         raise CaseError(f"{option}: path is {len(full)} bytes long; at most {PATH_MAX_BYTES} are allowed")
     longest = max(full.split(b"/"), key=len)
     if len(longest) > NAME_MAX_BYTES:
-        raise CaseError(f"{option}: a folder name in the path is {len(longest)} bytes; "
-                        f"at most {NAME_MAX_BYTES} are allowed")
+        raise CaseError(
+            f"{option}: a folder name in the path is {len(longest)} bytes; at most {NAME_MAX_BYTES} are allowed"
+        )
 
 
 def _can_write_in(folder: Path) -> bool:
@@ -432,14 +498,26 @@ def _grace(option: str, text: str) -> float:
 
 # option name (without --bench-) -> (Sweep field, parser, help)
 OPTIONS: dict[str, tuple[str, Callable[[str, str], Any], str]] = {
-    "strategies": ("strategies", lambda o, r: _names(o, r, STRATEGIES),
-                   f"comma list of strategies: {', '.join(STRATEGIES)}"),
-    "batch-sizes": ("batch_sizes", lambda o, r: tuple(_positive_int(o, s) for s in _split(o, r)),
-                    "per-device micro-batch sizes"),
-    "grad-accum": ("grad_accums", lambda o, r: tuple(_positive_int(o, s) for s in _split(o, r)),
-                   "gradient accumulation steps"),
-    "optimizer-timing": ("optimizer_timings", lambda o, r: _names(o, r, OPTIMIZER_TIMINGS),
-                         f"when the optimizer is built: {', '.join(OPTIMIZER_TIMINGS)}"),
+    "strategies": (
+        "strategies",
+        lambda o, r: _names(o, r, STRATEGIES),
+        f"comma list of strategies: {', '.join(STRATEGIES)}",
+    ),
+    "batch-sizes": (
+        "batch_sizes",
+        lambda o, r: tuple(_positive_int(o, s) for s in _split(o, r)),
+        "per-device micro-batch sizes",
+    ),
+    "grad-accum": (
+        "grad_accums",
+        lambda o, r: tuple(_positive_int(o, s) for s in _split(o, r)),
+        "gradient accumulation steps",
+    ),
+    "optimizer-timing": (
+        "optimizer_timings",
+        lambda o, r: _names(o, r, OPTIMIZER_TIMINGS),
+        f"when the optimizer is built: {', '.join(OPTIMIZER_TIMINGS)}",
+    ),
     "model": ("models", _models, f"model flavor(s): {', '.join(MODEL_FLAVORS)}, hf:PATH"),
     "nproc": ("nproc", _positive_int, "ranks per case"),
     "steps": ("steps", _positive_int, "measured optimizer steps"),
@@ -447,74 +525,153 @@ OPTIONS: dict[str, tuple[str, Callable[[str, str], Any], str]] = {
     "seq-len": ("seq_len", _positive_int, "tokens per sample"),
     "device": ("device", lambda o, r: _names(o, r, ("auto", *DEVICES))[0], "auto, cpu or cuda"),
     "timeout": ("timeout_s", _positive_float, "seconds per case before it is stopped"),
-    "kill-grace": ("kill_grace_s", _grace,
-                   "seconds torchrun gets after SIGTERM before everything of the case is SIGKILLed "),
+    "kill-grace": (
+        "kill_grace_s",
+        _grace,
+        "seconds torchrun gets after SIGTERM before everything of the case is SIGKILLed ",
+    ),
     "results-dir": ("results_dir", _writable_dir, "where run folders are created"),
     "resume": ("resume", _existing_run, "continue this run folder: keep its ok cases, re-run the rest"),
-    "suite": ("suite", lambda o, r: _names(o, r, SUITES)[0],
-              f"run one of the write-ups' experiments by name: {', '.join(SUITES)}"),
+    "suite": (
+        "suite",
+        lambda o, r: _names(o, r, SUITES)[0],
+        f"run one of the write-ups' experiments by name: {', '.join(SUITES)}",
+    ),
     "data": ("data", _data_folder, "folder of .txt/.json/.jsonl text to train on"),
     # Training knobs: comma lists crossed like the axes above; in case ids only when not default.
     "precision": ("knobs.precision", lambda o, r: _names(o, r, PRECISIONS), f"{', '.join(PRECISIONS)}"),
     "act-ckpt": ("knobs.act_ckpt", _on_off, "activation checkpointing per block: off, on"),
     "compile": ("knobs.compile", _on_off, "torch.compile each block: off, on"),
-    "optimizer-impl": ("knobs.optimizer_impl", lambda o, r: _names(o, r, OPTIMIZER_IMPLS),
-                       f"AdamW implementation: {', '.join(OPTIMIZER_IMPLS)}"),
+    "optimizer-impl": (
+        "knobs.optimizer_impl",
+        lambda o, r: _names(o, r, OPTIMIZER_IMPLS),
+        f"AdamW implementation: {', '.join(OPTIMIZER_IMPLS)}",
+    ),
     "grad-clip": ("knobs.grad_clip", _non_negative_floats, "max global grad norm, 0 = off"),
-    "wrap-policy": ("knobs.wrap_policy", lambda o, r: _names(o, r, WRAP_POLICIES),
-                    f"FSDP1 auto-wrap: {', '.join(WRAP_POLICIES)}"),
-    "min-num-params": ("knobs.min_num_params", lambda o, r: tuple(_positive_int(o, s) for s in _split(o, r)),
-                       "FSDP1 size_based wrap threshold"),
-    "forward-prefetch": ("knobs.forward_prefetch", lambda o, r: tuple(_non_negative_int(o, s) for s in _split(o, r)),
-                         "blocks prefetched ahead; FSDP1: >0 sets forward_prefetch"),
-    "backward-prefetch": ("knobs.backward_prefetch", lambda o, r: _names(o, r, BACKWARD_PREFETCHES),
-                          f"FSDP1 backward prefetch: {', '.join(BACKWARD_PREFETCHES)}"),
-    "grad-sync": ("knobs.grad_sync", lambda o, r: _names(o, r, GRAD_SYNCS),
-                  "grad-accum reduction: every micro-step, or only the last (no_sync)"),
-    "checkpoint": ("knobs.checkpoint", lambda o, r: _names(o, r, CHECKPOINTS),
-                   f"checkpoint benchmark after the steps: {', '.join(CHECKPOINTS)}"),
-
-
+    "wrap-policy": (
+        "knobs.wrap_policy",
+        lambda o, r: _names(o, r, WRAP_POLICIES),
+        f"FSDP1 auto-wrap: {', '.join(WRAP_POLICIES)}",
+    ),
+    "min-num-params": (
+        "knobs.min_num_params",
+        lambda o, r: tuple(_positive_int(o, s) for s in _split(o, r)),
+        "FSDP1 size_based wrap threshold",
+    ),
+    "forward-prefetch": (
+        "knobs.forward_prefetch",
+        lambda o, r: tuple(_non_negative_int(o, s) for s in _split(o, r)),
+        "blocks prefetched ahead; FSDP1: >0 sets forward_prefetch",
+    ),
+    "backward-prefetch": (
+        "knobs.backward_prefetch",
+        lambda o, r: _names(o, r, BACKWARD_PREFETCHES),
+        f"FSDP1 backward prefetch: {', '.join(BACKWARD_PREFETCHES)}",
+    ),
+    "grad-sync": (
+        "knobs.grad_sync",
+        lambda o, r: _names(o, r, GRAD_SYNCS),
+        "grad-accum reduction: every micro-step, or only the last (no_sync)",
+    ),
+    "checkpoint": (
+        "knobs.checkpoint",
+        lambda o, r: _names(o, r, CHECKPOINTS),
+        f"checkpoint benchmark after the steps: {', '.join(CHECKPOINTS)}",
+    ),
     "nnodes": ("nnodes", _positive_int, "nodes each case spans; run the same command on every node"),
     "node-rank": ("node_rank", _non_negative_int, "this node's rank, 0..nnodes-1; node 0 writes the results"),
-    "rdzv-endpoint": ("rdzv_endpoint", _text, "HOST:PORT on node 0 for the c10d rendezvous (needed with --bench-nnodes > 1)"),
-    "run-id": ("run_id", _text, "name of the run folder under --bench-results-dir, the same on every node "
-                                "(needed with --bench-nnodes > 1)"),
+    "rdzv-endpoint": (
+        "rdzv_endpoint",
+        _text,
+        "HOST:PORT on node 0 for the c10d rendezvous (needed with --bench-nnodes > 1)",
+    ),
+    "run-id": (
+        "run_id",
+        _text,
+        "name of the run folder under --bench-results-dir, the same on every node (needed with --bench-nnodes > 1)",
+    ),
     "mesh": ("mesh", _mesh, "hybrid strategies' REPLICATExSHARD mesh, e.g. 2x2"),
-    "simulate-world-size": ("simulate_world_sizes", lambda o, r: tuple(_positive_int(o, s) for s in _split(o, r)),
-                            "simulate rank 0 of these world sizes on one device with a fake process group, "
-                            "e.g. 8,64 (memory measured, communication modelled)"),
-    "profile": ("profile", _switch, "profile 2 extra untimed steps per case with torch.profiler: communication "
-                "(total, exposed), compute, optimizer and host time per step; TensorBoard trace in the case folder"),
-    "memory-snapshot": ("memory_snapshot", _switch, "CUDA only: record allocator history and write a "
-                        "memory_viz snapshot pickle per rank in the case folder"),
-    "no-probes": ("skip_probes", _switch, "skip the 2 untimed probe steps after the measured ones: no FLOP "
-                  "counter (MFU still from the formula), no measured model state, no memory breakdown, and on "
-                  "CPU no peak memory; saves their time on big models"),
-    "repeats": ("repeats", _positive_int, "run each case this many times, each in a fresh torchrun; the step "
-                "times of all repeats make the case's statistics, the report shows the spread between "
-                "repeats"),
+    "simulate-world-size": (
+        "simulate_world_sizes",
+        lambda o, r: tuple(_positive_int(o, s) for s in _split(o, r)),
+        "simulate rank 0 of these world sizes on one device with a fake process group, "
+        "e.g. 8,64 (memory measured, communication modelled)",
+    ),
+    "profile": (
+        "profile",
+        _switch,
+        "profile 2 extra untimed steps per case with torch.profiler: communication "
+        "(total, exposed), compute, optimizer and host time per step; TensorBoard trace in the case folder",
+    ),
+    "memory-snapshot": (
+        "memory_snapshot",
+        _switch,
+        "CUDA only: record allocator history and write a memory_viz snapshot pickle per rank in the case folder",
+    ),
+    "no-probes": (
+        "skip_probes",
+        _switch,
+        "skip the 2 untimed probe steps after the measured ones: no FLOP "
+        "counter (MFU still from the formula), no measured model state, no memory breakdown, and on "
+        "CPU no peak memory; saves their time on big models",
+    ),
+    "repeats": (
+        "repeats",
+        _positive_int,
+        "run each case this many times, each in a fresh torchrun; the step "
+        "times of all repeats make the case's statistics, the report shows the spread between "
+        "repeats",
+    ),
     # Adaptive measurement (issue 25): self-contained, parsed by the shared number parsers.
-    "target-ci-pct": ("target_ci_pct", _non_negative_float_value,
-                      "keep measuring steps past --bench-steps until the step-time median's confidence "
-                      "interval (analysis.stats.CONFIDENCE) is within +-PCT %, or --bench-measure-cap-s; 0 = exactly --bench-steps "),
-    "measure-cap-s": ("measure_cap_s", _positive_float, "per case: measured seconds after which adaptive "
-                      "measurement stops short of its target"),
-    "gpu-name": ("gpu_name", _text, "GPU whose published peak FLOPs the duration estimate uses, e.g. H100, H200; lets "
-                 "`--collect-only` plan a CUDA sweep on a machine without one"),
-    "tune": ("tune", _switch, "autotune: instead of every case, one test per model that predicts every case's "
-             "peak memory and step time, measures the promising ones in rounds and answers with the "
-             "fastest that fits (docs/autotune.md); --bench-repeats is the most repeats a finalist gets"),
-    "budget-gib": ("budget_gib", _positive_gib, "with --bench-tune: memory budget per device in GiB (as "
-                   "visualize.py --budget-gib): cases predicted over it are skipped, and the pick's measured "
-                   "peak is within it"),
-    "tune-time-s": ("tune_time_s", _positive_float, "with --bench-tune: case-seconds after which the tuning "
-                    "stops and answers with what it measured"),
-    "allow-slow-cpu": ("allow_slow_cpu", _switch, "start a CPU sweep even when a case's first step is estimated "
-                       "over a minute (fsdp_bench/analysis/duration.py); without it such a sweep stops before any case"),
-    "allow-memory-overcommit": ("allow_memory_overcommit", _switch, "start even when a case's ranks are predicted "
-                                "to need more host memory than the machine has available (launch/memory_guard.py); "
-                                "without it such a sweep stops before any case"),
+    "target-ci-pct": (
+        "target_ci_pct",
+        _non_negative_float_value,
+        "keep measuring steps past --bench-steps until the step-time median's confidence "
+        "interval (analysis.stats.CONFIDENCE) is within +-PCT %, or --bench-measure-cap-s; 0 = exactly --bench-steps ",
+    ),
+    "measure-cap-s": (
+        "measure_cap_s",
+        _positive_float,
+        "per case: measured seconds after which adaptive measurement stops short of its target",
+    ),
+    "gpu-name": (
+        "gpu_name",
+        _text,
+        "GPU whose published peak FLOPs the duration estimate uses, e.g. H100, H200; lets "
+        "`--collect-only` plan a CUDA sweep on a machine without one",
+    ),
+    "tune": (
+        "tune",
+        _switch,
+        "autotune: instead of every case, one test per model that predicts every case's "
+        "peak memory and step time, measures the promising ones in rounds and answers with the "
+        "fastest that fits (docs/autotune.md); --bench-repeats is the most repeats a finalist gets",
+    ),
+    "budget-gib": (
+        "budget_gib",
+        _positive_gib,
+        "with --bench-tune: memory budget per device in GiB (as "
+        "visualize.py --budget-gib): cases predicted over it are skipped, and the pick's measured "
+        "peak is within it",
+    ),
+    "tune-time-s": (
+        "tune_time_s",
+        _positive_float,
+        "with --bench-tune: case-seconds after which the tuning stops and answers with what it measured",
+    ),
+    "allow-slow-cpu": (
+        "allow_slow_cpu",
+        _switch,
+        "start a CPU sweep even when a case's first step is estimated "
+        "over a minute (fsdp_bench/analysis/duration.py); without it such a sweep stops before any case",
+    ),
+    "allow-memory-overcommit": (
+        "allow_memory_overcommit",
+        _switch,
+        "start even when a case's ranks are predicted "
+        "to need more host memory than the machine has available (launch/memory_guard.py); "
+        "without it such a sweep stops before any case",
+    ),
 }
 
 # Options that are switches: the pytest flag alone means "on" (`--bench-profile`); parse_sweep
@@ -522,10 +679,18 @@ OPTIONS: dict[str, tuple[str, Callable[[str, str], Any], str]] = {
 # Defaults that are a rule rather than one value (the field holds None or ""), said in words;
 # None: the option has no default to state.
 _DEFAULT_IN_WORDS: dict[str, str | None] = {
-    "nproc": "all GPUs on cuda, 2 on cpu", "data": "synthetic tokens", "mesh": "the node boundary",
-    "run_id": "a new timestamped folder; under Slurm slurm-$SLURM_JOB_ID", "gpu_name": "the visible GPU, else H100 SXM",
-    "target_ci_pct": f"{CPU_TARGET_CI_PCT:g} on CPU, 0 on CUDA", "rdzv_endpoint": None, "resume": None,
-    "suite": None, "simulate_world_sizes": None, "budget_gib": "none", "tune_time_s": "none; the rounds end by themselves",
+    "nproc": "all GPUs on cuda, 2 on cpu",
+    "data": "synthetic tokens",
+    "mesh": "the node boundary",
+    "run_id": "a new timestamped folder; under Slurm slurm-$SLURM_JOB_ID",
+    "gpu_name": "the visible GPU, else H100 SXM",
+    "target_ci_pct": f"{CPU_TARGET_CI_PCT:g} on CPU, 0 on CUDA",
+    "rdzv_endpoint": None,
+    "resume": None,
+    "suite": None,
+    "simulate_world_sizes": None,
+    "budget_gib": "none",
+    "tune_time_s": "none; the rounds end by themselves",
 }
 
 
@@ -550,15 +715,16 @@ def option_help(name: str) -> str:
     return text.rstrip() if default is None else f"{text.rstrip()} (default: {default})"
 
 
-SWITCH_OPTIONS = frozenset({"profile", "memory-snapshot", "no-probes", "allow-slow-cpu", "allow-memory-overcommit",
-                            "tune"})
+SWITCH_OPTIONS = frozenset(
+    {"profile", "memory-snapshot", "no-probes", "allow-slow-cpu", "allow-memory-overcommit", "tune"}
+)
 
 # Flags about what the session writes and prints, not what the cases measure: not in Sweep's
 # fingerprint, so a resume may change them.
 DISPLAY_OPTIONS: dict[str, str] = {
     "no-report": "do not write the table and charts at the end of the session",
     "benchmark-table": "also print pytest-benchmark's timing tables (one per like-for-like group, wider than "
-                       "a terminal); off by default so the recommendation ends the output",
+    "a terminal); off by default so the recommendation ends the output",
 }
 
 
@@ -615,8 +781,9 @@ def _check_launch(sweep: Sweep) -> Sweep:
     existing = sweep.results_dir / launch.run_id if launch.run_id else None
     taken = foreign_entries(existing) if existing is not None and launch.owns_results else []
     if taken:  # a named run never adopts a folder with files in it: it would overwrite them
-        raise CaseError(f"--bench-run-id: {existing} already exists and holds {', '.join(taken[:3])}; "
-                        "choose a new run id")
+        raise CaseError(
+            f"--bench-run-id: {existing} already exists and holds {', '.join(taken[:3])}; choose a new run id"
+        )
     return dataclasses.replace(sweep, run_id=launch.run_id)
 
 
@@ -627,8 +794,10 @@ def _check_tune(sweep: Sweep) -> None:
                 raise CaseError(f"{option}: only with --bench-tune (the report's budget: visualize.py --budget-gib)")
         return
     if sweep.suite is not None or sweep.simulate_world_sizes or sweep.nnodes > 1:
-        raise CaseError("--bench-tune: tunes the strategy grid on this node; drop --bench-suite, "
-                        "--bench-simulate-world-size and --bench-nnodes")
+        raise CaseError(
+            "--bench-tune: tunes the strategy grid on this node; drop --bench-suite, "
+            "--bench-simulate-world-size and --bench-nnodes"
+        )
 
 
 def _check_devices(sweep: Sweep) -> None:
@@ -641,5 +810,7 @@ def _check_devices(sweep: Sweep) -> None:
         if sweep.nproc > available:
             raise CaseError(f"--bench-nproc: {sweep.nproc} ranks requested but only {available} GPU(s) visible")
     elif sweep.nproc > max_cpu_ranks():
-        raise CaseError(f"--bench-nproc: {sweep.nproc} CPU ranks requested but at most {max_cpu_ranks()} "
-                        f"are allowed on this machine ({os.cpu_count()} cores; CPU ranks beyond the cores only time-slice)")
+        raise CaseError(
+            f"--bench-nproc: {sweep.nproc} CPU ranks requested but at most {max_cpu_ranks()} "
+            f"are allowed on this machine ({os.cpu_count()} cores; CPU ranks beyond the cores only time-slice)"
+        )

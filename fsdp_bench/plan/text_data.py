@@ -101,7 +101,7 @@ def _read_txt(path: Path, corpus: TextCorpus) -> None:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        lineno = raw[:exc.start].count(b"\n") + 1
+        lineno = raw[: exc.start].count(b"\n") + 1
         corpus.report(f"{path}:{lineno}", f"not UTF-8 ({exc.reason}); file skipped")
         return
     if text.strip():
@@ -124,8 +124,10 @@ def usable_text_problem(folder: str | Path) -> str | None:
             corpus.report(str(path), f"unreadable ({str(exc)[:60]})")
         if corpus.documents:
             return None
-    return (f"{str(folder)!r} has no usable text: {len(corpus.files)} file(s), {corpus.malformed} malformed "
-            f"line(s){', first: ' + corpus.problems[0] if corpus.problems else ''}")
+    return (
+        f"{str(folder)!r} has no usable text: {len(corpus.files)} file(s), {corpus.malformed} malformed "
+        f"line(s){', first: ' + corpus.problems[0] if corpus.problems else ''}"
+    )
 
 
 def read_text_folder(folder: str | Path) -> TextCorpus:
@@ -138,8 +140,10 @@ def read_text_folder(folder: str | Path) -> TextCorpus:
         corpus.files.append(str(path))
         readers[path.suffix.lower()](path, corpus)
     if not corpus.documents:
-        raise TextDataError(f"{str(folder)!r} has no usable text: {len(corpus.files)} file(s), "
-                            f"{corpus.malformed} malformed line(s), first: {corpus.problems[:1]}")
+        raise TextDataError(
+            f"{str(folder)!r} has no usable text: {len(corpus.files)} file(s), "
+            f"{corpus.malformed} malformed line(s), first: {corpus.problems[:1]}"
+        )
     return corpus
 
 
@@ -157,4 +161,4 @@ def pack(documents: list[list[int]], eos: int, length: int) -> list[list[int]]:
     for doc in documents:
         stream.extend(doc)
         stream.append(eos)
-    return [stream[i:i + length] for i in range(0, len(stream) - length + 1, length)]
+    return [stream[i : i + length] for i in range(0, len(stream) - length + 1, length)]

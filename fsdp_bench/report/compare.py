@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fsdp_bench.analysis.stats import CONFIDENCE_PCT
+from fsdp_bench.report.table import build_table
 from fsdp_bench.report.writer import load_report_inputs
 from fsdp_bench.results.io import write_text_atomic
-from fsdp_bench.report.table import build_table
 from fsdp_bench.results.metrics import M
-from fsdp_bench.analysis.stats import CONFIDENCE_PCT
 
 # Metric -> True when higher is better. These are the numbers a regression is judged on.
 COMPARED = {
@@ -61,8 +61,14 @@ def env_differences(base: dict[str, Any] | None, new: dict[str, Any] | None) -> 
 TIMED = frozenset({M.tokens_per_s_per_device, M.step_time_s_median, M.mfu_pct})  # all from step times
 MEMORY = tuple(m for m in COMPARED if m not in TIMED)
 # One colour per verdict, in compare.png and nowhere else: the text verdict decides the colour.
-VERDICT_COLORS = {"regression": "#c0392b", "failed": "#c0392b", "faster": "#27ae60", "within noise": "#95a5a6",
-                  "inconclusive": "#f0b27a", "ok": "#2e86c1"}
+VERDICT_COLORS = {
+    "regression": "#c0392b",
+    "failed": "#c0392b",
+    "faster": "#27ae60",
+    "within noise": "#95a5a6",
+    "inconclusive": "#f0b27a",
+    "ok": "#2e86c1",
+}
 
 
 def repeat_medians(result: dict[str, Any]) -> list[float]:
@@ -84,7 +90,9 @@ def _timing_verdict(change, threshold_pct: float) -> str:
     return "regression" if change.change_pct > 0 else "faster"
 
 
-def judge_case(b: dict[str, Any], n: dict[str, Any], threshold_pct: float, change=None) -> tuple[dict[str, Any], str | None]:
+def judge_case(
+    b: dict[str, Any], n: dict[str, Any], threshold_pct: float, change=None
+) -> tuple[dict[str, Any], str | None]:
     """One case's row and, when it regressed, its one regression line. `change`: the step-time
     change with its run-to-run interval (analysis.run_noise); a timing regression needs that
     interval to exclude zero AND the change to pass the threshold. Memory is judged on the
@@ -101,14 +109,18 @@ def judge_case(b: dict[str, Any], n: dict[str, Any], threshold_pct: float, chang
     verdict = _timing_verdict(change, threshold_pct)
     worse = []
     if verdict == "regression":
-        worse += [f"step_time_s_median {row[f'{M.step_time_s_median}_base']:.4g} -> "
-                  f"{row[f'{M.step_time_s_median}_new']:.4g} s ({change.change_pct:+.1f}%, "
-                  f"{CONFIDENCE_PCT}% interval {change.low_pct:+.1f}%..{change.high_pct:+.1f}%, beyond run-to-run noise); "
-                  f"tokens_per_s_per_device {_pct(row[f'{M.tokens_per_s_per_device}_change_pct'])}%"]
+        worse += [
+            f"step_time_s_median {row[f'{M.step_time_s_median}_base']:.4g} -> "
+            f"{row[f'{M.step_time_s_median}_new']:.4g} s ({change.change_pct:+.1f}%, "
+            f"{CONFIDENCE_PCT}% interval {change.low_pct:+.1f}%..{change.high_pct:+.1f}%, beyond run-to-run noise); "
+            f"tokens_per_s_per_device {_pct(row[f'{M.tokens_per_s_per_device}_change_pct'])}%"
+        ]
     for metric in MEMORY:
         if is_regression(metric, row[f"{metric}_change_pct"], threshold_pct):
-            worse.append(f"{metric} {row[f'{metric}_base']:.4g} -> {row[f'{metric}_new']:.4g} "
-                         f"({row[f'{metric}_change_pct']:+.1f}%)")
+            worse.append(
+                f"{metric} {row[f'{metric}_base']:.4g} -> {row[f'{metric}_new']:.4g} "
+                f"({row[f'{metric}_change_pct']:+.1f}%)"
+            )
             verdict = "regression"
     cvs = [_number(x.get(M.step_time_cv_pct)) for x in (b, n)]
     row["noisy"] = any(cv is not None and cv > NOISY_CV_PCT for cv in cvs)
@@ -135,8 +147,11 @@ def compare_tables(base_df, new_df, *, threshold_pct: float, base_results=(), ne
             case_id = result.get("case_id")
             medians.setdefault(case_id, [[], []])[side] = repeat_medians(result)
     both = sorted(base.keys() & new.keys())
-    timed = {c: tuple(medians.get(c, [[], []])) for c in both
-             if base[c].get("status") == "ok" and new[c].get("status") == "ok"}
+    timed = {
+        c: tuple(medians.get(c, [[], []]))
+        for c in both
+        if base[c].get("status") == "ok" and new[c].get("status") == "ok"
+    }
     noise = pooled_run_noise(timed)
     rows, regressions = [], []
     for case_id in both:
@@ -159,14 +174,19 @@ def compare_runs(base_dir: Path, new_dir: Path, *, threshold_pct: float) -> tupl
     base_results, base_env, base_problems = load_report_inputs(base_dir)
     new_results, new_env, new_problems = load_report_inputs(new_dir)
     rows, only_base, only_new, regressions, noise = compare_tables(
-        build_table(base_results), build_table(new_results), threshold_pct=threshold_pct,
-        base_results=base_results, new_results=new_results)
+        build_table(base_results),
+        build_table(new_results),
+        threshold_pct=threshold_pct,
+        base_results=base_results,
+        new_results=new_results,
+    )
     comparison = Comparison(rows, only_base, only_new, env_differences(base_env, new_env), regressions, noise)
     return comparison, base_problems + new_problems
 
 
-def write_comparison(comparison: Comparison, out_dir: Path, *, base: Path, new: Path,
-                     threshold_pct: float) -> list[Path]:
+def write_comparison(
+    comparison: Comparison, out_dir: Path, *, base: Path, new: Path, threshold_pct: float
+) -> list[Path]:
     """compare.csv, compare.md and compare.png (throughput change per case) in `out_dir`."""
     import pandas as pd
 
@@ -187,25 +207,36 @@ def write_comparison(comparison: Comparison, out_dir: Path, *, base: Path, new: 
 def noise_sentence(comparison: Comparison) -> str:
     """How the timing verdicts were reached, in one sentence (compare.md and the terminal)."""
     if comparison.noise is None:
-        return ("Run-to-run noise unknown: neither run has repeats (--bench-repeats 2 or more), and the steps of "
-                "one process cannot show what a fresh process changes, so no timing change is called a "
-                "regression; timing verdicts are 'inconclusive'.")
-    return (f"Run-to-run noise from the repeats: {100 * comparison.noise.sd_log:.1f}% per repeat "
-            f"({comparison.noise.dof} degrees of freedom); a step-time change counts when its {CONFIDENCE_PCT}% "
-            f"interval (for all {comparison.noise.cases} cases together) excludes zero.")
+        return (
+            "Run-to-run noise unknown: neither run has repeats (--bench-repeats 2 or more), and the steps of "
+            "one process cannot show what a fresh process changes, so no timing change is called a "
+            "regression; timing verdicts are 'inconclusive'."
+        )
+    return (
+        f"Run-to-run noise from the repeats: {100 * comparison.noise.sd_log:.1f}% per repeat "
+        f"({comparison.noise.dof} degrees of freedom); a step-time change counts when its {CONFIDENCE_PCT}% "
+        f"interval (for all {comparison.noise.cases} cases together) excludes zero."
+    )
 
 
 def render_comparison(comparison: Comparison, *, base: Path, new: Path, threshold_pct: float) -> str:
-    lines = [f"# Comparison: {base.name} -> {new.name}", "",
-             f"A regression: a step-time change beyond the run-to-run noise AND beyond {threshold_pct:g}% "
-             f"(tokens/s and MFU follow the step time), or peak memory up by more than {threshold_pct:g}%, "
-             f"or a case that was ok and now is not. {noise_sentence(comparison)} "
-             f"Noisy: step-time CV above the documented bound in either run.", ""]
+    lines = [
+        f"# Comparison: {base.name} -> {new.name}",
+        "",
+        f"A regression: a step-time change beyond the run-to-run noise AND beyond {threshold_pct:g}% "
+        f"(tokens/s and MFU follow the step time), or peak memory up by more than {threshold_pct:g}%, "
+        f"or a case that was ok and now is not. {noise_sentence(comparison)} "
+        f"Noisy: step-time CV above the documented bound in either run.",
+        "",
+    ]
     if comparison.env_differences:
         lines += ["**Warning: the runs differ in machine or library versions; changes may not be the code's.**", ""]
         lines += [f"- {d}" for d in comparison.env_differences] + [""]
-    header = (["case"] + [f"{m} change %" for m in COMPARED]
-              + [f"step time change {CONFIDENCE_PCT}% interval %", "verdict", "noisy"])
+    header = (
+        ["case"]
+        + [f"{m} change %" for m in COMPARED]
+        + [f"step time change {CONFIDENCE_PCT}% interval %", "verdict", "noisy"]
+    )
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in comparison.rows:
         cells = [row["case_id"]] + [_pct(row[f"{m}_change_pct"]) for m in COMPARED]
@@ -242,12 +273,23 @@ def _plot_changes(comparison: Comparison, path: Path, threshold_pct: float) -> b
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 0.35 * len(rows) + 1.6))
     values = [r["tokens_per_s_per_device_change_pct"] for r in rows]
-    errors = [[0.0, 0.0] if r["step_time_change_ci_low_pct"] is None else
-              [max(0.0, v - _throughput_change(r["step_time_change_ci_high_pct"])),  # a bar's own
-               max(0.0, _throughput_change(r["step_time_change_ci_low_pct"]) - v)]  # value may sit outside
-              for r, v in zip(rows, values)]
-    ax.barh(range(len(values)), values, color=[VERDICT_COLORS[r["verdict"]] for r in rows],
-            xerr=list(zip(*errors)), ecolor="black", capsize=2)
+    errors = [
+        [0.0, 0.0]
+        if r["step_time_change_ci_low_pct"] is None
+        else [
+            max(0.0, v - _throughput_change(r["step_time_change_ci_high_pct"])),  # a bar's own
+            max(0.0, _throughput_change(r["step_time_change_ci_low_pct"]) - v),
+        ]  # value may sit outside
+        for r, v in zip(rows, values)
+    ]
+    ax.barh(
+        range(len(values)),
+        values,
+        color=[VERDICT_COLORS[r["verdict"]] for r in rows],
+        xerr=list(zip(*errors)),
+        ecolor="black",
+        capsize=2,
+    )
     ax.set_yticks(range(len(values)), [r["case_id"] for r in rows], fontsize=7)
     ax.axvline(-threshold_pct, color="#c0392b", linestyle="--", linewidth=1, label=f"-{threshold_pct:g}% threshold")
     ax.axvline(0, color="black", linewidth=0.8)

@@ -7,9 +7,11 @@ from __future__ import annotations
 from fsdp_bench.analysis.case_time import sweep_time_split, time_split_columns
 
 _HEADER = ("part", "seconds (all cases)", "share", "seconds per case")
-_NOTE = ("launch = torchrun and interpreters up to rank 0's first stage; setup = process group, data, "
-         "model, sharding, optimizer; train = first step, warmup and measured steps; probes = untimed "
-         "probe steps (FLOPs, memory breakdown, profiler, checkpoint); exit = final barrier and teardown.")
+_NOTE = (
+    "launch = torchrun and interpreters up to rank 0's first stage; setup = process group, data, "
+    "model, sharding, optimizer; train = first step, warmup and measured steps; probes = untimed "
+    "probe steps (FLOPs, memory breakdown, profiler, checkpoint); exit = final barrier and teardown."
+)
 
 
 def time_rows(df) -> list[tuple[str, str, str, str]]:
@@ -23,8 +25,10 @@ def time_rows(df) -> list[tuple[str, str, str, str]]:
     split = sweep_time_split(timed.to_dict("records"))
     total = sum(split.values())
     n = len(timed)
-    rows = [(part, f"{seconds:.1f}", f"{100 * seconds / total:.0f} %" if total else "-", f"{seconds / n:.2f}")
-            for part, seconds in split.items()]
+    rows = [
+        (part, f"{seconds:.1f}", f"{100 * seconds / total:.0f} %" if total else "-", f"{seconds / n:.2f}")
+        for part, seconds in split.items()
+    ]
     return rows + [(f"total ({n} cases)", f"{total:.1f}", "100 %", f"{total / n:.2f}")]
 
 

@@ -7,8 +7,19 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass, field
 
-_MD_ESCAPES = {"\\": "\\\\", "|": "\\|", "`": "\\`", "*": "\\*", "[": "\\[", "]": "\\]", "<": "&lt;", ">": "&gt;",
-               "&": "&amp;", "\n": " ", "\r": " "}
+_MD_ESCAPES = {
+    "\\": "\\\\",
+    "|": "\\|",
+    "`": "\\`",
+    "*": "\\*",
+    "[": "\\[",
+    "]": "\\]",
+    "<": "&lt;",
+    ">": "&gt;",
+    "&": "&amp;",
+    "\n": " ",
+    "\r": " ",
+}
 
 
 def md_text(text: object) -> str:
@@ -83,6 +94,7 @@ class Document:
 
 # --- markdown -------------------------------------------------------------------------------------
 
+
 def _md_cell(cell: Cell) -> str:
     text = md_text(cell.text)
     if cell.strong and text:
@@ -144,8 +156,10 @@ def _html_block(block) -> list[str]:
         out = ["<table>"]
         if any(block.header):  # a key-value table has no header row
             out.append("<tr>" + "".join(f"<th>{e(h)}</th>" for h in block.header) + "</tr>")
-        out += [f"<tr{' class=bad' if row.bad else ''}>" + "".join(_html_cell(c) for c in row.cells) + "</tr>"
-                for row in block.rows]
+        out += [
+            f"<tr{' class=bad' if row.bad else ''}>" + "".join(_html_cell(c) for c in row.cells) + "</tr>"
+            for row in block.rows
+        ]
         return out + ["</table>"]
     if isinstance(block, Image):
         return [f"<img src='{e(block.src)}' alt='{e(block.title)}'>"]
@@ -154,8 +168,11 @@ def _html_block(block) -> list[str]:
 
 def render_html(doc: Document) -> str:
     e = html.escape
-    out = ["<!doctype html><html><head><meta charset='utf-8'>",
-           f"<title>{e(doc.title)}</title><style>{_CSS}</style></head><body>", f"<h1>{e(doc.title)}</h1>"]
+    out = [
+        "<!doctype html><html><head><meta charset='utf-8'>",
+        f"<title>{e(doc.title)}</title><style>{_CSS}</style></head><body>",
+        f"<h1>{e(doc.title)}</h1>",
+    ]
     for block in doc.blocks:
         out += _html_block(block)
     out.append("</body></html>")

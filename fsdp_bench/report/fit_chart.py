@@ -8,19 +8,19 @@ world size), and the command that writes them.
 from __future__ import annotations
 
 import argparse
-import re
 import csv
+import re
 from pathlib import Path
 from typing import Any
 
 from fsdp_bench.analysis.fit import WORLD_SIZES, calibrate_from_results, fit_table, gib_text
-from fsdp_bench.results.schema import GIB
-from fsdp_bench.plan.catalog import STRATEGIES
 from fsdp_bench.plan.case import CaseError
+from fsdp_bench.plan.catalog import STRATEGIES
 from fsdp_bench.plan.options import parse_models
 from fsdp_bench.report.charts.style import pyplot, save_figure
 from fsdp_bench.results.load import load_run
 from fsdp_bench.results.metrics import M
+from fsdp_bench.results.schema import GIB
 
 
 def write_fit(rows: list[dict[str, Any]], out: Path) -> list[Path]:
@@ -71,17 +71,25 @@ def main(argv: list[str] | None = None) -> int:
     if args.calibrate is not None:
         calibration = calibrate_from_results(load_run(args.calibrate)[0])
     try:
-        rows = fit_table(models, args.strategies.split(","), device_memory_gib=args.device_memory_gib,
-                         seq_len=args.seq_len, batch_size=args.batch_size,
-                         world_sizes=[int(n) for n in args.world_sizes.split(",")], calibration=calibration)
+        rows = fit_table(
+            models,
+            args.strategies.split(","),
+            device_memory_gib=args.device_memory_gib,
+            seq_len=args.seq_len,
+            batch_size=args.batch_size,
+            world_sizes=[int(n) for n in args.world_sizes.split(",")],
+            calibration=calibration,
+        )
     except ValueError as exc:  # e.g. a Hugging Face model_type without a shape model
         parser.error(str(exc))
     budget = args.device_memory_gib * GIB
     for row in rows:  # enough digits that a peak just over the budget never prints as the budget
-        print(f"{row['model']} {row['strategy']} ws{row['world_size']} batch {row['batch_size']}: predicted peak "
-              f"{gib_text(row[M.predicted_peak_gib] * GIB, budget)} ({row['peak_phase']}) of "
-              f"{gib_text(budget)}, fits with a {row['fit_margin']:.0%} margin: {'yes' if row['fits'] else 'no'}; "
-              f"largest batch that fits: {row['max_batch_size']}")
+        print(
+            f"{row['model']} {row['strategy']} ws{row['world_size']} batch {row['batch_size']}: predicted peak "
+            f"{gib_text(row[M.predicted_peak_gib] * GIB, budget)} ({row['peak_phase']}) of "
+            f"{gib_text(budget)}, fits with a {row['fit_margin']:.0%} margin: {'yes' if row['fits'] else 'no'}; "
+            f"largest batch that fits: {row['max_batch_size']}"
+        )
     for path in write_fit(rows, args.out):
         print(path)
     return 0

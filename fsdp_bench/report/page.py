@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import html
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from fsdp_bench.report import document as doc
 from fsdp_bench.report.cost import time_blocks
@@ -14,11 +15,24 @@ from fsdp_bench.report.document import Bullets, Cell, Heading, Image, Paragraph,
 from fsdp_bench.report.table import REPORT_COLUMNS, best_index, did_train
 from fsdp_bench.results.metrics import M
 
-ENV_FIELDS = (("host", "host"), ("platform", "platform"), ("cpu_count", "CPU cores"), ("gpu_count", "GPUs"),
-              ("gpu_names", "GPU model"), ("driver", "driver"), ("python", "Python"), ("torch", "torch"),
-              ("cuda", "CUDA"), ("nccl", "NCCL"), ("transformers", "transformers"), ("accelerate", "accelerate"),
-              ("git_sha", "git sha"), ("git_dirty", "uncommitted changes"), ("utc_time", "started (UTC)"),
-              ("pytorch_cuda_alloc_conf", "PYTORCH_CUDA_ALLOC_CONF"))
+ENV_FIELDS = (
+    ("host", "host"),
+    ("platform", "platform"),
+    ("cpu_count", "CPU cores"),
+    ("gpu_count", "GPUs"),
+    ("gpu_names", "GPU model"),
+    ("driver", "driver"),
+    ("python", "Python"),
+    ("torch", "torch"),
+    ("cuda", "CUDA"),
+    ("nccl", "NCCL"),
+    ("transformers", "transformers"),
+    ("accelerate", "accelerate"),
+    ("git_sha", "git sha"),
+    ("git_dirty", "uncommitted changes"),
+    ("utc_time", "started (UTC)"),
+    ("pytorch_cuda_alloc_conf", "PYTORCH_CUDA_ALLOC_CONF"),
+)
 
 
 @dataclass
@@ -76,8 +90,15 @@ def _pct(value: Any) -> str:
     return "" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:+.1f}%"
 
 
-PREDICTION_HEADERS = ("case", "predicted peak GiB (rank 0)", "measured peak GiB (rank 0)", "peak error", "predicted model state GiB",
-                      "measured model state GiB", "model state error")
+PREDICTION_HEADERS = (
+    "case",
+    "predicted peak GiB (rank 0)",
+    "measured peak GiB (rank 0)",
+    "peak error",
+    "predicted model state GiB",
+    "measured model state GiB",
+    "model state error",
+)
 
 
 @dataclass
@@ -114,11 +135,27 @@ def prediction_table(df) -> PredictionTable | None:
             errors.append((_pct(err), not missing and abs(err) > tol))
             if trained and not missing and (table.worst is None or abs(err) > abs(table.worst[0])):
                 table.worst = (err, key.split("_prediction")[0].replace("_", " "), str(r["case_id"]))
-        plain = [format_value(r.get(c)) for c in (M.predicted_peak_gib, "rank0_peak_allocated_gib",
-                                                   M.predicted_model_state_gib, M.measured_model_state_gib)]
+        plain = [
+            format_value(r.get(c))
+            for c in (
+                M.predicted_peak_gib,
+                "rank0_peak_allocated_gib",
+                M.predicted_model_state_gib,
+                M.measured_model_state_gib,
+            )
+        ]
         label = str(r["case_id"]) + ("" if trained else " (did not train: not in the worst error)")
-        table.rows.append([(label, False), (plain[0], False), (plain[1], False), errors[0],
-                           (plain[2], False), (plain[3], False), errors[1]])
+        table.rows.append(
+            [
+                (label, False),
+                (plain[0], False),
+                (plain[1], False),
+                errors[0],
+                (plain[2], False),
+                (plain[3], False),
+                errors[1],
+            ]
+        )
     return table
 
 
@@ -128,18 +165,23 @@ def _worst_line(table: PredictionTable) -> str | None:
 
 
 def prediction_blocks(df) -> list:
-    """"Predicted vs measured" ([] when no case has a prediction); flagged errors marked."""
+    """ "Predicted vs measured" ([] when no case has a prediction); flagged errors marked."""
     table = prediction_table(df)
     if table is None:
         return []
-    rule = (f"Error = (predicted - measured) / measured; flagged ({{mark}}) above {table.peak_tolerance_pct:g}% for "
-            f"the peak and {table.state_tolerance_pct:g}% for the model state.")
-    note = Rich("Prediction: `python -m fsdp_bench.fit`'s model (fp32 AdamW, estimated activations). "
-                + rule.format(mark="**!**"),
-                "Prediction: <code>python -m fsdp_bench.fit</code>'s model (fp32 AdamW, estimated activations). "
-                + html.escape(rule.format(mark="red, !")))
-    rows = tuple(Row(tuple(Cell(text, left=i == 0, flagged=flagged) for i, (text, flagged) in enumerate(r)))
-                 for r in table.rows)
+    rule = (
+        f"Error = (predicted - measured) / measured; flagged ({{mark}}) above {table.peak_tolerance_pct:g}% for "
+        f"the peak and {table.state_tolerance_pct:g}% for the model state."
+    )
+    note = Rich(
+        "Prediction: `python -m fsdp_bench.fit`'s model (fp32 AdamW, estimated activations). "
+        + rule.format(mark="**!**"),
+        "Prediction: <code>python -m fsdp_bench.fit</code>'s model (fp32 AdamW, estimated activations). "
+        + html.escape(rule.format(mark="red, !")),
+    )
+    rows = tuple(
+        Row(tuple(Cell(text, left=i == 0, flagged=flagged) for i, (text, flagged) in enumerate(r))) for r in table.rows
+    )
     blocks = [Heading("Predicted vs measured"), Paragraph(note, note=True), Table(PREDICTION_HEADERS, rows)]
     worst = _worst_line(table)
     return blocks + ([Paragraph(plain(worst))] if worst else [])
@@ -155,11 +197,15 @@ def _comparison_blocks(df) -> list:
         return [Heading("Comparison table"), Paragraph(plain("No case results."))]
     columns = _table_columns(df)
     best = {c: best_index(df, c) for c, _ in columns}
-    scope = ("Best value per metric (among cases that trained and did the same work per optimizer step: model, "
-             "seq_len, tokens per step, precision)")
-    note = Rich(f"{scope} in **bold**. Every metric is in `comparison.csv`; per-rank numbers in `per_rank.csv`.",
-                f"{scope} highlighted green; cases that did not finish in red. Every metric is in "
-                "<a href='comparison.csv'>comparison.csv</a>.")
+    scope = (
+        "Best value per metric (among cases that trained and did the same work per optimizer step: model, "
+        "seq_len, tokens per step, precision)"
+    )
+    note = Rich(
+        f"{scope} in **bold**. Every metric is in `comparison.csv`; per-rank numbers in `per_rank.csv`.",
+        f"{scope} highlighted green; cases that did not finish in red. Every metric is in "
+        "<a href='comparison.csv'>comparison.csv</a>.",
+    )
     rows = []
     for idx, row in df.iterrows():
         bad = row["status"] != "ok"
@@ -167,8 +213,14 @@ def _comparison_blocks(df) -> list:
         for c, _ in columns:
             text = format_value(row.get(c))
             strong = c == "status" and bad
-            cells.append(Cell(text.upper() if strong else text, left=c in ("model", "strategy", "optimizer_timing", "status"),
-                              best=idx in best[c], strong=strong))
+            cells.append(
+                Cell(
+                    text.upper() if strong else text,
+                    left=c in ("model", "strategy", "optimizer_timing", "status"),
+                    best=idx in best[c],
+                    strong=strong,
+                )
+            )
         rows.append(Row(tuple(cells), bad=bad))
     return [Heading("Comparison table"), Paragraph(note, note=True), Table(tuple(l for _, l in columns), tuple(rows))]
 
@@ -180,8 +232,10 @@ def _chart_blocks(page: Page) -> list:
             blocks += [Heading(outcome.chart.title, level=3), Image(outcome.chart.title, outcome.path.name)]
     skipped = [o for o in page.charts if o.path is None]
     if skipped:
-        blocks += [Paragraph(plain("Not drawn (this run lacks their data):")),
-                   Bullets(tuple(plain(o.note) for o in skipped), note=True)]
+        blocks += [
+            Paragraph(plain("Not drawn (this run lacks their data):")),
+            Bullets(tuple(plain(o.note) for o in skipped), note=True),
+        ]
     return blocks
 
 
@@ -189,14 +243,25 @@ def _failed_blocks(df) -> list:
     failed = _failed(df)
     if failed.empty:
         return [Heading("Failed cases"), Paragraph(plain("None."))]
-    rows = tuple(Row((Cell(str(r["case_id"]), left=True), Cell(str(r["status"]).upper(), left=True),
-                      Cell(str(r.get("reason") or ""), left=True)), bad=True) for _, r in failed.iterrows())
+    rows = tuple(
+        Row(
+            (
+                Cell(str(r["case_id"]), left=True),
+                Cell(str(r["status"]).upper(), left=True),
+                Cell(str(r.get("reason") or ""), left=True),
+            ),
+            bad=True,
+        )
+        for _, r in failed.iterrows()
+    )
     return [Heading("Failed cases"), Table(("case", "status", "reason"), rows)]
 
 
 def _summary_blocks(page: Page) -> list:
-    items = tuple(Rich(f"**{md_text(q)}** {md_text(line)}", f"<b>{html.escape(q)}</b> {html.escape(line)}")
-                  for q, line in page.summary) or (plain("No finished cases to summarize."),)
+    items = tuple(
+        Rich(f"**{md_text(q)}** {md_text(line)}", f"<b>{html.escape(q)}</b> {html.escape(line)}")
+        for q, line in page.summary
+    ) or (plain("No finished cases to summarize."),)
     blocks = [Heading("Summary"), Bullets(items)]
     if page.problems:
         blocks += [Heading("Problems reading this run"), Bullets(tuple(plain(p) for p in page.problems))]
@@ -217,12 +282,33 @@ def _fmt(value: Any, spec: str) -> str:
 
 def tuning_rows(answer: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     """Every measured case of one tuning: predicted vs measured step time, speed, peak, cost."""
-    head = ["case", "status", "repeat runs", "predicted step s", "measured step s", "error %", "tokens/s/device",
-            "peak GiB", "fits budget", "case-seconds"]
-    rows = [[r["case_id"], r["status"], str(r["repeat_count"]), _fmt(r["predicted_step_s"], ".4g"),
-             _fmt(r["measured_step_s"], ".4g"), _fmt(r["error_pct"], "+.0f"), _fmt(r["speed_tokens_per_s"], ",.0f"),
-             _fmt(r["peak_gib"], ".4g"), "yes" if r["fits_budget"] else "NO", _fmt(r["case_seconds"], ".1f")]
-            for r in answer["measured"]]
+    head = [
+        "case",
+        "status",
+        "repeat runs",
+        "predicted step s",
+        "measured step s",
+        "error %",
+        "tokens/s/device",
+        "peak GiB",
+        "fits budget",
+        "case-seconds",
+    ]
+    rows = [
+        [
+            r["case_id"],
+            r["status"],
+            str(r["repeat_count"]),
+            _fmt(r["predicted_step_s"], ".4g"),
+            _fmt(r["measured_step_s"], ".4g"),
+            _fmt(r["error_pct"], "+.0f"),
+            _fmt(r["speed_tokens_per_s"], ",.0f"),
+            _fmt(r["peak_gib"], ".4g"),
+            "yes" if r["fits_budget"] else "NO",
+            _fmt(r["case_seconds"], ".1f"),
+        ]
+        for r in answer["measured"]
+    ]
     return head, rows
 
 
@@ -231,24 +317,30 @@ def tuning_lines(answer: dict[str, Any]) -> list[str]:
     cost = answer["cost"]
     ratio = f"{100 * cost['ratio']:.0f}%" if cost.get("ratio") is not None else "?"
     budget = "no memory budget" if answer.get("budget_gib") is None else f"budget {answer['budget_gib']:g} GiB/device"
-    lines = [f"Pick ({budget}): {answer.get('pick') or 'none'}.",
-             "Tied with it within noise: " + (", ".join(answer["tied"]) if answer["tied"] else "none") + ".",
-             f"Stopped: {answer['stopped']}.",
-             f"Cost: {cost['spent_case_s']:.0f} case-seconds on {cost['measured_cases']} of {cost['grid_cases']} cases, "
-             f"{ratio} of the full grid's {cost['full_grid_case_s']:.0f} (estimated at {answer['max_repeats']} "
-             "repeat(s), scaled by this run's measured cases)."]
+    lines = [
+        f"Pick ({budget}): {answer.get('pick') or 'none'}.",
+        "Tied with it within noise: " + (", ".join(answer["tied"]) if answer["tied"] else "none") + ".",
+        f"Stopped: {answer['stopped']}.",
+        f"Cost: {cost['spent_case_s']:.0f} case-seconds on {cost['measured_cases']} of {cost['grid_cases']} cases, "
+        f"{ratio} of the full grid's {cost['full_grid_case_s']:.0f} (estimated at {answer['max_repeats']} "
+        "repeat(s), scaled by this run's measured cases).",
+    ]
     model = answer.get("step_model") or {}
     if model:
-        lines.append(f"Step-time model after calibration on {model['fitted_on_cases']} case(s): "
-                     f"{model['device_flops_per_s'] / 1e9:.3g} GFLOP/s per rank, {model['wire_bytes_per_s'] / 1e9:.3g} GB/s "
-                     f"on the wire, {1000 * model['micro_step_overhead_s']:.3g} ms per micro-step, error band "
-                     f"{model['model_error_pct']:.0f}%.")
+        lines.append(
+            f"Step-time model after calibration on {model['fitted_on_cases']} case(s): "
+            f"{model['device_flops_per_s'] / 1e9:.3g} GFLOP/s per rank, {model['wire_bytes_per_s'] / 1e9:.3g} GB/s "
+            f"on the wire, {1000 * model['micro_step_overhead_s']:.3g} ms per micro-step, error band "
+            f"{model['model_error_pct']:.0f}%."
+        )
     for s in answer["skipped"]:
         lines.append(f"Skipped {s['case_id']}: {s['reason']}.")
     check = answer.get("boundary_check")
     if check:
-        lines.append(f"Boundary check {check['case_id']}: predicted {check['predicted_peak_in_gib']:.4g} GiB, measured "
-                     f"{_fmt(check['measured_peak_in_gib'], '.4g') or 'not measured'} GiB.")
+        lines.append(
+            f"Boundary check {check['case_id']}: predicted {check['predicted_peak_in_gib']:.4g} GiB, measured "
+            f"{_fmt(check['measured_peak_in_gib'], '.4g') or 'not measured'} GiB."
+        )
     return lines
 
 
@@ -256,16 +348,26 @@ def _tuning_blocks(page: Page) -> list:
     blocks: list = []
     for answer in page.tuning:
         head, rows = tuning_rows(answer)
-        blocks += [Heading(f"Autotune: {answer['model']}"), Bullets(tuple(plain(line) for line in tuning_lines(answer))),
-                   Table(tuple(head), tuple(Row(tuple(Cell(c, left=i == 0) for i, c in enumerate(r))) for r in rows))]
+        blocks += [
+            Heading(f"Autotune: {answer['model']}"),
+            Bullets(tuple(plain(line) for line in tuning_lines(answer))),
+            Table(tuple(head), tuple(Row(tuple(Cell(c, left=i == 0) for i, c in enumerate(r))) for r in rows)),
+        ]
     return blocks
 
 
 def page_document(page: Page) -> doc.Document:
     """The page, section by section, in the order a reader wants them."""
-    sections = (_summary_blocks(page), _comparison_blocks(page.df), _tuning_blocks(page), prediction_blocks(page.df),
-                _chart_blocks(page),
-                _failed_blocks(page.df), time_blocks(page.df), _files_blocks(page))
+    sections = (
+        _summary_blocks(page),
+        _comparison_blocks(page.df),
+        _tuning_blocks(page),
+        prediction_blocks(page.df),
+        _chart_blocks(page),
+        _failed_blocks(page.df),
+        time_blocks(page.df),
+        _files_blocks(page),
+    )
     return doc.Document(f"fsdp-bench report: {page.run_name}", [b for section in sections for b in section])
 
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from fsdp_bench.analysis.stats import CONFIDENCE_PCT
 from fsdp_bench.report.table import left_out, trained_rows
 from fsdp_bench.results.metrics import M
-from fsdp_bench.analysis.stats import CONFIDENCE_PCT
 
 SPEED = M.tokens_per_s_per_device
 # The memory a budget is checked against: what the allocator holds when known, else RSS (CPU).
@@ -51,9 +51,18 @@ def recommend(df, budget_gib: float | None = None) -> list[Recommendation]:
         rows = ranked.to_dict("records")
         tied = [r for r in rows if rows and speeds_overlap(rows[0], r)] if rows else []
         missing = timed[timed[memory].isna()]
-        out.append(Recommendation(str(model), memory, budget_gib, rows[:2], len(part) - len(fits) if budget_gib
-                                  is not None else 0, len(missing), tied,
-                                  tuple(dict.fromkeys(missing["strategy"]))))
+        out.append(
+            Recommendation(
+                str(model),
+                memory,
+                budget_gib,
+                rows[:2],
+                len(part) - len(fits) if budget_gib is not None else 0,
+                len(missing),
+                tied,
+                tuple(dict.fromkeys(missing["strategy"])),
+            )
+        )
     return out
 
 
@@ -62,10 +71,14 @@ def describe(row: dict[str, Any], memory: str) -> str:
     value = row.get(memory)
     mem = "not measured" if value is None or value != value else format_gib(value)
     interval = speed_interval(row)
-    spread = "" if interval is None else f" ({_fmt_speed(interval[0])}-{_fmt_speed(interval[1])} at {level_pct(row):.0f}%)"
-    return (f"{row['strategy']} batch {row['batch_size']} x accum {row['grad_accum']}{timing} "
-            f"({row[SPEED]:,.0f} tokens/s/device{spread}, step {row[M.step_time_s_median]:.3g} s, "
-            f"{memory.replace('_gib', '').replace('_', ' ')} {mem})")
+    spread = (
+        "" if interval is None else f" ({_fmt_speed(interval[0])}-{_fmt_speed(interval[1])} at {level_pct(row):.0f}%)"
+    )
+    return (
+        f"{row['strategy']} batch {row['batch_size']} x accum {row['grad_accum']}{timing} "
+        f"({row[SPEED]:,.0f} tokens/s/device{spread}, step {row[M.step_time_s_median]:.3g} s, "
+        f"{memory.replace('_gib', '').replace('_', ' ')} {mem})"
+    )
 
 
 def _fmt_speed(value: float) -> str:
@@ -87,8 +100,9 @@ def level_pct(row: dict[str, Any]) -> float:
 def speed_interval(row: dict[str, Any], column: str = SPEED) -> tuple[float, float] | None:
     """tokens/s/device (or another rate inversely proportional to the step time, e.g. MFU) at the
     bounds of the step-time median's confidence interval (None when the case has no interval)."""
-    low, high, median = (row.get(k) for k in (M.step_time_s_median_ci_low, M.step_time_s_median_ci_high,
-                                              M.step_time_s_median))
+    low, high, median = (
+        row.get(k) for k in (M.step_time_s_median_ci_low, M.step_time_s_median_ci_high, M.step_time_s_median)
+    )
     value = row.get(column)
     if not all(isinstance(v, (int, float)) and v == v and v > 0 for v in (low, high, median, value)):
         return None
@@ -104,22 +118,28 @@ def speeds_overlap(best: dict[str, Any], second: dict[str, Any]) -> bool:
     return a is None or b is None or a[0] <= b[1]
 
 
-SEPARATE = ("to separate them: a tighter --bench-target-ci-pct or a longer --bench-measure-cap-s (more steps), "
-            "and --bench-repeats 3 (run-to-run noise)")
+SEPARATE = (
+    "to separate them: a tighter --bench-target-ci-pct or a longer --bench-measure-cap-s (more steps), "
+    "and --bench-repeats 3 (run-to-run noise)"
+)
 
 
 def _winner_text(rec: Recommendation, budget: str) -> str:
     best = rec.picks[0]
     if len(rec.tied) > 1:
         names = "; ".join(describe(r, rec.memory) for r in rec.tied)
-        return (f"Recommendation ({rec.model}, {budget}): no single winner, {len(rec.tied)} configurations tied "
-                f"within noise (their tokens/s {CONFIDENCE_PCT}% intervals overlap the fastest's): {names}; {SEPARATE}")
+        return (
+            f"Recommendation ({rec.model}, {budget}): no single winner, {len(rec.tied)} configurations tied "
+            f"within noise (their tokens/s {CONFIDENCE_PCT}% intervals overlap the fastest's): {names}; {SEPARATE}"
+        )
     text = f"Recommendation ({rec.model}, {budget}): {describe(best, rec.memory)}"
     if len(rec.picks) > 1:
         second = rec.picks[1]
         slower = 100 * (1 - second[SPEED] / best[SPEED])
-        text += (f"; runner-up {describe(second, rec.memory)}, {slower:.0f}% slower, beyond noise "
-                 f"(the {CONFIDENCE_PCT}% tokens/s intervals do not overlap)")
+        text += (
+            f"; runner-up {describe(second, rec.memory)}, {slower:.0f}% slower, beyond noise "
+            f"(the {CONFIDENCE_PCT}% tokens/s intervals do not overlap)"
+        )
     return text
 
 
@@ -128,17 +148,21 @@ def recommendation_lines(df, budget_gib: float | None = None) -> list[str]:
     for rec in recommend(df, budget_gib):
         budget = "no memory budget" if rec.budget_gib is None else f"budget {rec.budget_gib:g} GiB/device"
         if not rec.picks:
-            lines.append(f"Recommendation ({rec.model}, {budget}): no trained configuration fits "
-                         f"({rec.over_budget} over budget, {rec.unmeasured} without a measured {rec.memory}).")
+            lines.append(
+                f"Recommendation ({rec.model}, {budget}): no trained configuration fits "
+                f"({rec.over_budget} over budget, {rec.unmeasured} without a measured {rec.memory})."
+            )
             continue
         text = _winner_text(rec, budget)
         if rec.over_budget:
             text += f"; {rec.over_budget} trained configuration(s) over the budget left out"
         if rec.unmeasured:
             what = ", ".join(rec.unmeasured_strategies)
-            text += (f"; {rec.unmeasured} trained configuration(s) ({what}) have no measured {rec.memory}"
-                     + (" and are left out: the budget cannot be checked" if rec.budget_gib is not None
-                        else ", ranked by speed all the same"))
+            text += f"; {rec.unmeasured} trained configuration(s) ({what}) have no measured {rec.memory}" + (
+                " and are left out: the budget cannot be checked"
+                if rec.budget_gib is not None
+                else ", ranked by speed all the same"
+            )
         omitted = left_out(df[df["model"] == rec.model], SPEED) if "model" in df else ""
         lines.append(text + (f"; {omitted}" if omitted else "") + ".")
     return lines

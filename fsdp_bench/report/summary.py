@@ -6,14 +6,15 @@ run cannot answer the question.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from fsdp_bench.report.charts.style import TIMING_LABELS
-from fsdp_bench.results.schema import FAILED_STATUSES
-from fsdp_bench.report.table import left_out, ok_rows, trained_rows
-from fsdp_bench.plan.catalog import is_baseline, strategy_order
 from fsdp_bench.analysis.stats import CONFIDENCE_PCT, NOISY_CV_PCT
+from fsdp_bench.plan.catalog import is_baseline, strategy_order
+from fsdp_bench.report.charts.style import TIMING_LABELS
+from fsdp_bench.report.table import left_out, ok_rows, trained_rows
 from fsdp_bench.results.metrics import M
+from fsdp_bench.results.schema import FAILED_STATUSES
 
 LOSS_MATCH_TOL = 1e-3
 
@@ -45,21 +46,27 @@ def largest_batch_that_fits(df) -> list[str]:
             bad = rows[rows["status"].isin(FAILED_STATUSES)]
             tried = max(rows["batch_size"])
             if not ok:
-                items.append(f"{strategy} none ({', '.join(sorted(set(bad['status'])))})" if len(bad) else f"{strategy} none")
+                items.append(
+                    f"{strategy} none ({', '.join(sorted(set(bad['status'])))})" if len(bad) else f"{strategy} none"
+                )
                 continue
             fits = ok[-1]
             above = bad[bad["batch_size"] > fits].sort_values("batch_size")
             if len(above):
-                items.append(f"{strategy} {fits} (batch {above.iloc[0]['batch_size']}: {above.iloc[0]['status'].upper()})")
+                items.append(
+                    f"{strategy} {fits} (batch {above.iloc[0]['batch_size']}: {above.iloc[0]['status'].upper()})"
+                )
             else:
                 items.append(f"{strategy} {fits}" + (" (largest tried)" if fits == tried else ""))
         if items:
-            lines.append(f"Largest batch that fits ({model}, grad accum {part['grad_accum'].min()}): {'; '.join(items)}.")
+            lines.append(
+                f"Largest batch that fits ({model}, grad accum {part['grad_accum'].min()}): {'; '.join(items)}."
+            )
     return lines
 
 
 def _gain_text(best, second) -> str:
-    """"+N% over X" with the gain's range from the two tokens/s intervals, or "within noise"."""
+    """ "+N% over X" with the gain's range from the two tokens/s intervals, or "within noise"."""
     from fsdp_bench.report.recommend import speed_interval, speeds_overlap
 
     speed = M.tokens_per_s_per_device
@@ -67,8 +74,10 @@ def _gain_text(best, second) -> str:
     if speeds_overlap(dict(best), dict(second)):
         return f"{second['strategy']} within noise ({gain:+.0f}%, {CONFIDENCE_PCT}% tokens/s intervals overlap)"
     a, b = speed_interval(dict(best)), speed_interval(dict(second))
-    return (f"+{gain:.0f}% over {second['strategy']} (at least +{100 * (a[0] / b[1] - 1):.0f}% at "
-            f"{CONFIDENCE_PCT}% confidence)")
+    return (
+        f"+{gain:.0f}% over {second['strategy']} (at least +{100 * (a[0] / b[1] - 1):.0f}% at "
+        f"{CONFIDENCE_PCT}% confidence)"
+    )
 
 
 def fastest_per_batch(df) -> list[str]:
@@ -92,14 +101,22 @@ def fastest_per_batch(df) -> list[str]:
             accums = sorted(set(mdf["grad_accum"]))
             covers = f"grad accum {part['grad_accum'].min()}" + (
                 f" only (the run also has {', '.join(str(a) for a in accums if a != part['grad_accum'].min())})"
-                if len(accums) > 1 else "")
-            lines.append(f"Fastest strategy ({model}, cases that trained, {covers}): {'; '.join(items)}"
-                         + (f"; {omitted}" if omitted else "") + ".")
+                if len(accums) > 1
+                else ""
+            )
+            lines.append(
+                f"Fastest strategy ({model}, cases that trained, {covers}): {'; '.join(items)}"
+                + (f"; {omitted}" if omitted else "")
+                + "."
+            )
     return lines
 
 
-_MEMORY_COLUMNS = ((M.peak_allocated_gib, "peak allocated"), (M.peak_reserved_gib, "peak reserved"),
-                   (M.peak_rss_gib, "peak RSS"))
+_MEMORY_COLUMNS = (
+    (M.peak_allocated_gib, "peak allocated"),
+    (M.peak_reserved_gib, "peak reserved"),
+    (M.peak_rss_gib, "peak RSS"),
+)
 
 
 def memory_saved_vs_ddp(df) -> list[str]:
@@ -123,11 +140,14 @@ def memory_saved_vs_ddp(df) -> list[str]:
                 if value is None or value != value:
                     continue
                 saved = 100 * (1 - value / base[column])
-                items.append(f"{strategy} {'saves' if saved >= 0 else 'uses'} {abs(saved):.0f}%"
-                             f"{'' if saved >= 0 else ' more'} ({_fmt(value)} GiB)")
+                items.append(
+                    f"{strategy} {'saves' if saved >= 0 else 'uses'} {abs(saved):.0f}%"
+                    f"{'' if saved >= 0 else ' more'} ({_fmt(value)} GiB)"
+                )
             if items:
-                lines.append(f"Memory vs ddp ({model}, batch {size}, {label}, ddp {_fmt(base[column])} GiB): "
-                             f"{'; '.join(items)}.")
+                lines.append(
+                    f"Memory vs ddp ({model}, batch {size}, {label}, ddp {_fmt(base[column])} GiB): {'; '.join(items)}."
+                )
                 break  # the allocator's number when there is one; RSS only as a fallback
     return lines
 
@@ -139,8 +159,10 @@ def _stale_cause(frozen) -> str:
     stale = counts[counts > 0]
     if stale.empty:
         return "the records do not show why (no optimizer tensor was seen outside the model)."
-    return (f"in {len(stale)} of them the optimizer steps {int(stale.min())}-{int(stale.max())} tensors that are "
-            f"not the model's parameters (observed after sharding), so the model's weights are never updated.")
+    return (
+        f"in {len(stale)} of them the optimizer steps {int(stale.min())}-{int(stale.max())} tensors that are "
+        f"not the model's parameters (observed after sharding), so the model's weights are never updated."
+    )
 
 
 def optimizer_timing_effect(df) -> list[str]:
@@ -156,8 +178,10 @@ def optimizer_timing_effect(df) -> list[str]:
         label = TIMING_LABELS[timing]
         if len(frozen):
             names = ", ".join(sorted(set(frozen["strategy"]), key=strategy_order))
-            lines.append(f"{label}: parameters never changed in {len(frozen)} of {len(rows)} cases ({names}); "
-                         f"{_stale_cause(frozen)}")
+            lines.append(
+                f"{label}: parameters never changed in {len(frozen)} of {len(rows)} cases ({names}); "
+                f"{_stale_cause(frozen)}"
+            )
         else:
             lines.append(f"{label}: parameters changed in all {len(rows)} cases; training works.")
     return lines
@@ -174,8 +198,10 @@ def loss_agreement(df) -> list[str]:
     if off.empty:
         return [f"Loss curves match ddp within {LOSS_MATCH_TOL:g} in all {len(ok)} comparable cases."]
     worst = off.sort_values(M.loss_max_abs_dev_vs_ddp, ascending=False).iloc[0]
-    return [f"Loss curves differ from ddp by more than {LOSS_MATCH_TOL:g} in {len(off)} of {len(ok)} cases "
-            f"(largest: {worst['case_id']}, {worst[M.loss_max_abs_dev_vs_ddp]:.3g})."]
+    return [
+        f"Loss curves differ from ddp by more than {LOSS_MATCH_TOL:g} in {len(off)} of {len(ok)} cases "
+        f"(largest: {worst['case_id']}, {worst[M.loss_max_abs_dev_vs_ddp]:.3g})."
+    ]
 
 
 def failures(df) -> list[str]:
@@ -194,8 +220,10 @@ def timing_noise(df) -> list[str]:
     noisy = ok[ok[M.step_time_cv_pct] > NOISY_CV_PCT]
     if noisy.empty:
         return [f"Step times are steady: coefficient of variation <= {NOISY_CV_PCT:g}% in every case."]
-    return [f"Step times vary by more than {NOISY_CV_PCT:g}% (CV) in {len(noisy)} of {len(ok)} cases: treat small "
-            f"throughput differences as noise (busy machine, or too few steps): {', '.join(noisy['case_id'])}."]
+    return [
+        f"Step times vary by more than {NOISY_CV_PCT:g}% (CV) in {len(noisy)} of {len(ok)} cases: treat small "
+        f"throughput differences as noise (busy machine, or too few steps): {', '.join(noisy['case_id'])}."
+    ]
 
 
 def best_mfu(df) -> list[str]:

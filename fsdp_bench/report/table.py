@@ -5,34 +5,69 @@ Pure pandas over loaded results; no torch, no matplotlib. Column names carry the
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from fsdp_bench.analysis.case_time import case_time_split
 from fsdp_bench.plan.case import timing_order
 from fsdp_bench.plan.catalog import strategy_order
-from fsdp_bench.results.metrics import HIGHER_IS_BETTER, LOWER_IS_BETTER
+from fsdp_bench.results.metrics import HIGHER_IS_BETTER, LOWER_IS_BETTER, M
 from fsdp_bench.results.metrics import label as metric_label
 from fsdp_bench.results.schema import GIB
-from fsdp_bench.results.metrics import M
 
 # The axes a person compares along, in sort order; the CSV starts with them.
 AXES = ("model", "strategy", "batch_size", "grad_accum", "optimizer_timing")
-LEAD_COLUMNS = ("case_id", *AXES, "nproc", "global_batch_size", "seq_len", "tokens_per_optimizer_step",
-                "compare_group", "trained", "rank_in_group", "is_best", "status", "reason")
+LEAD_COLUMNS = (
+    "case_id",
+    *AXES,
+    "nproc",
+    "global_batch_size",
+    "seq_len",
+    "tokens_per_optimizer_step",
+    "compare_group",
+    "trained",
+    "rank_in_group",
+    "is_best",
+    "status",
+    "reason",
+)
 # What ranks cases against each other: the same work per optimizer step (model, seq_len, tokens
 # per optimizer step = batch * grad-accum * ranks * seq_len) at the same precision.
 RANK_METRIC = M.tokens_per_s_per_device
 
 # The columns of the report's table (the CSV has every metric), shown only when some case has them:
 # the case's axes and verdicts, labelled here, and the metrics the registry shows in the table.
-_CASE_LABELS = {"strategy": "strategy", "batch_size": "batch", "grad_accum": "accum",
-                "optimizer_timing": "optimizer built", "status": "status", "effective_sharding": "sharding done",
-                "rank_in_group": "rank (same work)"}
+_CASE_LABELS = {
+    "strategy": "strategy",
+    "batch_size": "batch",
+    "grad_accum": "accum",
+    "optimizer_timing": "optimizer built",
+    "status": "status",
+    "effective_sharding": "sharding done",
+    "rank_in_group": "rank (same work)",
+}
 REPORT_COLUMN_ORDER = (
-    "strategy", "batch_size", "grad_accum", "optimizer_timing", "status", M.tokens_per_s_per_device,
-    M.step_time_s_median, M.step_time_median_ci_halfwidth_pct, M.step_time_s_p90, M.peak_allocated_gib, M.peak_reserved_gib, M.peak_rss_gib, M.mfu_pct,
-    M.comm_exposed_s_per_step, "effective_sharding", M.loss_first, M.loss_last, M.params_changed, M.repeats,
-    M.repeat_spread_pct, "rank_in_group",
+    "strategy",
+    "batch_size",
+    "grad_accum",
+    "optimizer_timing",
+    "status",
+    M.tokens_per_s_per_device,
+    M.step_time_s_median,
+    M.step_time_median_ci_halfwidth_pct,
+    M.step_time_s_p90,
+    M.peak_allocated_gib,
+    M.peak_reserved_gib,
+    M.peak_rss_gib,
+    M.mfu_pct,
+    M.comm_exposed_s_per_step,
+    "effective_sharding",
+    M.loss_first,
+    M.loss_last,
+    M.params_changed,
+    M.repeats,
+    M.repeat_spread_pct,
+    "rank_in_group",
 )
 REPORT_COLUMNS = tuple((name, _CASE_LABELS.get(name) or metric_label(name)) for name in REPORT_COLUMN_ORDER)
 
@@ -96,8 +131,11 @@ def build_table(results: Iterable[Mapping[str, Any]]):
     if df.empty:
         return pd.DataFrame(columns=list(LEAD_COLUMNS))
     # Each finished case's loss curve (rank mean per step) against the matching DDP case's.
-    curves = {r["case_id"]: mean_across_ranks(x["losses"] for x in r["ranks"]) for r in results
-              if r.get("status") == "ok" and r.get("ranks") and all(x.get("losses") for x in r["ranks"])}
+    curves = {
+        r["case_id"]: mean_across_ranks(x["losses"] for x in r["ranks"])
+        for r in results
+        if r.get("status") == "ok" and r.get("ranks") and all(x.get("losses") for x in r["ranks"])
+    }
     deviation = loss_max_abs_dev_vs_ddp(rows, curves)
     df[M.loss_max_abs_dev_vs_ddp] = [deviation.get(c) for c in df["case_id"]]
     df = add_ranking(df)
@@ -157,13 +195,22 @@ def flatten_rank(result: Mapping[str, Any], rank: Mapping[str, Any]) -> dict[str
     case = result.get("case") or {}
     error = rank.get("error") or {}
     memory = rank.get("memory") or {}
-    row: dict[str, Any] = {"case_id": result.get("case_id"), **{k: case.get(k) for k in AXES},
-                           "case_status": result.get("status"), "rank": rank.get("rank"),
-                           "world_size": rank.get("world_size"), "host": rank.get("host"),
-                           "rank_status": rank.get("status"), "stage": rank.get("stage"),
-                           "error_type": error.get("type"), "error_message": error.get("message"),
-                           "device_name": rank.get("device_name"), "n_params": rank.get("n_params"),
-                           M.params_changed: rank.get(M.params_changed), "memory_method": memory.get("method")}
+    row: dict[str, Any] = {
+        "case_id": result.get("case_id"),
+        **{k: case.get(k) for k in AXES},
+        "case_status": result.get("status"),
+        "rank": rank.get("rank"),
+        "world_size": rank.get("world_size"),
+        "host": rank.get("host"),
+        "rank_status": rank.get("status"),
+        "stage": rank.get("stage"),
+        "error_type": error.get("type"),
+        "error_message": error.get("message"),
+        "device_name": rank.get("device_name"),
+        "n_params": rank.get("n_params"),
+        M.params_changed: rank.get(M.params_changed),
+        "memory_method": memory.get("method"),
+    }
     for key in ("peak_allocated_bytes", "peak_reserved_bytes", "peak_rss_bytes"):
         row[key.replace("_bytes", "_gib")] = _gib(memory.get(key))
     times = rank.get("step_times_s") or []
@@ -199,8 +246,12 @@ def build_per_rank_table(results: Iterable[Mapping[str, Any]]):
     df = _sorted(df)
     # keep the case order from _sorted, ranks ascending inside a case
     order = {cid: i for i, cid in enumerate(dict.fromkeys(df["case_id"]))}
-    return df.assign(_c=df["case_id"].map(order)).sort_values(["_c", "rank"], kind="stable") \
-             .drop(columns="_c").reset_index(drop=True)
+    return (
+        df.assign(_c=df["case_id"].map(order))
+        .sort_values(["_c", "rank"], kind="stable")
+        .drop(columns="_c")
+        .reset_index(drop=True)
+    )
 
 
 def ok_rows(df):

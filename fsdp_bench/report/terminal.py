@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 from typing import Any
+
 from fsdp_bench.results.metrics import M
 
 
@@ -29,8 +30,9 @@ def summary_body_lines(results: list[dict[str, Any]]) -> list[str]:
     df = build_table(results)
     if "is_best" in df:
         for _, row in df[df["is_best"] == True].iterrows():  # noqa: E712
-            lines.append(f"best of {row['compare_group']}: {row['case_id']} "
-                         f"({row[M.tokens_per_s_per_device]:,.0f} tok/s/dev)")
+            lines.append(
+                f"best of {row['compare_group']}: {row['case_id']} ({row[M.tokens_per_s_per_device]:,.0f} tok/s/dev)"
+            )
     untrained = df[(df["status"] == "ok") & (df["trained"] == False)] if "trained" in df else df.iloc[0:0]  # noqa: E712
     if len(untrained):
         lines.append(f"not trained (never ranked): {', '.join(untrained['case_id'])}")
@@ -68,8 +70,13 @@ def report_sections(run_dir: Path, results: list[dict[str, Any]]) -> tuple[list[
     except Exception as exc:  # noqa: BLE001 - a chart's bug must not hide the results
         return [f"report not written: {type(exc).__name__}: {exc}"], closing_lines(run_dir, [])
     lines = [f"note: {note}" for note in notes]
-    for suite, scaled in sorted({(r["case"].get("suite"), r["case"].get("scaled_down"))
-                                 for r in results if r.get("case", {}).get("scaled_down")}):
+    for suite, scaled in sorted(
+        {
+            (r["case"].get("suite"), r["case"].get("scaled_down"))
+            for r in results
+            if r.get("case", {}).get("scaled_down")
+        }
+    ):
         lines.append(f"note: suite {suite} ran scaled down ({scaled})")
     lines.append(f"table and charts: {', '.join(p.name for p in written)}")
     lines += summary_body_lines(results)

@@ -10,16 +10,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from fsdp_bench.report.charts.style import RunData
 from fsdp_bench.report.charts import CHART_FILES, draw_charts
+from fsdp_bench.report.charts.style import RunData
 from fsdp_bench.report.page import Page, render_html, render_markdown
-from fsdp_bench.results.io import write_text_atomic
-from fsdp_bench.results.load import load_run
-from fsdp_bench.results.schema import ResultError
-from fsdp_bench.results.io import read_json
-from fsdp_bench.results.layout import RunLayout
 from fsdp_bench.report.summary import summary_lines
 from fsdp_bench.report.table import build_per_rank_table, build_table
+from fsdp_bench.results.io import read_json, write_text_atomic
+from fsdp_bench.results.layout import RunLayout
+from fsdp_bench.results.load import load_run
+from fsdp_bench.results.schema import ResultError
 
 TABLE_FILES = ("comparison.csv", "per_rank.csv")
 PAGE_FILES = ("report.md", "report.html")
@@ -85,8 +84,9 @@ def load_tuning(run_dir: Path) -> tuple[list[dict[str, Any]], list[str]]:
     return found, problems
 
 
-def write_report(run_dir: Path, out_dir: Path | None = None,
-                 budget_gib: float | None = None) -> tuple[list[Path], list[str]]:
+def write_report(
+    run_dir: Path, out_dir: Path | None = None, budget_gib: float | None = None
+) -> tuple[list[Path], list[str]]:
     """Write the table, charts and report page for a run; returns the files written and one note
     per problem (unreadable files, charts skipped for lack of data)."""
     run_dir = Path(run_dir)
@@ -104,13 +104,22 @@ def write_report(run_dir: Path, out_dir: Path | None = None,
         written.append(path)
     tuning, tune_notes = load_tuning(run_dir)
     notes += tune_notes
-    run = RunData(df=df, results={r["case_id"]: r for r in results}, title=_models(df), budget_gib=budget_gib,
-                  tuning=tuning)
+    run = RunData(
+        df=df, results={r["case_id"]: r for r in results}, title=_models(df), budget_gib=budget_gib, tuning=tuning
+    )
     outcomes = draw_charts(run, out_dir)
     written += [o.path for o in outcomes if o.path is not None]
     chart_notes = [o.note for o in outcomes if o.path is None]
-    page = Page(run_name=run_dir.resolve().name, env=env, df=df, summary=summary_lines(df, budget_gib), charts=outcomes,
-                problems=list(notes), files=list(TABLE_FILES), tuning=tuning)
+    page = Page(
+        run_name=run_dir.resolve().name,
+        env=env,
+        df=df,
+        summary=summary_lines(df, budget_gib),
+        charts=outcomes,
+        problems=list(notes),
+        files=list(TABLE_FILES),
+        tuning=tuning,
+    )
     for name, render in (("report.md", render_markdown), ("report.html", render_html)):
         path = out_dir / name
         write_text_atomic(path, render(page))

@@ -12,8 +12,9 @@ from __future__ import annotations
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -51,8 +52,9 @@ def save_state(kind: str, model, optimizer, folder: Path, device: torch.device) 
     # cpu_offload gathers to the host on rank 0 only; on a CPU device it would "move" tensors that
     # already live there and FSDP1 frees the gathered storage under them (rank 0 segfaults).
     offload = full and device.type == "cuda"
-    model_sd, optim_sd = get_state_dict(model, optimizer,
-                                        options=StateDictOptions(full_state_dict=full, cpu_offload=offload))
+    model_sd, optim_sd = get_state_dict(
+        model, optimizer, options=StateDictOptions(full_state_dict=full, cpu_offload=offload)
+    )
     if full:
         if dist.get_rank() == 0:  # gathered on rank 0 (host memory), written once
             torch.save({"model": model_sd, "optim": optim_sd}, folder / "full.pt")
@@ -72,12 +74,12 @@ def load_state(kind: str, model, optimizer, folder: Path) -> None:
         state = {"model": model_sd, "optim": optim_sd}
         load(state, checkpoint_id=str(folder))  # fills the sharded tensors in place
         options = StateDictOptions()
-    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"],
-                   options=options)
+    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"], options=options)
 
 
-def run_checkpoint_benchmark(kind: str, model, optimizer, step: Callable[[int], torch.Tensor],
-                             next_step: int, device: torch.device) -> dict[str, Any]:
+def run_checkpoint_benchmark(
+    kind: str, model, optimizer, step: Callable[[int], torch.Tensor], next_step: int, device: torch.device
+) -> dict[str, Any]:
     """Save, continue, load, continue again; timings in seconds, size in bytes, peaks per phase."""
     from fsdp_bench.worker.memory import peak_rss_bytes
 
@@ -103,9 +105,14 @@ def run_checkpoint_benchmark(kind: str, model, optimizer, step: Callable[[int], 
         if dist.get_rank() == 0:
             shutil.rmtree(folder, ignore_errors=True)
     return {
-        "kind": kind, "save_s": save_s, "load_s": load_s, "size_bytes": size,
-        "save_peak_allocated_bytes": save_peak, "load_peak_allocated_bytes": load_peak,
+        "kind": kind,
+        "save_s": save_s,
+        "load_s": load_s,
+        "size_bytes": size,
+        "save_peak_allocated_bytes": save_peak,
+        "load_peak_allocated_bytes": load_peak,
         "peak_rss_bytes": peak_rss_bytes(),
-        "resume_losses_uninterrupted": uninterrupted, "resume_losses_resumed": resumed,
+        "resume_losses_uninterrupted": uninterrupted,
+        "resume_losses_resumed": resumed,
         "resume_max_abs_diff": max(abs(a - b) for a, b in zip(uninterrupted, resumed)),
     }

@@ -13,18 +13,21 @@ from __future__ import annotations
 
 import os
 
-from fsdp_bench.plan.catalog import strategy as catalog_strategy
-from fsdp_bench.results.layout import CaseDir
 from fsdp_bench.plan.case import Case, hybrid_mesh_shape
+from fsdp_bench.plan.catalog import strategy as catalog_strategy
 from fsdp_bench.results.io import read_json, write_json_atomic
+from fsdp_bench.results.layout import CaseDir
 from fsdp_bench.worker.args import parse_case_args
 
 _COLLECTIVE_MARKERS = ("c10d::", "gloo:", "nccl:")
 
 
 def collective_events(prof) -> list[tuple[str, list[list[int]]]]:
-    return [(e.name, [list(s) for s in (e.input_shapes or [])]) for e in prof.events()
-            if e.name.startswith(_COLLECTIVE_MARKERS)]
+    return [
+        (e.name, [list(s) for s in (e.input_shapes or [])])
+        for e in prof.events()
+        if e.name.startswith(_COLLECTIVE_MARKERS)
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -49,11 +52,20 @@ def main(argv: list[str] | None = None) -> int:
         events = collective_events(prof)
         shard_group = dist.get_world_size()
         if catalog_strategy(case.strategy).hybrid:
-            shard_group = hybrid_mesh_shape(case.mesh, world_size=shard_group,
-                                            ranks_per_node=int(os.environ["LOCAL_WORLD_SIZE"]))[1]
-        write_json_atomic(CaseDir(args.out).trace_file(rank),
-                          {"rank": rank, "world_size": dist.get_world_size(), "case_id": case.id,
-                           "bytes": count_trace_bytes(events, shard_group=shard_group), "events": events}, overwrite=True)
+            shard_group = hybrid_mesh_shape(
+                case.mesh, world_size=shard_group, ranks_per_node=int(os.environ["LOCAL_WORLD_SIZE"])
+            )[1]
+        write_json_atomic(
+            CaseDir(args.out).trace_file(rank),
+            {
+                "rank": rank,
+                "world_size": dist.get_world_size(),
+                "case_id": case.id,
+                "bytes": count_trace_bytes(events, shard_group=shard_group),
+                "events": events,
+            },
+            overwrite=True,
+        )
     finally:
         dist.destroy_process_group()
     return 0

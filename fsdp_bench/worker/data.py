@@ -15,7 +15,13 @@ Batch = tuple[torch.Tensor, torch.Tensor]
 
 
 def make_synthetic_batches(
-    flavor: ModelFlavor, *, batch_size: int, seq_len: int, count: int, seed: int, rank: int,
+    flavor: ModelFlavor,
+    *,
+    batch_size: int,
+    seq_len: int,
+    count: int,
+    seed: int,
+    rank: int,
     device: torch.device,
 ) -> list[Batch]:
     gen = torch.Generator().manual_seed(seed * 1_000_003 + rank)
@@ -43,9 +49,18 @@ def _vocab_size(flavor: ModelFlavor) -> int:
 class BatchSource:
     """The micro-batches of each optimizer step for one rank, plus what the data was."""
 
-    def __init__(self, fixed: list[Batch] | None = None, rows: torch.Tensor | None = None, *,
-                 batch_size: int = 1, grad_accum: int = 1, rank: int = 0, world_size: int = 1,
-                 device: torch.device | None = None, info: dict | None = None) -> None:
+    def __init__(
+        self,
+        fixed: list[Batch] | None = None,
+        rows: torch.Tensor | None = None,
+        *,
+        batch_size: int = 1,
+        grad_accum: int = 1,
+        rank: int = 0,
+        world_size: int = 1,
+        device: torch.device | None = None,
+        info: dict | None = None,
+    ) -> None:
         self.fixed = fixed
         self.rows = rows
         self.batch_size, self.grad_accum = batch_size, grad_accum
@@ -69,12 +84,23 @@ class BatchSource:
         return out
 
 
-def make_batch_source(flavor: ModelFlavor, *, data: str, batch_size: int, seq_len: int, grad_accum: int,
-                      seed: int, rank: int, world_size: int, device: torch.device) -> BatchSource:
+def make_batch_source(
+    flavor: ModelFlavor,
+    *,
+    data: str,
+    batch_size: int,
+    seq_len: int,
+    grad_accum: int,
+    seed: int,
+    rank: int,
+    world_size: int,
+    device: torch.device,
+) -> BatchSource:
     """Synthetic batches (data == "") or the packed text of a `--bench-data` folder."""
     if not data:
-        fixed = make_synthetic_batches(flavor, batch_size=batch_size, seq_len=seq_len, count=grad_accum,
-                                       seed=seed, rank=rank, device=device)
+        fixed = make_synthetic_batches(
+            flavor, batch_size=batch_size, seq_len=seq_len, count=grad_accum, seed=seed, rank=rank, device=device
+        )
         return BatchSource(fixed)
     from fsdp_bench.plan.text_data import BYTE_EOS, TextDataError, byte_tokens, pack, read_text_folder
 
@@ -98,8 +124,23 @@ def make_batch_source(flavor: ModelFlavor, *, data: str, batch_size: int, seq_le
     if not rows:
         total = sum(len(d) + 1 for d in docs)
         raise TextDataError(f"{data!r} holds {total} tokens, fewer than one sequence of {seq_len + 1}")
-    info = {"kind": "text", "folder": str(data), "tokenizer": name, "files": len(corpus.files),
-            "documents": len(corpus.documents), "sequences": len(rows), "tokens": len(rows) * (seq_len + 1),
-            "malformed_lines": corpus.malformed, "problems": corpus.problems}
-    return BatchSource(rows=torch.tensor(rows, dtype=torch.long), batch_size=batch_size, grad_accum=grad_accum,
-                       rank=rank, world_size=world_size, device=device, info=info)
+    info = {
+        "kind": "text",
+        "folder": str(data),
+        "tokenizer": name,
+        "files": len(corpus.files),
+        "documents": len(corpus.documents),
+        "sequences": len(rows),
+        "tokens": len(rows) * (seq_len + 1),
+        "malformed_lines": corpus.malformed,
+        "problems": corpus.problems,
+    }
+    return BatchSource(
+        rows=torch.tensor(rows, dtype=torch.long),
+        batch_size=batch_size,
+        grad_accum=grad_accum,
+        rank=rank,
+        world_size=world_size,
+        device=device,
+        info=info,
+    )

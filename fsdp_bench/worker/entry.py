@@ -12,11 +12,16 @@ import os
 import signal
 
 from fsdp_bench.plan.case import Case
-from fsdp_bench.worker.args import parse_case_args
 from fsdp_bench.results.io import read_json, utc_now, write_json_atomic
 from fsdp_bench.results.layout import CaseDir
-from fsdp_bench.worker.failure import (classify_exception, error_record, install_cuda_oom_observer,
-                                       raise_on_sigterm, record_memory_at_failure)
+from fsdp_bench.worker.args import parse_case_args
+from fsdp_bench.worker.failure import (
+    classify_exception,
+    error_record,
+    install_cuda_oom_observer,
+    raise_on_sigterm,
+    record_memory_at_failure,
+)
 from fsdp_bench.worker.lifetime import die_with_parent, exit_now
 from fsdp_bench.worker.loop import run
 from fsdp_bench.worker.record import StageTracker, new_record

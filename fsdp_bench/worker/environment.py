@@ -1,6 +1,6 @@
 """The torch half of a run's env.json: torch, CUDA, NCCL, driver, GPUs and library versions.
 
-    python -m fsdp_bench.worker.environment OUT.json     (run once per sweep by launch.environment)
+python -m fsdp_bench.worker.environment OUT.json     (run once per sweep by launch.environment)
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 from fsdp_bench.results.io import write_json_atomic
-
 
 PROBE_S = 0.25  # seconds of matmuls for the CPU rate the duration estimate uses
 PROBE_N = 256  # square matrices: big enough for the BLAS kernel, small enough to fit in cache
@@ -44,10 +43,16 @@ def collect_torch() -> dict[str, Any]:
 
     # How long `import torch` took: every rank and torchrun of every case pays it, so it scales
     # the estimate's fixed cost per case with the machine's speed and load right now.
-    info: dict[str, Any] = {"torch_import_s": round(time.perf_counter() - start, 3),
-                            "cpu_matmul_gflops": round(measure_cpu_gflops(), 2),
-                            "torch": torch.__version__, "cuda": torch.version.cuda, "nccl": None,
-                            "gpu_count": 0, "gpu_names": [], "driver": None}
+    info: dict[str, Any] = {
+        "torch_import_s": round(time.perf_counter() - start, 3),
+        "cpu_matmul_gflops": round(measure_cpu_gflops(), 2),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "nccl": None,
+        "gpu_count": 0,
+        "gpu_names": [],
+        "driver": None,
+    }
     if torch.cuda.is_available():
         info["gpu_count"] = torch.cuda.device_count()
         info["gpu_names"] = [torch.cuda.get_device_name(i) for i in range(info["gpu_count"])]
@@ -56,8 +61,12 @@ def collect_torch() -> dict[str, Any]:
         except (AttributeError, RuntimeError):
             pass
         try:
-            out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                                 capture_output=True, text=True, timeout=10)
+            out = subprocess.run(
+                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+            )
             info["driver"] = out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
         except (OSError, subprocess.TimeoutExpired):
             pass

@@ -61,9 +61,14 @@ def estimate_peak(case: Case) -> dict[str, Any]:
         os.environ.clear()
         os.environ.update(saved_env)
     categories = {(k.name.lower() if hasattr(k, "name") else str(k)): v for k, v in per_device.items() if k != "Total"}
-    return {"peak_bytes": per_device.get("Total", 0), "by_category_bytes": categories, "world_size": case.nproc,
-            "tracker": type(tracker).__name__, "estimate_s": time.perf_counter() - started,
-            "method": "fake tensors and a fake process group, one training step (fsdp_bench.worker.estimate)"}
+    return {
+        "peak_bytes": per_device.get("Total", 0),
+        "by_category_bytes": categories,
+        "world_size": case.nproc,
+        "tracker": type(tracker).__name__,
+        "estimate_s": time.perf_counter() - started,
+        "method": "fake tensors and a fake process group, one training step (fsdp_bench.worker.estimate)",
+    }
 
 
 def _default_mesh_outside_fake_mode():

@@ -25,7 +25,11 @@ def raise_on_sigterm(signum, frame) -> None:
 
 
 def error_record(exc: BaseException) -> dict[str, Any]:
-    message = str(exc) if not isinstance(exc, Terminated) else "stopped by SIGTERM (another rank failed or the case was stopped)"
+    message = (
+        str(exc)
+        if not isinstance(exc, Terminated)
+        else "stopped by SIGTERM (another rank failed or the case was stopped)"
+    )
     return {
         "type": type(exc).__name__,
         "message": message[:2000],
@@ -73,8 +77,13 @@ def install_cuda_oom_observer(case: Case, record: dict[str, Any], out_dir: Path,
     def on_oom(device: int, requested: int, device_limit: int, device_free: int) -> None:
         if "oom" in record:  # the first OOM is the one that matters
             return
-        record["oom"] = {"device": device, "requested_bytes": requested, "device_limit_bytes": device_limit,
-                         "device_free_bytes": device_free, "time_unix": time.time()}
+        record["oom"] = {
+            "device": device,
+            "requested_bytes": requested,
+            "device_limit_bytes": device_limit,
+            "device_free_bytes": device_free,
+            "time_unix": time.time(),
+        }
         try:
             record["oom"]["allocated_bytes"] = torch.cuda.memory_allocated(device)
         except Exception:

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import statistics
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
 class GpuUtilSampler:
@@ -40,7 +41,7 @@ class GpuUtilSampler:
             return
         self._read = lambda: float(torch.cuda.utilization(device))
 
-    def __enter__(self) -> "GpuUtilSampler":
+    def __enter__(self) -> GpuUtilSampler:
         if self.reason is None:
             self._thread = threading.Thread(target=self._poll, name="fsdp-bench-gpu-util", daemon=True)
             self._thread.start()
@@ -77,5 +78,9 @@ class GpuUtilSampler:
             self.reason = "measured steps ended before the first NVML sample"
         if self.reason is not None:
             return {"pct_mean": None, "samples": 0, "null_reason": self.reason}
-        return {"pct_mean": statistics.fmean(self.samples), "pct_min": min(self.samples),
-                "samples": len(self.samples), "null_reason": None}
+        return {
+            "pct_mean": statistics.fmean(self.samples),
+            "pct_min": min(self.samples),
+            "samples": len(self.samples),
+            "null_reason": None,
+        }

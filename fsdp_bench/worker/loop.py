@@ -19,8 +19,9 @@ from fsdp_bench.worker.record import StageTracker, new_record
 from fsdp_bench.worker.setup import Rank, build_rank, init_process_group, select_device
 
 
-def run(case: Case, *, record: dict[str, Any] | None = None, out_dir: Path | None = None,
-        stages: StageTracker | None = None) -> dict[str, Any]:
+def run(
+    case: Case, *, record: dict[str, Any] | None = None, out_dir: Path | None = None, stages: StageTracker | None = None
+) -> dict[str, Any]:
     """Run one rank of `case`, filling and returning its record. Raises on failure.
 
     `out_dir` is the case folder: profiler traces and memory snapshots go there (None: not saved).
@@ -47,13 +48,27 @@ def run(case: Case, *, record: dict[str, Any] | None = None, out_dir: Path | Non
 
             stages.enter("checkpoint")
             record["checkpoint"] = run_checkpoint_benchmark(
-                case.checkpoint, setup.model, setup.optimizer, setup.train_step, case.warmup + len(record["step_times_s"]), device)
+                case.checkpoint,
+                setup.model,
+                setup.optimizer,
+                setup.train_step,
+                case.warmup + len(record["step_times_s"]),
+                device,
+            )
         stages.enter("memory_probe")
         from fsdp_bench.worker.probes import run_probes
 
-        guard = run_probes(case, setup.model, setup.optimizer, lambda on_phase=None: setup.train_step(0, on_phase),
-                           record=record, device=device, rank=rank, out_dir=out_dir,
-                           fault=stages.faults.get("probe_step"))
+        guard = run_probes(
+            case,
+            setup.model,
+            setup.optimizer,
+            lambda on_phase=None: setup.train_step(0, on_phase),
+            record=record,
+            device=device,
+            rank=rank,
+            out_dir=out_dir,
+            fault=stages.faults.get("probe_step"),
+        )
         stages.enter("end")
         record["memory"]["peak_rss_bytes"] = peak_rss_bytes()
         stages.done("end")
@@ -130,8 +145,9 @@ def run_timed_steps(setup: Rank, record: dict[str, Any], stages: StageTracker, *
     _record_after_steps(setup, record, out_dir, norms=norms, gpu_util=gpu_util, timeline=timeline)
 
 
-def _record_after_steps(setup: Rank, record: dict[str, Any], out_dir: Path | None, *, norms, gpu_util,
-                        timeline) -> None:
+def _record_after_steps(
+    setup: Rank, record: dict[str, Any], out_dir: Path | None, *, norms, gpu_util, timeline
+) -> None:
     record["update_norms"] = norms.norms
     if norms.reason:
         record["update_norms_null_reason"] = norms.reason
@@ -141,8 +157,9 @@ def _record_after_steps(setup: Rank, record: dict[str, Any], out_dir: Path | Non
     _record_memory_after_steps(setup, record, out_dir)
 
 
-def _stop_measuring(case: Case, device: torch.device, agreed: list[float], elapsed: float,
-                    record: dict[str, Any]) -> bool:
+def _stop_measuring(
+    case: Case, device: torch.device, agreed: list[float], elapsed: float, record: dict[str, Any]
+) -> bool:
     """Whether this was the last measured step, decided alike on every rank: the step's slowest
     rank time is agreed by an all_reduce (outside the timed region), so every rank sees the same
     times and reaches the same verdict after the same step (a rank that stopped alone would
@@ -154,8 +171,9 @@ def _stop_measuring(case: Case, device: torch.device, agreed: list[float], elaps
         dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
         elapsed = float(slowest.item())
     agreed.append(elapsed)
-    reason = measurement_stop_reason(agreed, min_steps=case.steps, target_pct=case.target_ci_pct,
-                                     cap_s=case.measure_cap_s)
+    reason = measurement_stop_reason(
+        agreed, min_steps=case.steps, target_pct=case.target_ci_pct, cap_s=case.measure_cap_s
+    )
     if reason is not None:
         record["measurement_stop_reason"] = reason
     return reason is not None

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import gc
 import resource
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -48,8 +49,9 @@ def reset_peak(device: torch.device) -> None:
         torch.cuda.reset_peak_memory_stats(device)
 
 
-def track_step_memory(step: Callable[[Callable[[str], None]], Any], modules: list[torch.nn.Module],
-                      optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+def track_step_memory(
+    step: Callable[[Callable[[str], None]], Any], modules: list[torch.nn.Module], optimizer: torch.optim.Optimizer
+) -> dict[str, Any]:
     """Run `step(on_phase)` once under MemTracker; the peak live tensor bytes, total and per category.
 
     MemTracker refuses a second forward of a module in one session (gradient accumulation), so
@@ -75,13 +77,12 @@ def track_step_memory(step: Callable[[Callable[[str], None]], Any], modules: lis
         gc.enable()
     snapshot = tracker.get_tracker_snapshot("peak")
     per_device = next(iter(snapshot.values()), {})
-    categories = {
-        (k.name.lower() if hasattr(k, "name") else str(k)): v for k, v in per_device.items() if k != "Total"
-    }
+    categories = {(k.name.lower() if hasattr(k, "name") else str(k)): v for k, v in per_device.items() if k != "Total"}
     return {"peak_bytes": per_device.get("Total", 0), "by_category_bytes": categories}
 
 
 # --- CUDA-only: timeline, allocator health, snapshots ---------------------------------------------
+
 
 class MemoryTimeline:
     """Allocated/reserved bytes at step and phase boundaries, read from the CUDA caching allocator.
@@ -106,11 +107,15 @@ class MemoryTimeline:
         now = time.perf_counter()
         if self._t0 is None:
             self._t0 = now
-        self.samples.append({
-            "step": self.step, "phase": phase, "t_s": now - self._t0,
-            "allocated_bytes": torch.cuda.memory_allocated(self.device),
-            "reserved_bytes": torch.cuda.memory_reserved(self.device),
-        })
+        self.samples.append(
+            {
+                "step": self.step,
+                "phase": phase,
+                "t_s": now - self._t0,
+                "allocated_bytes": torch.cuda.memory_allocated(self.device),
+                "reserved_bytes": torch.cuda.memory_reserved(self.device),
+            }
+        )
 
 
 ALLOC_CONF_ENV = "PYTORCH_CUDA_ALLOC_CONF"
@@ -127,8 +132,8 @@ def allocator_health(device: torch.device) -> dict[str, Any] | None:
         "num_alloc_retries": stats.get("num_alloc_retries", 0),
         "num_ooms": stats.get("num_ooms", 0),
         "reserved_minus_allocated_bytes": torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device),
-        "peak_reserved_minus_peak_allocated_bytes":
-            torch.cuda.max_memory_reserved(device) - torch.cuda.max_memory_allocated(device),
+        "peak_reserved_minus_peak_allocated_bytes": torch.cuda.max_memory_reserved(device)
+        - torch.cuda.max_memory_allocated(device),
         "inactive_split_bytes": stats.get("inactive_split_bytes.all.current", 0),
         "alloc_conf": os.environ.get(ALLOC_CONF_ENV) or os.environ.get("PYTORCH_ALLOC_CONF"),
     }

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import gc
 import time
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -30,8 +31,17 @@ AGREE_TIMEOUT = timedelta(seconds=120)
 
 
 class ProbeGuard:
-    def __init__(self, *, model, optimizer, device: torch.device, rank: int, world_size: int,
-                 record: dict[str, Any], fault: str | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        model,
+        optimizer,
+        device: torch.device,
+        rank: int,
+        world_size: int,
+        record: dict[str, Any],
+        fault: str | None = None,
+    ) -> None:
         self.model = model
         self.optimizer = optimizer
         self.device = device
@@ -45,6 +55,7 @@ class ProbeGuard:
 
     def wrap_step(self, step: Callable[..., Any]) -> Callable[..., Any]:
         """`step(on_phase)` with the fault (if any) injected after the first forward of the first call."""
+
         def faulty(on_phase=None):
             def phase(name: str) -> None:
                 if name == "after_forward" and self.fault is not None:
@@ -54,7 +65,9 @@ class ProbeGuard:
                     inject(kind, "probe_step", self.device)
                 if on_phase is not None:
                     on_phase(name)
+
             return step(phase)
+
         return faulty
 
     def run(self, name: str, probe: Callable[[], Any]) -> tuple[Any, str | None]:

@@ -9,9 +9,9 @@ allocator reads run (CUDA only).
 from __future__ import annotations
 
 import os
-
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -21,10 +21,16 @@ from fsdp_bench.results.layout import CaseDir
 from fsdp_bench.worker.probe_guard import ProbeGuard
 from fsdp_bench.worker.training import local_tensor
 
-
 # MemTracker's categories folded into the five the results report.
-BREAKDOWN_CATEGORIES = {"param": "params", "buffer": "params", "grad": "grads", "opt": "optimizer",
-                        "act": "activations", "temp": "other", "oth": "other"}
+BREAKDOWN_CATEGORIES = {
+    "param": "params",
+    "buffer": "params",
+    "grad": "grads",
+    "opt": "optimizer",
+    "act": "activations",
+    "temp": "other",
+    "oth": "other",
+}
 
 
 def count_matmul_params(model: nn.Module) -> int:
@@ -35,8 +41,13 @@ def count_matmul_params(model: nn.Module) -> int:
     """
     unique = {id(p): p for p in model.parameters()}
     linear_weights = {id(m.weight) for m in model.modules() if isinstance(m, nn.Linear)}
-    lookup = {id(p): p for m in model.modules() if isinstance(m, nn.Embedding)
-              for p in m.parameters() if id(p) not in linear_weights}
+    lookup = {
+        id(p): p
+        for m in model.modules()
+        if isinstance(m, nn.Embedding)
+        for p in m.parameters()
+        if id(p) not in linear_weights
+    }
     return sum(p.numel() for i, p in unique.items() if i not in lookup)
 
 
@@ -80,8 +91,12 @@ def _sdpa_flop_mapping() -> dict[Any, Callable[..., int]]:
         return sdpa_backward_flops(grad_out_shape, query_shape, key_shape, value_shape)
 
     aten = torch.ops.aten
-    kernels = ("_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention",
-               "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention")
+    kernels = (
+        "_scaled_dot_product_flash_attention_for_cpu",
+        "_scaled_dot_product_flash_attention",
+        "_scaled_dot_product_efficient_attention",
+        "_scaled_dot_product_cudnn_attention",
+    )
     mapping: dict[Any, Callable[..., int]] = {}
     for name in kernels:
         for op_name, formula in ((name, fwd_flop), (f"{name}_backward", bwd_flop)):
@@ -118,17 +133,23 @@ def resident_model_state_bytes(model: nn.Module, optimizer: torch.optim.Optimize
     """Params, grads and optimizer state resident on this rank right now, by distinct storage."""
     params = list(model.parameters())
     state = [v for s in optimizer.state.values() for v in s.values() if isinstance(v, torch.Tensor)]
-    out = {"params": _storage_bytes(params), "grads": _storage_bytes(p.grad for p in params),
-           "optimizer": _storage_bytes(state)}
+    out = {
+        "params": _storage_bytes(params),
+        "grads": _storage_bytes(p.grad for p in params),
+        "optimizer": _storage_bytes(state),
+    }
     out["total"] = out["params"] + out["grads"] + out["optimizer"]
     return out
 
 
-def measure_model_state_after_step(step: Callable[[], Any], optimizer: torch.optim.Optimizer,
-                                   model: nn.Module) -> dict[str, int]:
+def measure_model_state_after_step(
+    step: Callable[[], Any], optimizer: torch.optim.Optimizer, model: nn.Module
+) -> dict[str, int]:
     """Run `step` and read the model state after optimizer.step(), before zero_grad frees grads."""
     seen: dict[str, int] = {}
-    handle = inner_optimizer(optimizer).register_step_post_hook(lambda opt, args, kwargs: seen.update(resident_model_state_bytes(model, opt)))
+    handle = inner_optimizer(optimizer).register_step_post_hook(
+        lambda opt, args, kwargs: seen.update(resident_model_state_bytes(model, opt))
+    )
     try:
         step()
     finally:
@@ -164,9 +185,11 @@ def memtracker_refusal(model: torch.nn.Module) -> str | None:
     from torch.distributed.fsdp import FullyShardedDataParallel
 
     if any(isinstance(m, FullyShardedDataParallel) for m in model.modules()):
-        return ("MemTracker refuses FSDP1: with use_orig_params=True its parameters are views into the "
-                "flat parameter, not leaf tensors, so MemTracker cannot register its post-accumulate-grad "
-                "hooks on them ('post accumulate grad hooks cannot be registered on non-leaf tensors')")
+        return (
+            "MemTracker refuses FSDP1: with use_orig_params=True its parameters are views into the "
+            "flat parameter, not leaf tensors, so MemTracker cannot register its post-accumulate-grad "
+            "hooks on them ('post accumulate grad hooks cannot be registered on non-leaf tensors')"
+        )
     return None
 
 
@@ -198,17 +221,33 @@ def predicted_memory(case: Case, world_size: int, rank: int) -> dict[str, Any]:
     found = _units_and_mesh(case, world_size, rank)
     if not found:
         return {"null_reason": f"no parameter-shape model for {case.model}"}
-    p = predict_peak_bytes(case.strategy, flavor_for(case.model), world_size, case.batch_size,
-                           seq_len=case.seq_len, mesh=found["mesh"], grad_accum=case.grad_accum,
-                           optimizer_impl=case.optimizer_impl, device=case.device, act_ckpt=case.act_ckpt)
-    return {"peak_bytes": p["peak_bytes"], "model_state_bytes": p["model_state_bytes"],
-            "activation_bytes": p["activation_bytes"], "gathered_bytes": p["gathered_bytes"],
-            "phase": p["phase"], "parts_bytes": p["parts_bytes"], "phases_bytes": p["phases_bytes"],
-            "method": "analysis.fit.predict_peak_bytes (parts counted from the config, not calibrated)"}
+    p = predict_peak_bytes(
+        case.strategy,
+        flavor_for(case.model),
+        world_size,
+        case.batch_size,
+        seq_len=case.seq_len,
+        mesh=found["mesh"],
+        grad_accum=case.grad_accum,
+        optimizer_impl=case.optimizer_impl,
+        device=case.device,
+        act_ckpt=case.act_ckpt,
+    )
+    return {
+        "peak_bytes": p["peak_bytes"],
+        "model_state_bytes": p["model_state_bytes"],
+        "activation_bytes": p["activation_bytes"],
+        "gathered_bytes": p["gathered_bytes"],
+        "phase": p["phase"],
+        "parts_bytes": p["parts_bytes"],
+        "phases_bytes": p["phases_bytes"],
+        "method": "analysis.fit.predict_peak_bytes (parts counted from the config, not calibrated)",
+    }
 
 
-def _probe_flops_and_state(case: Case, model, optimizer, step: Callable[[], Any], *, record: dict[str, Any],
-                           guard: ProbeGuard, rank: int) -> None:
+def _probe_flops_and_state(
+    case: Case, model, optimizer, step: Callable[[], Any], *, record: dict[str, Any], guard: ProbeGuard, rank: int
+) -> None:
     """One step under FlopCounterMode that also reads the model state after optimizer.step()."""
     from fsdp_bench.analysis.flops import flops_per_token
     from fsdp_bench.analysis.model_state import expected_model_state_bytes
@@ -217,6 +256,7 @@ def _probe_flops_and_state(case: Case, model, optimizer, step: Callable[[], Any]
     if not case.probes:
         counted, measured, reason = 0, {}, PROBES_OFF
     else:
+
         def probe() -> tuple[int, dict[str, int]]:
             seen: dict[str, int] = {}
             total = count_step_flops(lambda: seen.update(measure_model_state_after_step(step, optimizer, model)))
@@ -233,13 +273,26 @@ def _probe_flops_and_state(case: Case, model, optimizer, step: Callable[[], Any]
     flops["formula_over_counter"] = flops["per_token_formula"] / flops["per_token_counter"] if counted else None
     record["measured_model_state_bytes"] = measured or None
     record["expected_model_state_bytes"] = expected_model_state_bytes(
-        case.strategy, n_params=record["n_params"], world_size=record["world_size"],
-        param_bytes=record["param_bytes"], grad_bytes=record["param_bytes"], optimizer_bytes=2 * record["param_bytes"],
-        **_units_and_mesh(case, record["world_size"], rank))
+        case.strategy,
+        n_params=record["n_params"],
+        world_size=record["world_size"],
+        param_bytes=record["param_bytes"],
+        grad_bytes=record["param_bytes"],
+        optimizer_bytes=2 * record["param_bytes"],
+        **_units_and_mesh(case, record["world_size"], rank),
+    )
 
 
-def _probe_breakdown(case: Case, model, optimizer, step: Callable[..., Any], *, record: dict[str, Any],
-                     guard: ProbeGuard, device: torch.device) -> None:
+def _probe_breakdown(
+    case: Case,
+    model,
+    optimizer,
+    step: Callable[..., Any],
+    *,
+    record: dict[str, Any],
+    guard: ProbeGuard,
+    device: torch.device,
+) -> None:
     """One step under MemTracker: the peak's breakdown by category (and the CPU peak)."""
     from fsdp_bench.worker.memory import track_step_memory
 
@@ -260,16 +313,33 @@ def _probe_breakdown(case: Case, model, optimizer, step: Callable[..., Any], *, 
         record["memory"]["method"] = f"unavailable: {refusal}"
 
 
-def run_probes(case: Case, model, optimizer, train_step: Callable[..., Any], *, record: dict[str, Any],
-               device: torch.device, rank: int, out_dir: Path | None, fault: str | None = None) -> ProbeGuard:
+def run_probes(
+    case: Case,
+    model,
+    optimizer,
+    train_step: Callable[..., Any],
+    *,
+    record: dict[str, Any],
+    device: torch.device,
+    rank: int,
+    out_dir: Path | None,
+    fault: str | None = None,
+) -> ProbeGuard:
     """The untimed probe steps: FLOPs + model state, memory breakdown, then profiling if asked.
 
     `train_step(on_phase=None)` runs one optimizer step exactly as the timed loop does. Every
     probe runs under a `ProbeGuard` (returned: its `must_leave` tells the caller the process
     group is no longer safe to use); `fault` is a contributor's fault for the first probe step.
     """
-    guard = ProbeGuard(model=model, optimizer=optimizer, device=device, rank=rank,
-                       world_size=record["world_size"], record=record, fault=fault)
+    guard = ProbeGuard(
+        model=model,
+        optimizer=optimizer,
+        device=device,
+        rank=rank,
+        world_size=record["world_size"],
+        record=record,
+        fault=fault,
+    )
     step = guard.wrap_step(train_step)
     _probe_flops_and_state(case, model, optimizer, step, record=record, guard=guard, rank=rank)
     record["prediction"] = predicted_memory(case, record["world_size"], rank)
@@ -278,7 +348,11 @@ def run_probes(case: Case, model, optimizer, train_step: Callable[..., Any], *, 
         from fsdp_bench.worker.profiling import profile_steps
 
         trace_dir = CaseDir(Path(out_dir)).profile_dir if out_dir is not None else None
-        profile, reason = guard.run("profile", lambda: profile_steps(
-            step, n_steps=PROFILED_STEPS, device_type=device.type, rank=rank, trace_dir=trace_dir))
+        profile, reason = guard.run(
+            "profile",
+            lambda: profile_steps(
+                step, n_steps=PROFILED_STEPS, device_type=device.type, rank=rank, trace_dir=trace_dir
+            ),
+        )
         record["profile"] = profile if reason is None else {"null_reason": reason}
     return guard

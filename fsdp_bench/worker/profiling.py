@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import json
 import tempfile
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
-from fsdp_bench.plan.case import PROFILER_WARMUP_STEPS
 from fsdp_bench.analysis.intervals import clip, exposed_length, total_length, union
+from fsdp_bench.plan.case import PROFILER_WARMUP_STEPS
 
 STEP_MARKER = "fsdp_bench.step"
 COLLECTIVE_KINDS = ("all_gather", "reduce_scatter", "all_reduce", "broadcast", "all_to_all", "send_recv", "other")
@@ -49,9 +50,14 @@ def collective_kind(name: str) -> str | None:
     if not (low.startswith("gloo:") or "nccl" in low):
         return None
     flat = low.replace("_", "").replace(" ", "")
-    for kind, keys in (("all_gather", ("allgather",)), ("reduce_scatter", ("reducescatter",)),
-                       ("all_reduce", ("allreduce",)), ("broadcast", ("broadcast",)),
-                       ("all_to_all", ("alltoall",)), ("send_recv", ("sendrecv", "send", "recv"))):
+    for kind, keys in (
+        ("all_gather", ("allgather",)),
+        ("reduce_scatter", ("reducescatter",)),
+        ("all_reduce", ("allreduce",)),
+        ("broadcast", ("broadcast",)),
+        ("all_to_all", ("alltoall",)),
+        ("send_recv", ("sendrecv", "send", "recv")),
+    ):
         if any(k in flat for k in keys):
             return kind
     return "other"
@@ -73,8 +79,11 @@ def summarize_events(events: Iterable[TraceEvent]) -> dict[str, Any]:
         compute_iv = [(e.start_s, e.end_s) for e in events if e.on_device and collective_kind(e.name) is None]
     else:
         comm_iv = [(e.start_s, e.end_s) for e, _ in comm]
-        compute_iv = [(e.start_s, e.end_s) for e in events
-                      if e.name.startswith("aten::") and e.thread not in comm_threads and not e.on_device]
+        compute_iv = [
+            (e.start_s, e.end_s)
+            for e in events
+            if e.name.startswith("aten::") and e.thread not in comm_threads and not e.on_device
+        ]
     comm_iv, compute_iv = clip(comm_iv, steps), clip(compute_iv, steps)
     optimizer_iv = clip(((e.start_s, e.end_s) for e in events if e.name.startswith("Optimizer.step#")), steps)
     n = len(steps)
@@ -112,13 +121,21 @@ def load_trace_events(path: Path) -> list[TraceEvent]:
             continue
         start = float(e["ts"]) / 1e6
         tid = e.get("tid", 0)
-        out.append(TraceEvent(e.get("name", ""), start, start + float(e["dur"]) / 1e6,
-                              tid if isinstance(tid, int) else hash(tid), e.get("cat") in _DEVICE_CATEGORIES))
+        out.append(
+            TraceEvent(
+                e.get("name", ""),
+                start,
+                start + float(e["dur"]) / 1e6,
+                tid if isinstance(tid, int) else hash(tid),
+                e.get("cat") in _DEVICE_CATEGORIES,
+            )
+        )
     return out
 
 
-def profile_steps(step: Callable[[], Any], *, n_steps: int, device_type: str, rank: int,
-                  trace_dir: Path | None) -> dict[str, Any]:
+def profile_steps(
+    step: Callable[[], Any], *, n_steps: int, device_type: str, rank: int, trace_dir: Path | None
+) -> dict[str, Any]:
     """Run `step` under torch.profiler: one profiler warmup step (not recorded), then `n_steps`
     recorded ones; save the TensorBoard trace and summarize it.
 
@@ -137,9 +154,11 @@ def profile_steps(step: Callable[[], Any], *, n_steps: int, device_type: str, ra
         folder = Path(trace_dir) if trace_dir is not None else Path(tmp)
         folder.mkdir(parents=True, exist_ok=True)
         before = set(folder.glob(f"rank{rank}.*.pt.trace.json"))
-        with profile(activities=activities, schedule=schedule(wait=0, warmup=PROFILER_WARMUP_STEPS, active=n_steps,
-                                                              repeat=1),
-                     on_trace_ready=tensorboard_trace_handler(str(folder), worker_name=f"rank{rank}")) as prof:
+        with profile(
+            activities=activities,
+            schedule=schedule(wait=0, warmup=PROFILER_WARMUP_STEPS, active=n_steps, repeat=1),
+            on_trace_ready=tensorboard_trace_handler(str(folder), worker_name=f"rank{rank}"),
+        ) as prof:
             for _ in range(PROFILER_WARMUP_STEPS + n_steps):
                 with record_function(STEP_MARKER):
                     step()

@@ -14,8 +14,7 @@ import torch
 import torch.distributed as dist
 
 from fsdp_bench.plan.case import Case
-from fsdp_bench.plan.catalog import PRECISIONS, optimizer_timing
-from fsdp_bench.plan.catalog import sharding_word
+from fsdp_bench.plan.catalog import PRECISIONS, optimizer_timing, sharding_word
 from fsdp_bench.plan.catalog import strategy as catalog_strategy
 from fsdp_bench.worker.record import StageTracker
 
@@ -68,8 +67,15 @@ def init_process_group(case: Case, device: torch.device) -> bool:
     return True
 
 
-def build_rank(case: Case, *, device: torch.device, rank: int, world_size: int,
-               record: dict[str, Any] | None = None, stages: StageTracker | None = None) -> Rank:
+def build_rank(
+    case: Case,
+    *,
+    device: torch.device,
+    rank: int,
+    world_size: int,
+    record: dict[str, Any] | None = None,
+    stages: StageTracker | None = None,
+) -> Rank:
     """Data, model, strategy and optimizer for one rank, in the order the case says; what was
     built and how goes into `record` (a throwaway dict when None).
 
@@ -92,19 +98,36 @@ def build_rank(case: Case, *, device: torch.device, rank: int, world_size: int,
     stages = stages or StageTracker(record, case, rank)
     flavor = get_flavor(case.model)
     stages.enter("data")  # 1
-    source = make_batch_source(flavor, data=case.data, batch_size=case.batch_size, seq_len=case.seq_len,
-                               grad_accum=case.grad_accum, seed=case.seed, rank=rank,
-                               world_size=world_size, device=device)
+    source = make_batch_source(
+        flavor,
+        data=case.data,
+        batch_size=case.batch_size,
+        seq_len=case.seq_len,
+        grad_accum=case.grad_accum,
+        seed=case.seed,
+        rank=rank,
+        world_size=world_size,
+        device=device,
+    )
     record["data"] = source.info
     stages.done("data")
     model, started = _build_model(case, flavor, device, record, stages)  # 2
     model, optimizer = _shard_and_build_optimizer(case, flavor, model, device, record, stages, started)  # 3-8
-    return Rank(case=case, device=device, rank=rank, world_size=world_size, source=source, model=model,
-                optimizer=optimizer, trainer=Trainer(case, model, optimizer, device=device))  # 9
+    return Rank(
+        case=case,
+        device=device,
+        rank=rank,
+        world_size=world_size,
+        source=source,
+        model=model,
+        optimizer=optimizer,
+        trainer=Trainer(case, model, optimizer, device=device),
+    )  # 9
 
 
-def _build_model(case: Case, flavor, device: torch.device, record: dict[str, Any],
-                 stages: StageTracker) -> tuple[torch.nn.Module, dict[str, float]]:
+def _build_model(
+    case: Case, flavor, device: torch.device, record: dict[str, Any], stages: StageTracker
+) -> tuple[torch.nn.Module, dict[str, float]]:
     """The model (on meta for HF flavors) and when/at what RSS its construction started."""
     from fsdp_bench.worker.memory import rss_bytes
     from fsdp_bench.worker.models.build import build_model, count_parameters
@@ -156,8 +179,15 @@ def _materialize_for_accelerate(model: torch.nn.Module, device: torch.device, se
         materialize_module(model, device, seed)
 
 
-def _shard_and_build_optimizer(case: Case, flavor, model: torch.nn.Module, device: torch.device,
-                               record: dict[str, Any], stages: StageTracker, started: dict[str, float]):
+def _shard_and_build_optimizer(
+    case: Case,
+    flavor,
+    model: torch.nn.Module,
+    device: torch.device,
+    record: dict[str, Any],
+    stages: StageTracker,
+    started: dict[str, float],
+):
     """Apply the strategy, with the optimizer built before or after it as the case says."""
     from fsdp_bench.worker.memory import peak_rss_bytes, rss_bytes
     from fsdp_bench.worker.strategies import repoint_optimizer, shard_model
@@ -175,8 +205,11 @@ def _shard_and_build_optimizer(case: Case, flavor, model: torch.nn.Module, devic
     model, optimizer = shard_model(case, model, optimizer, device=device)  # 5-7
     record["construction"] = {
         "method": _construction_method(case, flavor),
-        "rss_before_bytes": started["rss_before_bytes"], "rss_after_bytes": rss_bytes(),
-        "peak_rss_bytes": peak_rss_bytes(), "build_and_shard_s": time.perf_counter() - started["t0"]}
+        "rss_before_bytes": started["rss_before_bytes"],
+        "rss_after_bytes": rss_bytes(),
+        "peak_rss_bytes": peak_rss_bytes(),
+        "build_and_shard_s": time.perf_counter() - started["t0"],
+    }
     stages.done("shard")
     record["effective_sharding"] = effective_sharding(model, row)
     if not timing.builds_before_shard:  # 8

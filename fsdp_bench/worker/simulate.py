@@ -1,6 +1,6 @@
 """Rank 0 of an N-rank job on one device, on a fake process group (see fsdp_bench.analysis.simulation).
 
-    python -m fsdp_bench.worker.simulate --case CASE.json --out DIR      (the runner launches it)
+python -m fsdp_bench.worker.simulate --case CASE.json --out DIR      (the runner launches it)
 """
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import os
 
 from fsdp_bench.analysis.simulation import simulated_environment, simulation_summary
 from fsdp_bench.plan.case import Case
-from fsdp_bench.worker.args import parse_case_args
 from fsdp_bench.results.io import read_json, write_json_atomic
 from fsdp_bench.results.layout import CaseDir
+from fsdp_bench.worker.args import parse_case_args
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,8 +22,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from torch.distributed import TCPStore
 
-    store = TCPStore(args.host, args.port, is_master=True, wait_for_workers=False,
-                     timeout=timedelta(hours=24), use_libuv=True)
+    store = TCPStore(
+        args.host, args.port, is_master=True, wait_for_workers=False, timeout=timedelta(hours=24), use_libuv=True
+    )
     print("ready", flush=True)
     sys.stdin.read()  # returns at EOF: the parent closed the pipe or died
     del store

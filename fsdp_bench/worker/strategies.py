@@ -10,8 +10,9 @@ are needed and freed right after.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -38,7 +39,7 @@ class Knobs:
     mesh: str = Case.__dataclass_fields__["mesh"].default
 
     @classmethod
-    def of(cls, case: Case | None) -> "Knobs":
+    def of(cls, case: Case | None) -> Knobs:
         if case is None:
             return cls()
         return cls(**{name: getattr(case, name) for name in cls.__dataclass_fields__})
@@ -164,10 +165,10 @@ def apply_fsdp2(model: nn.Module, *, ctx: ShardContext) -> nn.Module:
     depth = ctx.knobs.forward_prefetch
     if depth > 0:  # explicit prefetch: gather the next `depth` blocks' params ahead of need
         for i, block in enumerate(ctx.blocks):
-            if ctx.blocks[i + 1:i + 1 + depth]:
-                block.set_modules_to_forward_prefetch(ctx.blocks[i + 1:i + 1 + depth])
-            if ctx.blocks[max(0, i - depth):i]:
-                block.set_modules_to_backward_prefetch(list(reversed(ctx.blocks[max(0, i - depth):i])))
+            if ctx.blocks[i + 1 : i + 1 + depth]:
+                block.set_modules_to_forward_prefetch(ctx.blocks[i + 1 : i + 1 + depth])
+            if ctx.blocks[max(0, i - depth) : i]:
+                block.set_modules_to_backward_prefetch(list(reversed(ctx.blocks[max(0, i - depth) : i])))
     if has_meta_params(model):
         # CPUOffloadPolicy keeps the sharded params on the host: allocating them on the GPU breaks it.
         materialize_fsdp2(model, ctx.device, ctx.seed, param_device=torch.device("cpu") if ctx.row.offload else None)
@@ -181,9 +182,8 @@ def apply_accelerate_fsdp2(model: nn.Module, optimizer: torch.optim.Optimizer | 
         from accelerate.utils import FullyShardedDataParallelPlugin
     except ImportError as exc:
         raise StrategyUnavailable(f"accelerate_fsdp2: accelerate is not installed ({exc})") from exc
-    from torch.distributed.tensor import DTensor
-
     from torch.distributed.fsdp import MixedPrecisionPolicy
+    from torch.distributed.tensor import DTensor
 
     dtype = compute_dtype(ctx.knobs.precision)
     # accelerate's own policy also sets output_dtype to the low dtype: the root then casts the loss
@@ -192,7 +192,8 @@ def apply_accelerate_fsdp2(model: nn.Module, optimizer: torch.optim.Optimizer | 
     # output_dtype would also apply to every block, and the final norm would then mix dtypes).
     policy = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=dtype) if dtype != torch.float32 else None
     plugin = FullyShardedDataParallelPlugin(
-        fsdp_version=2, reshard_after_forward=ctx.row.reshard_after_forward,
+        fsdp_version=2,
+        reshard_after_forward=ctx.row.reshard_after_forward,
         auto_wrap_policy="transformer_based_wrap",
         transformer_cls_names_to_wrap=sorted({type(b).__name__ for b in ctx.blocks}),
         activation_checkpointing=bool(ctx.knobs.act_ckpt),
@@ -204,7 +205,8 @@ def apply_accelerate_fsdp2(model: nn.Module, optimizer: torch.optim.Optimizer | 
     if not any(isinstance(p, DTensor) for p in prepared[0].parameters()):
         raise StrategyUnavailable(
             f"accelerate_fsdp2 on {ctx.device.type}: accelerate ran as {accelerator.distributed_type} and "
-            f"returned {type(prepared[0]).__name__}, not an FSDP2 module (it cannot shard here)")
+            f"returned {type(prepared[0]).__name__}, not an FSDP2 module (it cannot shard here)"
+        )
     return prepared[0], (prepared[1] if optimizer is not None else None)
 
 
@@ -234,17 +236,24 @@ def prepare_blocks(model: nn.Module, case: Case) -> tuple[nn.Module, list[nn.Mod
 
 def _checkpoint_blocks(model: nn.Module, blocks: list[nn.Module]) -> list[nn.Module]:
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
-        CheckpointImpl, CheckpointWrapper, apply_activation_checkpointing, checkpoint_wrapper)
+        CheckpointImpl,
+        CheckpointWrapper,
+        apply_activation_checkpointing,
+        checkpoint_wrapper,
+    )
 
     targets = {id(b) for b in blocks}
     apply_activation_checkpointing(
-        model, checkpoint_wrapper_fn=functools.partial(checkpoint_wrapper, checkpoint_impl=CheckpointImpl.NO_REENTRANT),
-        check_fn=lambda m: id(m) in targets)
+        model,
+        checkpoint_wrapper_fn=functools.partial(checkpoint_wrapper, checkpoint_impl=CheckpointImpl.NO_REENTRANT),
+        check_fn=lambda m: id(m) in targets,
+    )
     return [m for m in model.modules() if isinstance(m, CheckpointWrapper)]
 
 
-def shard_model(case: Case, model: nn.Module, optimizer: torch.optim.Optimizer | None, *,
-                device: torch.device) -> tuple[nn.Module, torch.optim.Optimizer | None]:
+def shard_model(
+    case: Case, model: nn.Module, optimizer: torch.optim.Optimizer | None, *, device: torch.device
+) -> tuple[nn.Module, torch.optim.Optimizer | None]:
     """Apply the case's strategy and knobs; returns the model to train (and accelerate's optimizer)."""
     model, blocks = prepare_blocks(model, case)  # 5 (setup.build_rank lists the whole order)
     row = catalog_strategy(case.strategy)

@@ -32,8 +32,12 @@ def param_fingerprint(model) -> list[float]:
 
 def optimizer_kwargs(impl: str) -> dict[str, Any]:
     """AdamW's implementation switch: `auto` lets torch choose (foreach on CUDA, loop on CPU)."""
-    return {"auto": {}, "fused": {"fused": True}, "foreach": {"foreach": True},
-            "plain": {"foreach": False, "fused": False}}[impl]
+    return {
+        "auto": {},
+        "fused": {"fused": True},
+        "foreach": {"foreach": True},
+        "plain": {"foreach": False, "fused": False},
+    }[impl]
 
 
 def build_optimizer(params, case: Case):
@@ -128,10 +132,16 @@ class Trainer:
         else:
             param = reduce = str(self.dtype).removeprefix("torch.")
             mode = catalog_strategy(self.case.strategy).precision_mode()
-        return {"precision": {"mode": mode, "param_dtype": param, "reduce_dtype": reduce,
-                              "output_dtype": self.output_dtype,
-                              "grad_scaler": type(self.scaler).__name__ if self.scaler is not None else None},
-                "grad_norms": list(self.grad_norms)}
+        return {
+            "precision": {
+                "mode": mode,
+                "param_dtype": param,
+                "reduce_dtype": reduce,
+                "output_dtype": self.output_dtype,
+                "grad_scaler": type(self.scaler).__name__ if self.scaler is not None else None,
+            },
+            "grad_norms": list(self.grad_norms),
+        }
 
 
 def _is_fsdp(model) -> bool:

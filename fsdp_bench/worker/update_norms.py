@@ -23,8 +23,14 @@ class UpdateNorms:
     def __init__(self, model: torch.nn.Module) -> None:
         self.params = list({id(p): p for p in model.parameters()}.values())
         nbytes = sum(local_tensor(p).numel() * local_tensor(p).element_size() for p in self.params)
-        self.reason = (f"local parameters are {nbytes} bytes, above the {UPDATE_NORM_MAX_BYTES}-byte "
-                       "limit for a host copy per step") if nbytes > UPDATE_NORM_MAX_BYTES else None
+        self.reason = (
+            (
+                f"local parameters are {nbytes} bytes, above the {UPDATE_NORM_MAX_BYTES}-byte "
+                "limit for a host copy per step"
+            )
+            if nbytes > UPDATE_NORM_MAX_BYTES
+            else None
+        )
         self.norms: list[float] = []
         # Host buffers allocated once and reused: a fresh allocation per step would page-fault
         # and churn RSS every step. Pinned on CUDA so the copies are plain DMA.
@@ -37,8 +43,10 @@ class UpdateNorms:
         with torch.no_grad():
             if self._before is None:
                 pin = torch.cuda.is_available() and any(local_tensor(p).is_cuda for p in self.params)
-                self._before = [torch.empty(local_tensor(p).shape, dtype=local_tensor(p).dtype, device="cpu", pin_memory=pin)
-                                for p in self.params]
+                self._before = [
+                    torch.empty(local_tensor(p).shape, dtype=local_tensor(p).dtype, device="cpu", pin_memory=pin)
+                    for p in self.params
+                ]
             for p, b in zip(self.params, self._before):
                 b.copy_(local_tensor(p).detach())
         self._filled = True
@@ -53,5 +61,5 @@ class UpdateNorms:
                 # which an optimizer step's small relative change always is.
                 b.sub_(local_tensor(p).detach().to("cpu"))
                 sq += float(torch.linalg.vector_norm(b, dtype=torch.float64)) ** 2 if b.numel() else 0.0
-        self.norms.append(sq ** 0.5)
+        self.norms.append(sq**0.5)
         self._filled = False

@@ -22,8 +22,15 @@ from fsdp_bench.plan.case import Case  # noqa: E402
 from fsdp_bench.worker import strategies  # noqa: E402
 from fsdp_bench.worker.loop import run  # noqa: E402
 
-_BASE = {"model": "llama3_tiny", "precision": "bf16", "nproc": 1, "steps": 3, "warmup": 0, "seq_len": 32,
-         "probes": False}
+_BASE = {
+    "model": "llama3_tiny",
+    "precision": "bf16",
+    "nproc": 1,
+    "steps": 3,
+    "warmup": 0,
+    "seq_len": 32,
+    "probes": False,
+}
 
 
 def _accelerator_as_on_a_gpu_node(plugin, mixed_precision, device):
@@ -72,6 +79,6 @@ def test_loss_parity_with_ddp_within_the_bf16_bound_of_fsdp2(losses):
     ddp = losses["ddp"]
     fsdp2_dev = max(abs(a - b) for a, b in zip(losses["fsdp2"], ddp))
     accelerate_dev = max(abs(a - b) for a, b in zip(losses["accelerate_fsdp2"], ddp))
-    bound = max(fsdp2_dev, 2 ** -8 * max(ddp))
+    bound = max(fsdp2_dev, 2**-8 * max(ddp))
     assert accelerate_dev <= bound, (accelerate_dev, fsdp2_dev, losses)
     assert losses["accelerate_fsdp2"] == pytest.approx(losses["fsdp2"], abs=1e-3)  # the same policy

@@ -36,7 +36,9 @@ BAD_OPTIONS = [
 ]
 
 
-@pytest.mark.parametrize("raw, message", BAD_OPTIONS, ids=[next(iter(r)) + "=" + next(iter(r.values())) for r, _ in BAD_OPTIONS])
+@pytest.mark.parametrize(
+    "raw, message", BAD_OPTIONS, ids=[next(iter(r)) + "=" + next(iter(r.values())) for r, _ in BAD_OPTIONS]
+)
 def test_bad_option_is_one_clear_line(raw, message):
     with pytest.raises(CaseError) as err:
         parse_sweep(raw)
@@ -89,10 +91,18 @@ CLI_CASES = [
 ]
 
 
-@pytest.mark.parametrize("args, env, line", CLI_CASES, ids=[c[2].split(":")[1].strip() + str(i) for i, c in enumerate(CLI_CASES)])
+@pytest.mark.parametrize(
+    "args, env, line", CLI_CASES, ids=[c[2].split(":")[1].strip() + str(i) for i, c in enumerate(CLI_CASES)]
+)
 def test_pytest_exits_with_one_line_and_no_traceback(project, args, env, line):
-    proc = subprocess.run(pytest_cmd("test_sweep.py", *args), cwd=project, env=child_env(**env),
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        pytest_cmd("test_sweep.py", *args),
+        cwd=project,
+        env=child_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 4  # pytest's usage error
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith(line), proc.stderr
@@ -109,8 +119,14 @@ VISUALIZE_CASES = [
 
 @pytest.mark.parametrize("args, line", VISUALIZE_CASES, ids=["run", "results-dir", "unknown-arg"])
 def test_visualize_exits_with_one_line_and_no_traceback(tmp_path, args, line):
-    proc = subprocess.run([sys.executable, str(PROJECT_ROOT / "visualize.py"), *args], cwd=tmp_path,
-                          env=child_env(), capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, str(PROJECT_ROOT / "visualize.py"), *args],
+        cwd=tmp_path,
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith(line), proc.stderr
@@ -120,8 +136,14 @@ def test_visualize_exits_with_one_line_and_no_traceback(tmp_path, args, line):
 def test_visualize_unwritable_out(tmp_path):
     run = tmp_path / "run"
     (run / "cases").mkdir(parents=True)
-    proc = subprocess.run([sys.executable, str(PROJECT_ROOT / "visualize.py"), str(run), "--out", "/proc/out"],
-                          cwd=tmp_path, env=child_env(), capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, str(PROJECT_ROOT / "visualize.py"), str(run), "--out", "/proc/out"],
+        cwd=tmp_path,
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("visualize.py: --out: '/proc/out' is not writable"), proc.stderr

@@ -13,14 +13,29 @@ from fsdp_bench.plan.flavors import MODEL_FLAVORS
 
 
 def test_rows_answer_the_questions_code_used_to_ask_of_names():
-    assert catalog.names_where(family="fsdp1") == ("fsdp1_full_shard", "fsdp1_shard_grad_op", "fsdp1_no_shard",
-                                                   "fsdp1_offload", "fsdp1_hybrid_shard")
+    assert catalog.names_where(family="fsdp1") == (
+        "fsdp1_full_shard",
+        "fsdp1_shard_grad_op",
+        "fsdp1_no_shard",
+        "fsdp1_offload",
+        "fsdp1_hybrid_shard",
+    )
     assert catalog.names_where(hybrid=True) == ("fsdp1_hybrid_shard", "fsdp2_hsdp")
-    assert catalog.DEFAULT_STRATEGIES == ("ddp", "fsdp1_full_shard", "fsdp1_shard_grad_op", "fsdp1_no_shard",
-                                          "fsdp2", "fsdp2_no_reshard")
+    assert catalog.DEFAULT_STRATEGIES == (
+        "ddp",
+        "fsdp1_full_shard",
+        "fsdp1_shard_grad_op",
+        "fsdp1_no_shard",
+        "fsdp2",
+        "fsdp2_no_reshard",
+    )
     assert {n: s.fsdp1_sharding_strategy for n, s in STRATEGIES.items() if s.family == "fsdp1"} == {
-        "fsdp1_full_shard": "FULL_SHARD", "fsdp1_shard_grad_op": "SHARD_GRAD_OP", "fsdp1_no_shard": "NO_SHARD",
-        "fsdp1_offload": "FULL_SHARD", "fsdp1_hybrid_shard": "HYBRID_SHARD"}
+        "fsdp1_full_shard": "FULL_SHARD",
+        "fsdp1_shard_grad_op": "SHARD_GRAD_OP",
+        "fsdp1_no_shard": "NO_SHARD",
+        "fsdp1_offload": "FULL_SHARD",
+        "fsdp1_hybrid_shard": "HYBRID_SHARD",
+    }
     assert STRATEGIES["accelerate_fsdp2"].layout == "fsdp2_dim0"  # accelerate's FSDP2 pads like FSDP2
     assert STRATEGIES["fsdp1_no_shard"].layout == "fsdp1_flat" and STRATEGIES["ddp"].layout == "whole"
     assert [s.zero_stage for s in STRATEGIES.values()] == [0, 3, 2, 0, 3, 2, 3, 3, 3, 3, 3]
@@ -35,8 +50,13 @@ def test_every_strategy_has_a_model_state_expectation_and_a_comm_volume():
 
 @pytest.fixture
 def new_row(monkeypatch):
-    row = Strategy("fsdp2_keep_params", "FSDP2, reshard_after_forward=False, under a new name",
-                   "fsdp2", "shard_grad_op", in_default_sweep=False)
+    row = Strategy(
+        "fsdp2_keep_params",
+        "FSDP2, reshard_after_forward=False, under a new name",
+        "fsdp2",
+        "shard_grad_op",
+        in_default_sweep=False,
+    )
     monkeypatch.setitem(STRATEGIES, row.name, row)
     return row
 
@@ -46,8 +66,9 @@ def test_a_new_row_is_planned_predicted_and_trained_without_other_edits(new_row)
     assert case.id.startswith("fsdp2_keep_params-gpt_tiny-ws1") and skip_reason(case) is None
     units = model_units(MODEL_FLAVORS["gpt_tiny"])
     assert comm_volume(new_row.name, units, world_size=4) == comm_volume("fsdp2_no_reshard", units, world_size=4)
-    assert predict_peak_bytes(new_row.name, MODEL_FLAVORS["gpt_tiny"], 4, 2, seq_len=16) == \
-        predict_peak_bytes("fsdp2_no_reshard", MODEL_FLAVORS["gpt_tiny"], 4, 2, seq_len=16)
+    assert predict_peak_bytes(new_row.name, MODEL_FLAVORS["gpt_tiny"], 4, 2, seq_len=16) == predict_peak_bytes(
+        "fsdp2_no_reshard", MODEL_FLAVORS["gpt_tiny"], 4, 2, seq_len=16
+    )
     pytest.importorskip("torch")
     from fsdp_bench.worker.loop import run
 

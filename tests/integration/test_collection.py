@@ -6,18 +6,22 @@ import pytest
 
 from tests.sweep_helpers import make_sweep_project
 
-PROBE = '''
+PROBE = """
 import sys
 def pytest_collection_finish(session):
     print("TORCH_IMPORTED=%s" % ("torch" in sys.modules))
-'''
+"""
 
 
 def test_collection_imports_no_torch(pytester: pytest.Pytester):
     make_sweep_project(pytester)
     pytester.makeconftest('pytest_plugins = ["fsdp_bench.pytest_plugin"]\n' + PROBE)
-    result = pytester.runpytest_subprocess("--collect-only", "-q", "--bench-device=cpu",
-                                           "--bench-optimizer-timing=after_shard,before_shard,before_shard_fixed")
+    result = pytester.runpytest_subprocess(
+        "--collect-only",
+        "-q",
+        "--bench-device=cpu",
+        "--bench-optimizer-timing=after_shard,before_shard,before_shard_fixed",
+    )
     result.stdout.fnmatch_lines(["TORCH_IMPORTED=False"])
     # 6 strategies: ddp collapses to one timing -> (1 + 5 * 3) * 2 batch sizes * 2 grad-accum
     result.stdout.fnmatch_lines(["64 tests collected*"])
@@ -33,9 +37,14 @@ def test_large_collection_is_fast(pytester: pytest.Pytester):
     make_sweep_project(pytester)
     sizes = ",".join(str(i) for i in range(1, 43))
     start = time.perf_counter()
-    result = pytester.runpytest_subprocess("--collect-only", "-q", "--bench-device=cpu", f"--bench-batch-sizes={sizes}",
-                                           "--bench-grad-accum=1,2,4,8",
-                                           "--bench-optimizer-timing=after_shard,before_shard,before_shard_fixed")
+    result = pytester.runpytest_subprocess(
+        "--collect-only",
+        "-q",
+        "--bench-device=cpu",
+        f"--bench-batch-sizes={sizes}",
+        "--bench-grad-accum=1,2,4,8",
+        "--bench-optimizer-timing=after_shard,before_shard,before_shard_fixed",
+    )
     elapsed = time.perf_counter() - start
     result.stdout.fnmatch_lines(["2688 tests collected*"])
     assert elapsed < 30  # generous bound for a loaded CI machine; scripts/ measure the real figure
@@ -46,7 +55,10 @@ def test_large_collection_is_fast(pytester: pytest.Pytester):
     [
         ("--bench-batch-sizes=2,x", "--bench-batch-sizes: 'x' is not a positive integer"),
         ("--bench-batch-sizes=0", "--bench-batch-sizes: '0' is not a positive integer"),
-        ("--bench-strategies=ddp,zero4", "--bench-strategies: unknown value 'zero4'; choose from ddp, fsdp1_full_shard*"),
+        (
+            "--bench-strategies=ddp,zero4",
+            "--bench-strategies: unknown value 'zero4'; choose from ddp, fsdp1_full_shard*",
+        ),
         ("--bench-optimizer-timing=sometimes", "--bench-optimizer-timing: unknown value 'sometimes'*"),
         ("--bench-model=bert", "--bench-model: unknown model 'bert'*"),
         ("--bench-timeout=-3", "--bench-timeout: '-3' is not a positive number of seconds"),

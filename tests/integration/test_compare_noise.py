@@ -25,8 +25,12 @@ def scale_step_times(run, factor) -> None:
         metrics = data["metrics"]
         tokens = metrics["tokens_per_s"] * metrics["step_time_s_median"]
         samples = metrics["samples_per_s"] * metrics["step_time_s_median"]
-        fresh = aggregate_rank_metrics(tokens_per_step=round(tokens), samples_per_step=round(samples),
-                                       world_size=len(data["ranks"]), ranks=data["ranks"])
+        fresh = aggregate_rank_metrics(
+            tokens_per_step=round(tokens),
+            samples_per_step=round(samples),
+            world_size=len(data["ranks"]),
+            ranks=data["ranks"],
+        )
         metrics.update({k: v for k, v in fresh.items() if k.startswith(("step_time", "tokens_per", "samples_per"))})
         path.write_text(json.dumps(data))
 
@@ -87,8 +91,9 @@ def test_change_within_run_to_run_noise_is_not_a_regression(tmp_path):
     assert "REGRESSION" not in proc.stdout
     assert any(r["verdict"] == "within noise" for r in rows.values())
     ok = [r for r in rows.values() if r["step_time_change_ci_low_pct"]]
-    assert ok and all(float(r["step_time_change_ci_low_pct"]) < 0 < float(r["step_time_change_ci_high_pct"])
-                      for r in ok)
+    assert ok and all(
+        float(r["step_time_change_ci_low_pct"]) < 0 < float(r["step_time_change_ci_high_pct"]) for r in ok
+    )
 
 
 def test_every_step_fifty_percent_slower_is_a_regression_once_per_case(tmp_path):

@@ -9,8 +9,17 @@ import time
 
 import pytest
 
-from fsdp_bench.analysis.duration import (FIRST_STEP_LIMIT_S, PROBE_STEP_EQUIVALENTS, SESSION_S, case_flops_per_token,
-                                          case_seconds, estimate_line, estimate_sweep, slow_cpu_line, step_seconds)
+from fsdp_bench.analysis.duration import (
+    FIRST_STEP_LIMIT_S,
+    PROBE_STEP_EQUIVALENTS,
+    SESSION_S,
+    case_flops_per_token,
+    case_seconds,
+    estimate_line,
+    estimate_sweep,
+    slow_cpu_line,
+    step_seconds,
+)
 from fsdp_bench.plan.options import parse_sweep
 from tests.sweep_helpers import PROJECT_ROOT, child_env, make_sweep_project, pytest_cmd, run_dirs
 
@@ -50,8 +59,14 @@ def test_estimate_grows_with_steps_and_repeats():
 
 def test_gpt2_at_1024_on_cpu_stops_before_any_case(tmp_path):
     start = time.monotonic()
-    proc = subprocess.run(pytest_cmd("benchmarks", *GPT2_ON_CPU, f"--bench-results-dir={tmp_path}"),
-                          cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120, env=child_env())
+    proc = subprocess.run(
+        pytest_cmd("benchmarks", *GPT2_ON_CPU, f"--bench-results-dir={tmp_path}"),
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=child_env(),
+    )
     elapsed = time.monotonic() - start
     assert proc.returncode != 0
     out = proc.stdout + proc.stderr
@@ -66,11 +81,20 @@ def test_gpt2_at_1024_on_cpu_stops_before_any_case(tmp_path):
 @pytest.mark.slow
 def test_allow_slow_cpu_launches_the_case(tmp_path):
     """With the flag the case starts (and here hits its 3 s timeout: nobody waits minutes in a test)."""
-    args = [*GPT2_ON_CPU, "--bench-allow-slow-cpu", "--bench-strategies=ddp", "--bench-batch-sizes=2",
-            "--bench-grad-accum=1", "--bench-timeout=3", "--bench-kill-grace=1", "--bench-no-report",
-            f"--bench-results-dir={tmp_path}"]
-    proc = subprocess.run(pytest_cmd("benchmarks", *args), cwd=PROJECT_ROOT, capture_output=True, text=True,
-                          timeout=180, env=child_env())
+    args = [
+        *GPT2_ON_CPU,
+        "--bench-allow-slow-cpu",
+        "--bench-strategies=ddp",
+        "--bench-batch-sizes=2",
+        "--bench-grad-accum=1",
+        "--bench-timeout=3",
+        "--bench-kill-grace=1",
+        "--bench-no-report",
+        f"--bench-results-dir={tmp_path}",
+    ]
+    proc = subprocess.run(
+        pytest_cmd("benchmarks", *args), cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=180, env=child_env()
+    )
     out = proc.stdout + proc.stderr
     assert "refusing to start" not in out
     assert "fsdp-bench: estimated duration" in out
@@ -81,7 +105,8 @@ def test_allow_slow_cpu_launches_the_case(tmp_path):
 def test_no_probes_leaves_the_probe_steps_out_of_the_estimate():
     case = _cases(model="gpt_small")[0]
     assert case_seconds(case) - case_seconds(case.replace(probes=False)) == pytest.approx(
-        PROBE_STEP_EQUIVALENTS * step_seconds(case))
+        PROBE_STEP_EQUIVALENTS * step_seconds(case)
+    )
 
 
 def test_cpu_ranks_share_the_cores_and_long_steps_print_whole_seconds():
@@ -96,8 +121,16 @@ def test_cpu_ranks_share_the_cores_and_long_steps_print_whole_seconds():
 
 # --- planning a GPU sweep on a machine without one (issue 20) -------------------------------------
 
-GPT2_ON_CUDA = ["--bench-device=cuda", "--bench-nproc=1", "--bench-model=gpt_124m", "--bench-seq-len=1024",
-                "--bench-precision=bf16", "--bench-strategies=fsdp2", "--bench-batch-sizes=8", "--bench-grad-accum=1"]
+GPT2_ON_CUDA = [
+    "--bench-device=cuda",
+    "--bench-nproc=1",
+    "--bench-model=gpt_124m",
+    "--bench-seq-len=1024",
+    "--bench-precision=bf16",
+    "--bench-strategies=fsdp2",
+    "--bench-batch-sizes=8",
+    "--bench-grad-accum=1",
+]
 
 
 def _estimate_lines(result) -> list[str]:
@@ -118,8 +151,9 @@ def test_collect_only_estimates_a_cuda_sweep_without_a_gpu(pytester, no_gpu):
     result = pytester.runpytest_subprocess("--collect-only", "-q", *GPT2_ON_CUDA)
     assert result.ret == 0, result.stdout.str()
     (line,) = _estimate_lines(result)
-    case = Case(strategy="fsdp2", model="gpt_124m", seq_len=1024, precision="bf16", batch_size=8, nproc=1,
-                device="cuda")
+    case = Case(
+        strategy="fsdp2", model="gpt_124m", seq_len=1024, precision="bf16", batch_size=8, nproc=1, device="cuda"
+    )
     assert f"estimated duration {format_duration(SESSION_S + case_seconds(case))} for 1 case(s)" in line
     assert "H100 SXM's published peak" in line  # the default when no GPU is named or visible
 
@@ -127,10 +161,12 @@ def test_collect_only_estimates_a_cuda_sweep_without_a_gpu(pytester, no_gpu):
 def test_gpu_name_picks_the_published_figures(pytester, no_gpu):
     make_sweep_project(pytester)
     steps = ["--bench-steps=200", "--bench-batch-sizes=32"]  # long enough that the rate shows
-    h100 = _estimate_lines(pytester.runpytest_subprocess("--collect-only", "-q", *GPT2_ON_CUDA, *steps,
-                                                         "--bench-gpu-name=H100"))
-    a100 = _estimate_lines(pytester.runpytest_subprocess("--collect-only", "-q", *GPT2_ON_CUDA, *steps,
-                                                         "--bench-gpu-name=A100"))
+    h100 = _estimate_lines(
+        pytester.runpytest_subprocess("--collect-only", "-q", *GPT2_ON_CUDA, *steps, "--bench-gpu-name=H100")
+    )
+    a100 = _estimate_lines(
+        pytester.runpytest_subprocess("--collect-only", "-q", *GPT2_ON_CUDA, *steps, "--bench-gpu-name=A100")
+    )
     assert "H100's published peak" in h100[0] and "A100's published peak" in a100[0]
     seconds = [_seconds(line) for line in (h100[0], a100[0])]
     assert seconds[1] > 1.5 * seconds[0]  # 312 vs 989 TFLOP/s bf16

@@ -18,12 +18,14 @@ pytestmark = pytest.mark.slow
 
 TIMEOUT_S = 40.0  # per case; the process-group timeout becomes 20 s, so the hang ends as a collective timeout
 GRACE_S = 5.0
-FAULTS = ",".join([
-    "raise@first_step:1/-bs1-",  # an exception in one rank's first training step
-    "oom@model:0/-bs3-",  # OOM-like while building the model (on CUDA this is a real allocation)
-    "kill@measure:1/-bs5-",  # SIGKILL mid-measurement
-    "hang@measure:1/-bs7-",  # rank 1 stops; rank 0 blocks in the next collective
-])
+FAULTS = ",".join(
+    [
+        "raise@first_step:1/-bs1-",  # an exception in one rank's first training step
+        "oom@model:0/-bs3-",  # OOM-like while building the model (on CUDA this is a real allocation)
+        "kill@measure:1/-bs5-",  # SIGKILL mid-measurement
+        "hang@measure:1/-bs7-",  # rank 1 stops; rank 0 blocks in the next collective
+    ]
+)
 
 
 @pytest.fixture(scope="module")
@@ -33,10 +35,23 @@ def sweep(tmp_path_factory):
     results = root / "results"
     started = time.monotonic()
     proc = subprocess.run(
-        pytest_cmd("test_sweep.py", "-rA", *SMALL, "--bench-batch-sizes", "1,2,3,4,5,6,7,8",
-                   "--bench-timeout", str(TIMEOUT_S), "--bench-kill-grace", str(GRACE_S),
-                   "--bench-results-dir", str(results)),
-        cwd=root, env=child_env(FSDP_BENCH_FAULTS=FAULTS), capture_output=True, text=True,
+        pytest_cmd(
+            "test_sweep.py",
+            "-rA",
+            *SMALL,
+            "--bench-batch-sizes",
+            "1,2,3,4,5,6,7,8",
+            "--bench-timeout",
+            str(TIMEOUT_S),
+            "--bench-kill-grace",
+            str(GRACE_S),
+            "--bench-results-dir",
+            str(results),
+        ),
+        cwd=root,
+        env=child_env(FSDP_BENCH_FAULTS=FAULTS),
+        capture_output=True,
+        text=True,
         timeout=8 * TIMEOUT_S + 120,
     )
     wall = time.monotonic() - started
@@ -50,8 +65,9 @@ def _by_bs(results):
 
 def test_every_case_has_the_right_status(sweep):
     statuses = {bs: r["status"] for bs, r in _by_bs(sweep["results"]).items()}
-    assert statuses == {1: "failed", 2: "ok", 3: "oom", 4: "ok", 5: "failed", 6: "ok", 7: "timeout", 8: "ok"}, \
-        sweep["proc"].stdout[-3000:]
+    assert statuses == {1: "failed", 2: "ok", 3: "oom", 4: "ok", 5: "failed", 6: "ok", 7: "timeout", 8: "ok"}, sweep[
+        "proc"
+    ].stdout[-3000:]
 
 
 def test_reasons_name_the_cause_and_the_rank(sweep):

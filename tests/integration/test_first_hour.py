@@ -22,8 +22,14 @@ ONE_CASE = [a for a in SMALL if a != "--bench-no-report"] + ["--bench-batch-size
 
 
 def _sweep(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(pytest_cmd("benchmarks", *args, f"--bench-results-dir={tmp_path / 'results'}"),
-                          cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=600, env=env or child_env())
+    return subprocess.run(
+        pytest_cmd("benchmarks", *args, f"--bench-results-dir={tmp_path / 'results'}"),
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env or child_env(),
+    )
 
 
 def _empty(folder: Path) -> bool:
@@ -57,8 +63,14 @@ def test_a_cuda_sweep_whose_torch_sees_no_gpu_stops_before_any_case(tmp_path):
     # One GPU "visible" to the launcher (CUDA_VISIBLE_DEVICES), none to this CPU-only torch:
     # a CPU wheel on a GPU node.
     env = child_env(CUDA_VISIBLE_DEVICES="0")
-    args = ["--bench-model=gpt_tiny", "--bench-strategies=ddp", "--bench-batch-sizes=2", "--bench-grad-accum=1",
-            "--bench-device=cuda", "--bench-nproc=1"]
+    args = [
+        "--bench-model=gpt_tiny",
+        "--bench-strategies=ddp",
+        "--bench-batch-sizes=2",
+        "--bench-grad-accum=1",
+        "--bench-device=cuda",
+        "--bench-nproc=1",
+    ]
     proc = _sweep(tmp_path, *args, env=env)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 4, out
@@ -117,15 +129,23 @@ def test_a_resume_estimates_only_the_cases_it_runs(one_case_sweep):
 
 
 def test_calibration_scales_the_cpu_rate_and_the_fixed_cost():
-    from fsdp_bench.analysis.duration import (CASE_FIXED_S, REFERENCE_GFLOPS, Calibration, estimate_sweep,
-                                              fixed_seconds, rank_flops)
+    from fsdp_bench.analysis.duration import (
+        CASE_FIXED_S,
+        REFERENCE_GFLOPS,
+        Calibration,
+        estimate_sweep,
+        fixed_seconds,
+        rank_flops,
+    )
 
     case = parse_sweep({"device": "cpu", "model": "gpt_small"}).cases()[0]
     slow = Calibration.from_facts({"cpu_matmul_gflops": REFERENCE_GFLOPS / 3})
     reference = Calibration.from_facts({"cpu_matmul_gflops": REFERENCE_GFLOPS})
     assert fixed_seconds(case, reference) == pytest.approx(CASE_FIXED_S["cpu"])
     assert fixed_seconds(case, slow) == pytest.approx(3 * CASE_FIXED_S["cpu"])
-    assert rank_flops(case, cpu_count=8, calibration=slow) == pytest.approx(rank_flops(case, cpu_count=8, calibration=reference) / 3)
+    assert rank_flops(case, cpu_count=8, calibration=slow) == pytest.approx(
+        rank_flops(case, cpu_count=8, calibration=reference) / 3
+    )
     fast = reference
     assert estimate_sweep([case], calibration=slow).total_s > estimate_sweep([case], calibration=fast).total_s
     assert Calibration.from_facts({"torch_info_error": "x"}) == Calibration()  # the fixed figures
@@ -151,8 +171,14 @@ def test_visualize_picks_the_newest_run_with_a_finished_case(tmp_path):
     shutil.copytree(GOLDEN, old)
     _fake_run(results, "20260102T000000Z-2-0", "failed")
     _fake_run(results, "20260103T000000Z-3-0", None)  # started, nothing finished
-    proc = subprocess.run([sys.executable, "visualize.py", "--results-dir", str(results)], cwd=PROJECT_ROOT,
-                          capture_output=True, text=True, timeout=300, env=child_env())
+    proc = subprocess.run(
+        [sys.executable, "visualize.py", "--results-dir", str(results)],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=child_env(),
+    )
     assert proc.returncode == 0, proc.stderr
     assert f"newest run with a finished case: {old}" in proc.stderr
     assert "skipped 2 newer run(s) without a finished case: 20260103T000000Z-3-0, 20260102T000000Z-2-0" in proc.stderr
@@ -162,9 +188,16 @@ def test_visualize_picks_the_newest_run_with_a_finished_case(tmp_path):
 def test_visualize_with_no_finished_run_is_one_line(tmp_path):
     results = tmp_path / "results"
     _fake_run(results, "20260102T000000Z-2-0", "failed")
-    proc = subprocess.run([sys.executable, "visualize.py", "--results-dir", str(results)], cwd=PROJECT_ROOT,
-                          capture_output=True, text=True, timeout=120, env=child_env())
+    proc = subprocess.run(
+        [sys.executable, "visualize.py", "--results-dir", str(results)],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=child_env(),
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines() == [
         f"visualize.py: {results}: none of its 1 run(s) has a finished case (newest: 20260102T000000Z-2-0); "
-        "run `pytest benchmarks` first"]
+        "run `pytest benchmarks` first"
+    ]

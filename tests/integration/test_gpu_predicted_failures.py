@@ -67,6 +67,7 @@ def test_cuda_ranks_get_their_share_of_cores_cpu_ranks_one_thread():
     assert omp_threads("cuda", 8, 4) == 1 and omp_threads("cuda", 2, None) == 1
     assert build_env({}, device="cpu", ranks_per_node=2)["OMP_NUM_THREADS"] == "1"
     import os
+
     assert build_env({}, device="cuda", ranks_per_node=1)["OMP_NUM_THREADS"] == str(max(1, os.cpu_count() or 1))
     assert build_env({"OMP_NUM_THREADS": "3"}, device="cuda")["OMP_NUM_THREADS"] == "3"
 
@@ -106,12 +107,14 @@ def test_offloaded_fsdp2_materializes_params_on_the_host_buffers_on_the_device()
 
 def _fake_accelerate(seen):
     """apply_accelerate_fsdp2 up to the CUDA call: record what accelerate would be handed."""
+
     def fake(model, optimizer, *, ctx):
         seen["meta"] = any(p.is_meta for p in model.parameters())
         ptrs = [p.data_ptr() for g in optimizer.param_groups for p in g["params"]] if optimizer else []
         seen["ptrs_unique"] = len(set(ptrs)) == len(ptrs) and 0 not in ptrs
         seen["optimizer"] = optimizer
         return model, optimizer
+
     return fake
 
 
@@ -122,8 +125,15 @@ def test_accelerate_gets_a_materialized_model_before_the_optimizer(monkeypatch):
 
     seen = {}
     monkeypatch.setattr(strategies, "apply_accelerate_fsdp2", _fake_accelerate(seen))
-    case = Case(strategy="accelerate_fsdp2", model="qwen2_tiny", nproc=1, steps=1, warmup=0, seq_len=16,
-                optimizer_timing="before_shard")
+    case = Case(
+        strategy="accelerate_fsdp2",
+        model="qwen2_tiny",
+        nproc=1,
+        steps=1,
+        warmup=0,
+        seq_len=16,
+        optimizer_timing="before_shard",
+    )
     rank = build_rank(case, device=torch.device("cpu"), rank=0, world_size=1)
     assert seen["meta"] is False and seen["ptrs_unique"] is True and seen["optimizer"] is not None
     assert {t.device for t in [*rank.model.parameters(), *rank.model.buffers()]} == {torch.device("cpu")}
@@ -201,7 +211,7 @@ def test_bare_loop_reduces_a_device_tensor_and_ci_compares_after_failures():
     root = Path(__file__).resolve().parents[2]
     assert "torch.tensor(times, dtype=torch.float64, device=device)" in (root / "scripts/bare_loop.py").read_text()
     workflow = (root / ".github/workflows/gpu-benchmarks.yml").read_text()
-    compare = workflow[workflow.index("name: Compare with the baseline"):]
+    compare = workflow[workflow.index("name: Compare with the baseline") :]
     assert compare.split("run:")[0].count("if: always()") == 1
 
 
@@ -259,7 +269,7 @@ def test_step_start_sample_is_outside_the_timed_region(monkeypatch):
     starts = [i for i, e in enumerate(events) if e == "step_start"]
     assert len(starts) == 2
     for i in starts:  # t0 is read after the sample, and the step's end clock follows it
-        assert events[i + 1:i + 3] == ["clock", "clock"], events
+        assert events[i + 1 : i + 3] == ["clock", "clock"], events
 
 
 def test_suites_honour_simulated_world_sizes():
@@ -297,12 +307,18 @@ def test_nothing_but_the_step_inside_the_timed_region(monkeypatch):
     import time as real_time
     import types
 
-    from fsdp_bench.worker import gpu_util, loop, setup as worker_setup, update_norms
+    from fsdp_bench.worker import gpu_util, loop, update_norms
+    from fsdp_bench.worker import setup as worker_setup
     from fsdp_bench.worker.memory import MemoryTimeline
 
     events = []
-    monkeypatch.setattr(loop, "time", types.SimpleNamespace(
-        perf_counter=lambda: events.append("clock") or real_time.perf_counter(), time=real_time.time))
+    monkeypatch.setattr(
+        loop,
+        "time",
+        types.SimpleNamespace(
+            perf_counter=lambda: events.append("clock") or real_time.perf_counter(), time=real_time.time
+        ),
+    )
     real_init = MemoryTimeline.__init__
 
     def enabled_timeline(self, device):  # as on CUDA: the timeline reads the allocator
@@ -316,13 +332,19 @@ def test_nothing_but_the_step_inside_the_timed_region(monkeypatch):
     for name in ("resume", "pause"):
         monkeypatch.setattr(gpu_util.GpuUtilSampler, name, lambda self, name=name: events.append(f"util.{name}"))
     real_step = worker_setup.Rank.train_step
-    monkeypatch.setattr(worker_setup.Rank, "train_step", lambda self, i, on_phase=None: (
-        events.append(f"step:{'phases' if on_phase else 'bare'}"), real_step(self, i, on_phase))[1])
+    monkeypatch.setattr(
+        worker_setup.Rank,
+        "train_step",
+        lambda self, i, on_phase=None: (
+            events.append(f"step:{'phases' if on_phase else 'bare'}"),
+            real_step(self, i, on_phase),
+        )[1],
+    )
     run(Case(strategy="ddp", nproc=1, steps=2, warmup=1, seq_len=16))
     clocks = [i for i, e in enumerate(events) if e == "clock"]
-    windows = [events[a + 1:b] for a, b in zip(clocks[::2], clocks[1::2])]
+    windows = [events[a + 1 : b] for a, b in zip(clocks[::2], clocks[1::2])]
     assert len(windows) == 3  # one warmup, two measured
     assert all(w == ["step:bare"] for w in windows[1:]), windows
     assert windows[0][0] == "step:phases"  # phase samples come from the warmup step
     for a in clocks[2::2]:  # measured steps: utilization on right before t0, off right after the end
-        assert events[a - 1] == "util.resume" and events[a + 3] == "util.pause", events[a - 3:a + 5]
+        assert events[a - 1] == "util.resume" and events[a + 3] == "util.pause", events[a - 3 : a + 5]

@@ -38,8 +38,9 @@ def script_env(**extra: str) -> dict[str, str]:
 
 
 def bash(*args: str, timeout: float = 300, **extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", *args], cwd=PROJECT_ROOT, env=script_env(**extra), capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        ["bash", *args], cwd=PROJECT_ROOT, env=script_env(**extra), capture_output=True, text=True, timeout=timeout
+    )
 
 
 # --- the dry run ---------------------------------------------------------------------------------
@@ -80,9 +81,23 @@ def test_dry_run_minutes_are_the_projects_estimate():
     proc = bash(str(PARTS_DIR / "part2_mfu.sh"), "--dry-run")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     seconds = int(re.search(r"^part2_mfu: 3 case\(s\), [\d.]+ min \((\d+) s\)$", proc.stdout, re.M)[1])
-    sweep = parse_sweep({"device": "cuda", "nproc": "1", "model": "llama3_1b", "seq-len": "2048",
-                         "strategies": "fsdp2", "precision": "bf16", "compile": "on", "optimizer-impl": "fused",
-                         "batch-sizes": "2,4,8", "grad-accum": "1", "steps": "20", "warmup": "5"}, plan_only=True)
+    sweep = parse_sweep(
+        {
+            "device": "cuda",
+            "nproc": "1",
+            "model": "llama3_1b",
+            "seq-len": "2048",
+            "strategies": "fsdp2",
+            "precision": "bf16",
+            "compile": "on",
+            "optimizer-impl": "fused",
+            "batch-sizes": "2,4,8",
+            "grad-accum": "1",
+            "steps": "20",
+            "warmup": "5",
+        },
+        plan_only=True,
+    )
     expected = SESSION_S + sum(case_seconds(case) for case in sweep.cases())
     assert abs(seconds - expected) <= 1, (seconds, expected)
 
@@ -94,12 +109,15 @@ def test_dry_run_says_when_a_gpu_breaks_the_limits():
     assert "T4's published peak" in proc.stdout
 
 
-@pytest.mark.parametrize("args, message", [
-    (["9"], "no part '9'"),
-    (["--dry-run", "--bogus"], "unknown option '--bogus'"),
-    (["1"], "--out DIR is required"),
-    (["--out"], "--out needs a value"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["9"], "no part '9'"),
+        (["--dry-run", "--bogus"], "unknown option '--bogus'"),
+        (["1"], "--out DIR is required"),
+        (["--out"], "--out needs a value"),
+    ],
+)
 def test_bad_arguments_are_one_line_and_exit_2(args, message):
     proc = bash(str(SCRIPT), *args, timeout=60)
     assert proc.returncode == 2
@@ -128,6 +146,7 @@ def test_every_part_uses_common_and_hides_no_failure():
 
 # --- robustness on CPU (stand-in cases) ----------------------------------------------------------
 
+
 def archive_members(path: Path) -> list[str]:
     with tarfile.open(path) as tar:
         return tar.getnames()
@@ -141,11 +160,24 @@ def archive_text(path: Path, member: str) -> str:
 def start_part(part: str, tmp_path: Path, *wrapper: str) -> subprocess.Popen:
     """The part as a user starts it: its own process group, SIGINT not ignored (a shell started
     in the background would otherwise pass its ignored SIGINT on)."""
-    return subprocess.Popen([*wrapper, "bash", str(PARTS_DIR / f"{part}.sh"), "--out", str(tmp_path / "out"),
-                             "--results", str(tmp_path / "results")],
-                            cwd=PROJECT_ROOT, env=script_env(FSDP_BENCH_REFERENCE_STANDIN="cpu"),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    return subprocess.Popen(
+        [
+            *wrapper,
+            "bash",
+            str(PARTS_DIR / f"{part}.sh"),
+            "--out",
+            str(tmp_path / "out"),
+            "--results",
+            str(tmp_path / "results"),
+        ],
+        cwd=PROJECT_ROOT,
+        env=script_env(FSDP_BENCH_REFERENCE_STANDIN="cpu"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
 
 
 def wait_for_first_case(tmp_path: Path, part: str, timeout_s: float = 180) -> None:
@@ -226,8 +258,15 @@ finish
 def test_a_failing_step_is_reported_and_the_archive_is_trimmed_under_16_mib(tmp_path):
     part = tmp_path / "part9_fake.sh"
     part.write_text(FAKE_PART.format(common=PARTS_DIR / "common.sh"))
-    proc = bash(str(part), "--out", str(tmp_path / "out"), "--results", str(tmp_path / "results"), timeout=120,
-                FSDP_BENCH_REFERENCE_STANDIN="cpu")
+    proc = bash(
+        str(part),
+        "--out",
+        str(tmp_path / "out"),
+        "--results",
+        str(tmp_path / "results"),
+        timeout=120,
+        FSDP_BENCH_REFERENCE_STANDIN="cpu",
+    )
     assert proc.returncode == 4, proc.stdout + proc.stderr  # pytest's usage error, kept as the exit status
     assert "!! broken: exited 4" in proc.stderr + proc.stdout and "still running" in proc.stdout
     members = check_archive(tmp_path, "part9_fake")
@@ -243,10 +282,15 @@ def test_a_failing_step_is_reported_and_the_archive_is_trimmed_under_16_mib(tmp_
 def test_a_stop_of_the_whole_plan_ends_after_the_running_parts_archive(tmp_path):
     """gpu_reference.sh passes the stop to the running part, which archives; no later part starts.
     The SIGTERM goes to the plan's whole process group once part 3 has a result, as `timeout` sends it."""
-    proc = subprocess.Popen(["bash", str(SCRIPT), "--out", str(tmp_path / "out"), "--results",
-                             str(tmp_path / "results"), "3", "1"],
-                            cwd=PROJECT_ROOT, env=script_env(FSDP_BENCH_REFERENCE_STANDIN="cpu"),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        ["bash", str(SCRIPT), "--out", str(tmp_path / "out"), "--results", str(tmp_path / "results"), "3", "1"],
+        cwd=PROJECT_ROOT,
+        env=script_env(FSDP_BENCH_REFERENCE_STANDIN="cpu"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         wait_for_first_case(tmp_path, "part3_gpt2_sweep")
         os.killpg(proc.pid, signal.SIGTERM)

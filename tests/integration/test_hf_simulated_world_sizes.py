@@ -22,7 +22,10 @@ pytest.importorskip("transformers")
 
 pytestmark = pytest.mark.versions  # the fake process group, and a grouped-query HF config under it
 
-CONFIGS = {p.parent.name: f"hf:{p.parent}" for p in (Path(__file__).resolve().parents[1] / "data" / "hf_configs").glob("*/config.json")}
+CONFIGS = {
+    p.parent.name: f"hf:{p.parent}"
+    for p in (Path(__file__).resolve().parents[1] / "data" / "hf_configs").glob("*/config.json")
+}
 WORLD_SIZES = (2, 3, 5, 7, 8, 64, 127, 511, 512)
 STRATEGIES = ("fsdp2", "fsdp1_full_shard")
 TOLERANCE = 0.001  # 0.1%
@@ -55,8 +58,12 @@ def _worst_error(expected: dict, measured: dict) -> float:
 def records():
     assert len(CONFIGS) == 3, CONFIGS
     with pytest.MonkeyPatch.context() as monkeypatch:
-        return {(name, s, n): _simulated_rank0(Case(strategy=s, nproc=n, simulate=True, model=model, **SMALL), monkeypatch)
-                for name, model in sorted(CONFIGS.items()) for s in STRATEGIES for n in WORLD_SIZES}
+        return {
+            (name, s, n): _simulated_rank0(Case(strategy=s, nproc=n, simulate=True, model=model, **SMALL), monkeypatch)
+            for name, model in sorted(CONFIGS.items())
+            for s in STRATEGIES
+            for n in WORLD_SIZES
+        }
 
 
 @pytest.mark.slow
@@ -86,9 +93,10 @@ def test_the_odd_configs_really_exercise_padding(records):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name,strategy,n", [("llama_odd_vocab", "fsdp1_full_shard", 511),
-                                             ("mistral_gqa_tied", "fsdp2", 7),
-                                             ("gpt2_small_odd", "fsdp2", 512)])
+@pytest.mark.parametrize(
+    "name,strategy,n",
+    [("llama_odd_vocab", "fsdp1_full_shard", 511), ("mistral_gqa_tied", "fsdp2", 7), ("gpt2_small_odd", "fsdp2", 512)],
+)
 def test_simulate_subprocess_on_an_hf_path(tmp_path, name, strategy, n):
     from fsdp_bench.launch.runner import run_case
 
@@ -115,5 +123,7 @@ def test_three_real_ranks_with_a_vocab_that_does_not_divide(tmp_path, strategy):
     assert result["status"] == "ok", result.get("reason", "") + result.get("log_tail", "")[-2000:]
     assert sorted(r["rank"] for r in result["ranks"]) == [0, 1, 2]
     for rank in result["ranks"]:  # every rank, not only rank 0
-        assert _worst_error(rank["expected_model_state_bytes"], rank["measured_model_state_bytes"]) <= TOLERANCE, rank["rank"]
+        assert _worst_error(rank["expected_model_state_bytes"], rank["measured_model_state_bytes"]) <= TOLERANCE, rank[
+            "rank"
+        ]
     assert abs(result["metrics"]["model_state_prediction_error_pct"]) <= 100 * TOLERANCE

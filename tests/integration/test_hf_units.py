@@ -15,7 +15,9 @@ from fsdp_bench.plan.flavors import MODEL_FLAVORS, flavor_for
 HF_TINY = ["qwen2_tiny", "codellama_tiny", "llama3_tiny", "gpt2_tiny"]
 # Configs the project does not ship: a llama with a prime vocab and no tie_word_embeddings key
 # (transformers unties it), a mistral GQA 4:1 with tied embeddings, a GPT-2 with n_inner.
-HF_TEST_CONFIGS = sorted(p.parent for p in (Path(__file__).resolve().parents[1] / "data" / "hf_configs").glob("*/config.json"))
+HF_TEST_CONFIGS = sorted(
+    p.parent for p in (Path(__file__).resolve().parents[1] / "data" / "hf_configs").glob("*/config.json")
+)
 HF_TEST_MODELS = [f"hf:{p}" for p in HF_TEST_CONFIGS]
 
 
@@ -36,16 +38,24 @@ def test_hf_units_match_the_real_modules(model):
     assert sum(u.numel for u in units) == sum(p.numel() for p in real.parameters())
 
 
-@pytest.mark.parametrize("model,billions", [("qwen2_1_5b", 1.54), ("codellama_7b", 6.74), ("llama3_8b", 8.03),
-                                            ("llama3_1b", 1.24), ("gpt2_124m", 0.124)])
+@pytest.mark.parametrize(
+    "model,billions",
+    [("qwen2_1_5b", 1.54), ("codellama_7b", 6.74), ("llama3_8b", 8.03), ("llama3_1b", 1.24), ("gpt2_124m", 0.124)],
+)
 def test_hf_parameter_counts_of_the_full_sizes(model, billions):
     total = sum(u.numel for u in model_units(MODEL_FLAVORS[model]))
     assert total / 1e9 == pytest.approx(billions, rel=0.01)
 
 
 def test_an_absent_tie_key_takes_transformers_default():
-    llama = {"model_type": "llama", "hidden_size": 8, "intermediate_size": 16, "num_hidden_layers": 1,
-             "num_attention_heads": 2, "vocab_size": 11}
+    llama = {
+        "model_type": "llama",
+        "hidden_size": 8,
+        "intermediate_size": 16,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 2,
+        "vocab_size": 11,
+    }
     assert hf_shapes(llama)[0] == ((11, 8), (8,), (11, 8))  # LlamaConfig: tie_word_embeddings=False
     assert hf_shapes({**llama, "tie_word_embeddings": True})[0] == ((11, 8), (8,))
     gpt2 = {"model_type": "gpt2", "n_embd": 8, "n_layer": 1, "vocab_size": 11, "n_positions": 4}
@@ -64,7 +74,8 @@ def test_hf_local_folder_and_activation_estimate(tmp_path):
     (tmp_path / "config.json").write_text(
         '{"model_type": "mistral", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,'
         ' "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 100, "max_position_embeddings": 64,'
-        ' "tie_word_embeddings": false}')
+        ' "tie_word_embeddings": false}'
+    )
     units = model_units(flavor_for(f"hf:{tmp_path}"))
     assert units[0].shapes == ((100, 64), (64,), (100, 64)) and len(units) == 3
     act = activation_bytes_per_sample(flavor_for(f"hf:{tmp_path}"), 16)
@@ -79,10 +90,24 @@ def test_fit_cli_accepts_hf_flavors_and_paths(tmp_path, capsys):
     from fsdp_bench.report.fit_chart import main
 
     (tmp_path / "m").mkdir()
-    (tmp_path / "m" / "config.json").write_text('{"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4,'
-                                                ' "vocab_size": 100, "n_positions": 64}')
-    assert main(["--models", f"qwen2_tiny,hf:{tmp_path / 'm'}", "--strategies", "ddp,fsdp2",
-                 "--world-sizes", "1,8", "--out", str(tmp_path / "fit")]) == 0
+    (tmp_path / "m" / "config.json").write_text(
+        '{"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "vocab_size": 100, "n_positions": 64}'
+    )
+    assert (
+        main(
+            [
+                "--models",
+                f"qwen2_tiny,hf:{tmp_path / 'm'}",
+                "--strategies",
+                "ddp,fsdp2",
+                "--world-sizes",
+                "1,8",
+                "--out",
+                str(tmp_path / "fit"),
+            ]
+        )
+        == 0
+    )
     assert (tmp_path / "fit" / "fit.csv").read_text().count("qwen2_tiny") == 4
     (tmp_path / "bad").mkdir()
     (tmp_path / "bad" / "config.json").write_text('{"model_type": "mamba"}')

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from fsdp_bench.plan.case import Case, CaseError, hybrid_mesh_shape, parse_mesh
 from fsdp_bench.launch.runner import run_case
+from fsdp_bench.plan.case import Case, CaseError, hybrid_mesh_shape, parse_mesh
 
 
 def test_default_mesh_replicates_across_nodes_and_shards_within_one():
@@ -31,8 +31,7 @@ def hybrid_results(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("hybrid")
     (run_dir / "cases").mkdir()
     base = dict(model="gpt_tiny", nproc=4, mesh="2x2", batch_size=2, seq_len=32, steps=2, warmup=1)
-    return {s: run_case(Case(strategy=s, **base), run_dir, timeout_s=300)
-            for s in ("fsdp1_hybrid_shard", "fsdp2_hsdp")}
+    return {s: run_case(Case(strategy=s, **base), run_dir, timeout_s=300) for s in ("fsdp1_hybrid_shard", "fsdp2_hsdp")}
 
 
 @pytest.mark.slow

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from fsdp_bench.plan.case import Case
 from fsdp_bench.analysis.stats import mean_across_ranks
+from fsdp_bench.plan.case import Case
 from fsdp_bench.results.layout import create_run_dir
 from fsdp_bench.results.schema import STAGE_LABELS
 
@@ -127,9 +127,12 @@ def test_trace_has_a_profiler_step_per_profiled_step(results):
 
 def test_holistic_trace_analysis_finds_the_steps(results):
     trace_analysis = pytest.importorskip(
-        "hta.trace_analysis", reason="HolisticTraceAnalysis is not installed: pip install -e '.[trace]'")
+        "hta.trace_analysis", reason="HolisticTraceAnalysis is not installed: pip install -e '.[trace]'"
+    )
     # HTA drops the last ProfilerStep by default (on GPUs its kernels may be cut off); ours ends synchronized
-    analysis = trace_analysis.TraceAnalysis(trace_dir=str(_trace_dir(results, "fsdp2")), include_last_profiler_step=True)
+    analysis = trace_analysis.TraceAnalysis(
+        trace_dir=str(_trace_dir(results, "fsdp2")), include_last_profiler_step=True
+    )
     assert sorted(analysis.t.get_all_traces()) == [0, 1]
     for rank in (0, 1):
         assert [int(i) for i in analysis.t.get_iterations(rank)] == [1, 2]

@@ -6,8 +6,14 @@ from __future__ import annotations
 import pytest
 
 from fsdp_bench.analysis.comm_model import Unit, model_units
-from fsdp_bench.analysis.model_state import (ADAM_STEP_BYTES, allocated_model_state_bytes, expected_model_state_bytes,
-                                             fsdp1_real_numel_in_shard, fsdp2_local_numel, padded_model_state_bytes)
+from fsdp_bench.analysis.model_state import (
+    ADAM_STEP_BYTES,
+    allocated_model_state_bytes,
+    expected_model_state_bytes,
+    fsdp1_real_numel_in_shard,
+    fsdp2_local_numel,
+    padded_model_state_bytes,
+)
 from fsdp_bench.plan.case import Case
 from fsdp_bench.plan.flavors import MODEL_FLAVORS
 
@@ -59,7 +65,9 @@ def test_fsdp2_ranks_cut_like_torch_chunk_and_optimizer_state_follows_them():
 
 def test_fsdp1_parameters_outside_the_chunk_get_no_step_counter():
     unit = Unit("u", ((8,), (8,)))
-    assert allocated_model_state_bytes("fsdp1_full_shard", [unit], 2, rank=0)["optimizer"] == 2 * 4 * 8 + ADAM_STEP_BYTES
+    assert (
+        allocated_model_state_bytes("fsdp1_full_shard", [unit], 2, rank=0)["optimizer"] == 2 * 4 * 8 + ADAM_STEP_BYTES
+    )
     assert allocated_model_state_bytes("ddp", [unit], 2)["optimizer"] == 2 * 4 * 16 + 2 * ADAM_STEP_BYTES
 
 
@@ -69,8 +77,11 @@ def simulated(tmp_path_factory):
 
     run_dir = tmp_path_factory.mktemp("allocated")
     (run_dir / "cases").mkdir()
-    return {(s, n): run_case(Case(strategy=s, nproc=n, simulate=True, **TINY), run_dir, timeout_s=300)
-            for s in ("fsdp2", "fsdp1_full_shard") for n in (2, 3, 4)}
+    return {
+        (s, n): run_case(Case(strategy=s, nproc=n, simulate=True, **TINY), run_dir, timeout_s=300)
+        for s in ("fsdp2", "fsdp1_full_shard")
+        for n in (2, 3, 4)
+    }
 
 
 @pytest.mark.slow

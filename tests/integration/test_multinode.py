@@ -12,12 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from fsdp_bench.plan.case import Case
+from fsdp_bench.launch.commands import build_command, rendezvous_id, torchrun_rendezvous_args
+from fsdp_bench.plan.case import Case, CaseError
 from fsdp_bench.plan.nodes import Launch, LaunchError, parse_endpoint, validate_launch
-from fsdp_bench.launch.commands import rendezvous_id, torchrun_rendezvous_args
 from fsdp_bench.plan.options import parse_sweep
-from fsdp_bench.plan.case import CaseError
-from fsdp_bench.launch.commands import build_command
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -44,8 +42,9 @@ def test_multi_node_command_uses_c10d_rendezvous_on_the_shared_store():
 
 def test_world_that_does_not_split_over_nodes_is_refused():
     with pytest.raises(LaunchError, match="--bench-nnodes"):
-        torchrun_rendezvous_args(Launch(nnodes=2, rdzv_endpoint="h:1", run_id="r"), case_id="x",
-                                 world_size=3, join_timeout_s=1)
+        torchrun_rendezvous_args(
+            Launch(nnodes=2, rdzv_endpoint="h:1", run_id="r"), case_id="x", world_size=3, join_timeout_s=1
+        )
 
 
 def test_endpoint_parsing():
@@ -66,12 +65,15 @@ def test_run_id_defaults_to_the_slurm_job_and_is_required_otherwise():
         validate_launch(Launch(nnodes=2, rdzv_endpoint="h:1", run_id="../x"), env={})
 
 
-@pytest.mark.parametrize("raw, message", [
-    ({"nnodes": "2", "run-id": "r"}, "--bench-rdzv-endpoint"),
-    ({"nnodes": "2", "node-rank": "2", "rdzv-endpoint": "h:1", "run-id": "r"}, "--bench-node-rank"),
-    ({"node-rank": "1"}, "--bench-node-rank"),
-    ({"nnodes": "0"}, "--bench-nnodes"),
-])
+@pytest.mark.parametrize(
+    "raw, message",
+    [
+        ({"nnodes": "2", "run-id": "r"}, "--bench-rdzv-endpoint"),
+        ({"nnodes": "2", "node-rank": "2", "rdzv-endpoint": "h:1", "run-id": "r"}, "--bench-node-rank"),
+        ({"node-rank": "1"}, "--bench-node-rank"),
+        ({"nnodes": "0"}, "--bench-nnodes"),
+    ],
+)
 def test_bad_multi_node_options_name_the_option(raw, message, monkeypatch):
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
     with pytest.raises(CaseError, match=message):
@@ -88,8 +90,18 @@ def test_node_zero_refuses_a_run_id_that_already_holds_results(tmp_path):
 
 
 def test_world_size_is_ranks_per_node_times_nodes_and_not_in_the_id():
-    sweep = parse_sweep({"device": "cpu", "nproc": "2", "nnodes": "2", "rdzv-endpoint": "h:1", "run-id": "r",
-                         "strategies": "fsdp2", "batch-sizes": "2", "grad-accum": "1"})
+    sweep = parse_sweep(
+        {
+            "device": "cpu",
+            "nproc": "2",
+            "nnodes": "2",
+            "rdzv-endpoint": "h:1",
+            "run-id": "r",
+            "strategies": "fsdp2",
+            "batch-sizes": "2",
+            "grad-accum": "1",
+        }
+    )
     (case,) = sweep.cases()
     assert case.nproc == 4 and case.id == "fsdp2-gpt_tiny-ws4-bs2-ga1-opt_after"
 
@@ -103,16 +115,57 @@ def _free_port() -> int:
 @pytest.mark.slow
 def test_two_launchers_on_localhost_run_each_case_across_both_nodes(tmp_path):
     port = _free_port()
-    common = [sys.executable, "-m", "pytest", "benchmarks", "-q", "-p", "no:randomly",
-              "--bench-device", "cpu", "--bench-model", "gpt_tiny", "--bench-strategies", "ddp,fsdp2",
-              "--bench-batch-sizes", "2", "--bench-grad-accum", "1", "--bench-steps", "2", "--bench-warmup", "1",
-              "--bench-seq-len", "32", "--bench-nproc", "1", "--bench-timeout", "240",
-              "--bench-nnodes", "2", "--bench-rdzv-endpoint", f"localhost:{port}", "--bench-run-id", "two-nodes",
-              "--bench-results-dir", str(tmp_path), "--benchmark-disable"]
+    common = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "benchmarks",
+        "-q",
+        "-p",
+        "no:randomly",
+        "--bench-device",
+        "cpu",
+        "--bench-model",
+        "gpt_tiny",
+        "--bench-strategies",
+        "ddp,fsdp2",
+        "--bench-batch-sizes",
+        "2",
+        "--bench-grad-accum",
+        "1",
+        "--bench-steps",
+        "2",
+        "--bench-warmup",
+        "1",
+        "--bench-seq-len",
+        "32",
+        "--bench-nproc",
+        "1",
+        "--bench-timeout",
+        "240",
+        "--bench-nnodes",
+        "2",
+        "--bench-rdzv-endpoint",
+        f"localhost:{port}",
+        "--bench-run-id",
+        "two-nodes",
+        "--bench-results-dir",
+        str(tmp_path),
+        "--benchmark-disable",
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     env.pop("SLURM_JOB_ID", None)
-    nodes = [subprocess.Popen(common + ["--bench-node-rank", str(r)], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) for r in (1, 0)]  # the follower first
+    nodes = [
+        subprocess.Popen(
+            common + ["--bench-node-rank", str(r)],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for r in (1, 0)
+    ]  # the follower first
     outs = []
     for proc in nodes:
         try:
@@ -145,22 +198,69 @@ def test_repeats_across_two_nodes_each_meet_in_their_own_rendezvous(tmp_path):
     """A successful torchrun closes its rendezvous, so repeat 2 needs its own; and a follower
     that arrives late must not set node 0's live repeat folder aside."""
     port = _free_port()
-    common = [sys.executable, "-m", "pytest", "benchmarks/test_strategy_sweep.py", "-q", "-p", "no:randomly",
-              "--bench-device", "cpu", "--bench-model", "gpt_tiny", "--bench-strategies", "ddp",
-              "--bench-batch-sizes", "2", "--bench-grad-accum", "1", "--bench-steps", "2", "--bench-warmup", "1",
-              "--bench-seq-len", "32", "--bench-nproc", "1", "--bench-timeout", "240", "--bench-repeats", "2",
-              "--bench-nnodes", "2", "--bench-rdzv-endpoint", f"localhost:{port}", "--bench-run-id", "two-nodes",
-              "--bench-results-dir", str(tmp_path), "--benchmark-disable", "--bench-no-report"]
+    common = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "benchmarks/test_strategy_sweep.py",
+        "-q",
+        "-p",
+        "no:randomly",
+        "--bench-device",
+        "cpu",
+        "--bench-model",
+        "gpt_tiny",
+        "--bench-strategies",
+        "ddp",
+        "--bench-batch-sizes",
+        "2",
+        "--bench-grad-accum",
+        "1",
+        "--bench-steps",
+        "2",
+        "--bench-warmup",
+        "1",
+        "--bench-seq-len",
+        "32",
+        "--bench-nproc",
+        "1",
+        "--bench-timeout",
+        "240",
+        "--bench-repeats",
+        "2",
+        "--bench-nnodes",
+        "2",
+        "--bench-rdzv-endpoint",
+        f"localhost:{port}",
+        "--bench-run-id",
+        "two-nodes",
+        "--bench-results-dir",
+        str(tmp_path),
+        "--benchmark-disable",
+        "--bench-no-report",
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     env.pop("SLURM_JOB_ID", None)
-    leader = subprocess.Popen(common + ["--bench-node-rank", "0"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True)
+    leader = subprocess.Popen(
+        common + ["--bench-node-rank", "0"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     run = tmp_path / "two-nodes"
     deadline = time.monotonic() + 60
     while not list(run.glob("cases/*/repeat-1")) and time.monotonic() < deadline:
         time.sleep(0.2)  # the follower arrives once node 0's repeat folder exists
-    follower = subprocess.Popen(common + ["--bench-node-rank", "1"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True)
+    follower = subprocess.Popen(
+        common + ["--bench-node-rank", "1"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     outs = [p.communicate(timeout=600)[0] for p in (leader, follower)]
     for proc, out in zip((leader, follower), outs):
         assert proc.returncode == 0, out[-3000:]

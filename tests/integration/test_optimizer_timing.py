@@ -2,9 +2,9 @@
 
 import pytest
 
+from fsdp_bench.launch.runner import run_case
 from fsdp_bench.plan.case import Case
 from fsdp_bench.results.layout import create_run_dir
-from fsdp_bench.launch.runner import run_case
 
 pytestmark = pytest.mark.slow
 
@@ -13,8 +13,11 @@ pytestmark = pytest.mark.slow
 def timing_results(tmp_path_factory):
     run_dir = create_run_dir(tmp_path_factory.mktemp("timing"))
     return {
-        timing: run_case(Case(strategy="fsdp2", optimizer_timing=timing, nproc=2, steps=3, warmup=1, seq_len=32),
-                         run_dir, timeout_s=300)
+        timing: run_case(
+            Case(strategy="fsdp2", optimizer_timing=timing, nproc=2, steps=3, warmup=1, seq_len=32),
+            run_dir,
+            timeout_s=300,
+        )
         for timing in ("after_shard", "before_shard", "before_shard_fixed")
     }
 

@@ -17,7 +17,10 @@ from fsdp_bench.plan.case import Case
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-CONFIGS = {p.parent.name: f"hf:{p.parent}" for p in (Path(__file__).resolve().parents[1] / "data" / "hf_configs").glob("*/config.json")}
+CONFIGS = {
+    p.parent.name: f"hf:{p.parent}"
+    for p in (Path(__file__).resolve().parents[1] / "data" / "hf_configs").glob("*/config.json")
+}
 SMALL = dict(batch_size=2, seq_len=32, steps=1, warmup=0)
 
 
@@ -77,11 +80,17 @@ def _simulated_rank0(case: Case) -> dict:
 # reduce-scattered buffer), the no-reshard and reshard FSDP2 cases in between; then no-reshard
 # at 512 ranks (-12.8%: the later block's reduce-scatter input still alive) and FSDP2 with
 # gradient accumulation (-10.6%: the earlier micro-batch's gradients inside a block's backward).
-@pytest.mark.parametrize("name,strategy,n,extra", [("llama_odd_vocab", "ddp", 2, {}), ("llama_odd_vocab", "fsdp2", 2, {}),
-                                                   ("mistral_gqa_tied", "fsdp2", 512, {}),
-                                                   ("gpt2_small_odd", "fsdp2_no_reshard", 8, {}),
-                                                   ("llama_odd_vocab", "fsdp2_no_reshard", 512, {}),
-                                                   ("gpt_tiny", "fsdp2", 2, {"batch_size": 1, "grad_accum": 2})])
+@pytest.mark.parametrize(
+    "name,strategy,n,extra",
+    [
+        ("llama_odd_vocab", "ddp", 2, {}),
+        ("llama_odd_vocab", "fsdp2", 2, {}),
+        ("mistral_gqa_tied", "fsdp2", 512, {}),
+        ("gpt2_small_odd", "fsdp2_no_reshard", 8, {}),
+        ("llama_odd_vocab", "fsdp2_no_reshard", 512, {}),
+        ("gpt_tiny", "fsdp2", 2, {"batch_size": 1, "grad_accum": 2}),
+    ],
+)
 def test_predicted_peak_within_5_percent_of_measured(name, strategy, n, extra):
     model = CONFIGS.get(name, name)
     record = _simulated_rank0(Case(strategy=strategy, nproc=n, simulate=True, model=model, **{**SMALL, **extra}))
@@ -91,8 +100,15 @@ def test_predicted_peak_within_5_percent_of_measured(name, strategy, n, extra):
     print(name, strategy, n, predicted, measured, record["prediction"]["phase"])
     assert abs(predicted - measured) / measured <= 0.05, (predicted, measured, record["prediction"])
     assert record["prediction"]["phase"] in ("forward", "backward", "optimizer step")
-    assert set(record["prediction"]["parts_bytes"]) >= {"params", "grads", "optimizer", "activations",
-                                                         "gathered", "optimizer_temp", "loss_temp"}
+    assert set(record["prediction"]["parts_bytes"]) >= {
+        "params",
+        "grads",
+        "optimizer",
+        "activations",
+        "gathered",
+        "optimizer_temp",
+        "loss_temp",
+    }
 
 
 def test_largest_batch_that_fits_measures_within_the_budget():
@@ -106,8 +122,18 @@ def test_largest_batch_that_fits_measures_within_the_budget():
     assert batch >= 2
     predicted = predict_peak_bytes("fsdp2_no_reshard", flavor, 2, batch, seq_len=32)["peak_bytes"]
     assert predicted * (1 + FIT_MARGIN) <= budget
-    record = _simulated_rank0(Case(strategy="fsdp2_no_reshard", nproc=2, simulate=True, model=CONFIGS["llama_odd_vocab"],
-                                   batch_size=batch, seq_len=32, steps=1, warmup=0))
+    record = _simulated_rank0(
+        Case(
+            strategy="fsdp2_no_reshard",
+            nproc=2,
+            simulate=True,
+            model=CONFIGS["llama_odd_vocab"],
+            batch_size=batch,
+            seq_len=32,
+            steps=1,
+            warmup=0,
+        )
+    )
     assert record["memory"]["peak_allocated_bytes"] <= budget
 
 

@@ -14,12 +14,30 @@ def test_prediction_section_flags_and_names_the_worst():
     pd = pytest.importorskip("pandas")
     from fsdp_bench.report.page import prediction_section
 
-    df = pd.DataFrame([
-        {"case_id": "a", "status": "ok", "predicted_peak_gib": 1.0, "peak_allocated_gib": 1.0, "peak_prediction_error_pct": 2.0,
-         "predicted_model_state_gib": 0.5, "measured_model_state_gib": 0.5, "model_state_prediction_error_pct": 0.0},
-        {"case_id": "b", "status": "ok", "predicted_peak_gib": 1.3, "peak_allocated_gib": 1.0, "peak_prediction_error_pct": 30.0,
-         "predicted_model_state_gib": 0.5, "measured_model_state_gib": 0.5, "model_state_prediction_error_pct": 0.0},
-    ])
+    df = pd.DataFrame(
+        [
+            {
+                "case_id": "a",
+                "status": "ok",
+                "predicted_peak_gib": 1.0,
+                "peak_allocated_gib": 1.0,
+                "peak_prediction_error_pct": 2.0,
+                "predicted_model_state_gib": 0.5,
+                "measured_model_state_gib": 0.5,
+                "model_state_prediction_error_pct": 0.0,
+            },
+            {
+                "case_id": "b",
+                "status": "ok",
+                "predicted_peak_gib": 1.3,
+                "peak_allocated_gib": 1.0,
+                "peak_prediction_error_pct": 30.0,
+                "predicted_model_state_gib": 0.5,
+                "measured_model_state_gib": 0.5,
+                "model_state_prediction_error_pct": 0.0,
+            },
+        ]
+    )
     text = "\n".join(prediction_section(df))
     assert "## Predicted vs measured" in text and "+30.0% **!**" in text and "+2.0% |" in text
     assert "Worst prediction error: +30.0% (peak) on b." in text
@@ -31,17 +49,34 @@ def test_prediction_table_in_html_flags_escapes_and_names_the_worst(tmp_path):
     from fsdp_bench.report.page import Page, render_html, render_markdown
 
     hostile = "<script>alert(1)</script>|x"
-    df = pd.DataFrame([
-        {"case_id": "a", "status": "ok", "predicted_peak_gib": 1.0, "peak_allocated_gib": 1.0, "peak_prediction_error_pct": 2.0,
-         "predicted_model_state_gib": 0.5, "measured_model_state_gib": 0.5, "model_state_prediction_error_pct": 0.0},
-        {"case_id": hostile, "status": "ok", "predicted_peak_gib": 1.0, "peak_allocated_gib": 1.0,
-         "peak_prediction_error_pct": 0.0, "predicted_model_state_gib": 0.52, "measured_model_state_gib": 0.5,
-         "model_state_prediction_error_pct": 4.0},
-        {"case_id": "c", "status": "failed", "predicted_peak_gib": None},
-    ])
+    df = pd.DataFrame(
+        [
+            {
+                "case_id": "a",
+                "status": "ok",
+                "predicted_peak_gib": 1.0,
+                "peak_allocated_gib": 1.0,
+                "peak_prediction_error_pct": 2.0,
+                "predicted_model_state_gib": 0.5,
+                "measured_model_state_gib": 0.5,
+                "model_state_prediction_error_pct": 0.0,
+            },
+            {
+                "case_id": hostile,
+                "status": "ok",
+                "predicted_peak_gib": 1.0,
+                "peak_allocated_gib": 1.0,
+                "peak_prediction_error_pct": 0.0,
+                "predicted_model_state_gib": 0.52,
+                "measured_model_state_gib": 0.5,
+                "model_state_prediction_error_pct": 4.0,
+            },
+            {"case_id": "c", "status": "failed", "predicted_peak_gib": None},
+        ]
+    )
     page = Page(run_name="r", env=None, df=df, summary=[], charts=[])
     text = render_html(page)
-    section = text[text.index("<h2>Predicted vs measured</h2>"):text.index("<h2>Charts</h2>")]
+    section = text[text.index("<h2>Predicted vs measured</h2>") : text.index("<h2>Charts</h2>")]
     assert "<script>" not in text and "&lt;script&gt;alert(1)&lt;/script&gt;|x" in section
     assert "<td class=flag>+4.0% !</td>" in section and "<td>+2.0%</td>" in section  # 1% model-state bar
     assert "<p>Worst prediction error: +4.0% (model state) on &lt;script&gt;" in section
@@ -60,8 +95,14 @@ def test_simulated_cases_record_prediction_and_report_shows_it(tmp_path):
     from fsdp_bench.report.table import build_table
 
     (tmp_path / "cases").mkdir()
-    results = [run_case(Case(strategy=s, nproc=2, simulate=True, model=m, batch_size=2, seq_len=32, steps=2, warmup=1),
-                        tmp_path, timeout_s=300) for m, s in CASES]
+    results = [
+        run_case(
+            Case(strategy=s, nproc=2, simulate=True, model=m, batch_size=2, seq_len=32, steps=2, warmup=1),
+            tmp_path,
+            timeout_s=300,
+        )
+        for m, s in CASES
+    ]
     for r in results:
         assert r["status"] == "ok", r.get("reason", "") + r.get("log_tail", "")[-2000:]
         m = r["metrics"]
@@ -70,8 +111,13 @@ def test_simulated_cases_record_prediction_and_report_shows_it(tmp_path):
         if r["ranks"][0]["memory"].get("peak_allocated_bytes") is not None:  # FSDP1 on CPU: no peak
             assert abs(m["peak_prediction_error_pct"]) < 10.0, (r["case_id"], m)
         print(r["case_id"], m.get("peak_prediction_error_pct"), m["model_state_prediction_error_pct"])
-        print(r["case_id"], m.get("peak_prediction_error_pct"), r["ranks"][0]["memory"], m.get("peak_allocated_gib"),
-              m["model_state_prediction_error_pct"])
+        print(
+            r["case_id"],
+            m.get("peak_prediction_error_pct"),
+            r["ranks"][0]["memory"],
+            m.get("peak_allocated_gib"),
+            m["model_state_prediction_error_pct"],
+        )
     hf = next(r for r in results if r["case"]["model"] == "qwen2_tiny")
     assert "comm_null_reason" not in hf["simulation"] and hf["simulation"]["volume"]["all_gather_bytes"] > 0
     text = "\n".join(prediction_section(build_table(results)))
@@ -84,10 +130,14 @@ def test_frozen_cases_are_explained_from_observation_not_names():
     from fsdp_bench.report.summary import optimizer_timing_effect
 
     base = {"status": "ok", "optimizer_timing": "before_shard", "params_changed": False, "model": "gpt_tiny"}
-    seen = pd.DataFrame([{**base, "case_id": "a", "strategy": "fsdp1_full_shard", "optimizer_tensors_not_model_params": 12}])
+    seen = pd.DataFrame(
+        [{**base, "case_id": "a", "strategy": "fsdp1_full_shard", "optimizer_tensors_not_model_params": 12}]
+    )
     line = optimizer_timing_effect(seen)[0]
     assert "12-12 tensors that are not the model's parameters" in line
-    unseen = pd.DataFrame([{**base, "case_id": "b", "strategy": "fsdp1_full_shard", "optimizer_tensors_not_model_params": 0}])
+    unseen = pd.DataFrame(
+        [{**base, "case_id": "b", "strategy": "fsdp1_full_shard", "optimizer_tensors_not_model_params": 0}]
+    )
     assert "do not show why" in optimizer_timing_effect(unseen)[0]
 
 

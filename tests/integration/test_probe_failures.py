@@ -53,10 +53,23 @@ def test_two_ranks_skip_together_after_a_failure_mid_probe(tmp_path):
     faults = "raise@probe_step:0/-bs1-,oom@probe_step:1/-bs2-"
     started = time.monotonic()
     args = ["fsdp2" if a == "ddp" else a for a in SMALL]
-    proc = subprocess.run(pytest_cmd("test_sweep.py", *args, "--bench-batch-sizes", "1,2", "--bench-timeout", "200",
-                                     "--bench-results-dir", str(results)),
-                          cwd=tmp_path, env=child_env(FSDP_BENCH_FAULTS=faults), capture_output=True, text=True,
-                          timeout=400)
+    proc = subprocess.run(
+        pytest_cmd(
+            "test_sweep.py",
+            *args,
+            "--bench-batch-sizes",
+            "1,2",
+            "--bench-timeout",
+            "200",
+            "--bench-results-dir",
+            str(results),
+        ),
+        cwd=tmp_path,
+        env=child_env(FSDP_BENCH_FAULTS=faults),
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
     wall = time.monotonic() - started
     (run_dir,) = run_dirs(results)
     by_bs = {r["case"]["batch_size"]: r for r in case_results(run_dir).values()}

@@ -73,10 +73,22 @@ def test_runner_up_within_the_noise_is_said_to_be():
     import pandas as pd
 
     def row(case, tps, median, low, high):
-        return {"case_id": case, "model": "m", "strategy": case, "batch_size": 2, "grad_accum": 1,
-                "optimizer_timing": "after_shard", "status": "ok", "trained": True, "params_changed": True,
-                "tokens_per_s_per_device": tps, "step_time_s_median": median, "peak_allocated_gib": 0.5,
-                "step_time_s_median_ci_low": low, "step_time_s_median_ci_high": high}
+        return {
+            "case_id": case,
+            "model": "m",
+            "strategy": case,
+            "batch_size": 2,
+            "grad_accum": 1,
+            "optimizer_timing": "after_shard",
+            "status": "ok",
+            "trained": True,
+            "params_changed": True,
+            "tokens_per_s_per_device": tps,
+            "step_time_s_median": median,
+            "peak_allocated_gib": 0.5,
+            "step_time_s_median_ci_low": low,
+            "step_time_s_median_ci_high": high,
+        }
 
     # 100 vs 92 tokens/s: the intervals [91, 111] and [88, 96] overlap
     noisy = pd.DataFrame([row("a", 100.0, 1.0, 0.9, 1.1), row("b", 92.0, 1.0, 0.96, 1.05)])

@@ -19,11 +19,26 @@ OPTIONS = [*SMALL, "--bench-batch-sizes", "2", "--bench-repeats", "2", "--bench-
 
 
 def _repeat(n: int, times: list[float], status: str = "ok") -> dict:
-    case = {"strategy": "ddp", "model": "gpt_tiny", "nproc": 2, "batch_size": 2, "grad_accum": 1, "seq_len": 32,
-            "steps": len(times), "warmup": 1}
-    return {"case_id": CASE, "case": case, "status": status, "reason": "" if status == "ok" else "rank 1 died",
-            "repeat": n, "duration_s": 5.0, "metrics": {"step_time_s_median": sorted(times)[len(times) // 2]} if times else {},
-            "ranks": [{"rank": 0, "step_times_s": times}, {"rank": 1, "step_times_s": [t / 2 for t in times]}]}
+    case = {
+        "strategy": "ddp",
+        "model": "gpt_tiny",
+        "nproc": 2,
+        "batch_size": 2,
+        "grad_accum": 1,
+        "seq_len": 32,
+        "steps": len(times),
+        "warmup": 1,
+    }
+    return {
+        "case_id": CASE,
+        "case": case,
+        "status": status,
+        "reason": "" if status == "ok" else "rank 1 died",
+        "repeat": n,
+        "duration_s": 5.0,
+        "metrics": {"step_time_s_median": sorted(times)[len(times) // 2]} if times else {},
+        "ranks": [{"rank": 0, "step_times_s": times}, {"rank": 1, "step_times_s": [t / 2 for t in times]}],
+    }
 
 
 def test_merge_pools_the_step_times_and_measures_the_spread():
@@ -50,9 +65,14 @@ def test_a_failed_repeat_fails_the_case_and_says_which():
 def repeated(tmp_path_factory):
     root = tmp_path_factory.mktemp("repeats")
     write_sweep_project(root)
-    proc = subprocess.run(pytest_cmd("test_sweep.py", "-q", *OPTIONS, "--bench-results-dir", "results",
-                                     "--benchmark-json=bench.json"),
-                          cwd=root, capture_output=True, text=True, timeout=600, env=child_env())
+    proc = subprocess.run(
+        pytest_cmd("test_sweep.py", "-q", *OPTIONS, "--bench-results-dir", "results", "--benchmark-json=bench.json"),
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=child_env(),
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (run,) = run_dirs(root / "results")
     return root, run, proc.stdout
@@ -95,8 +115,14 @@ def test_resume_keeps_the_ok_repeat_and_reruns_the_unfinished_one(repeated):
     first = json.loads((work / "repeat-1.json").read_text())
     (work / "repeat-2.json").unlink()
     (resumed_run / "cases" / f"{CASE}.json").unlink()
-    proc = subprocess.run(pytest_cmd("test_sweep.py", "-q", *OPTIONS, "--bench-resume", str(resumed_run)),
-                          cwd=root, capture_output=True, text=True, timeout=600, env=child_env())
+    proc = subprocess.run(
+        pytest_cmd("test_sweep.py", "-q", *OPTIONS, "--bench-resume", str(resumed_run)),
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=child_env(),
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert json.loads((work / "repeat-1.json").read_text())["launched_unix"] == first["launched_unix"]
     assert json.loads((work / "repeat-2.json").read_text())["status"] == "ok"

@@ -45,8 +45,11 @@ def interrupted(tmp_path_factory):
     results = root / "results"
     proc = subprocess.Popen(
         pytest_cmd("test_sweep.py", "-q", *OPTIONS, "--bench-results-dir", str(results)),
-        cwd=root, env=child_env(FSDP_BENCH_FAULTS="hang@measure:0/-bs2-"),
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cwd=root,
+        env=child_env(FSDP_BENCH_FAULTS="hang@measure:0/-bs2-"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     try:
         _wait_for(lambda: len(run_dirs(results)) == 1, 60, "the run folder")
@@ -59,8 +62,15 @@ def interrupted(tmp_path_factory):
     finally:
         if proc.poll() is None:
             proc.kill()
-    return {"root": root, "run": run, "proc": proc, "out": out, "bs1_before": bs1_before,
-            "left_after_interrupt": processes_of(run), "results_after_interrupt": case_results(run)}
+    return {
+        "root": root,
+        "run": run,
+        "proc": proc,
+        "out": out,
+        "bs1_before": bs1_before,
+        "left_after_interrupt": processes_of(run),
+        "results_after_interrupt": case_results(run),
+    }
 
 
 def test_interrupt_kills_the_running_case_and_keeps_finished_results(interrupted):
@@ -75,7 +85,11 @@ def test_interrupt_kills_the_running_case_and_keeps_finished_results(interrupted
 def resumed(interrupted):
     proc = subprocess.run(
         pytest_cmd("test_sweep.py", "-q", *OPTIONS, "--bench-resume", str(interrupted["run"])),
-        cwd=interrupted["root"], env=child_env(), capture_output=True, text=True, timeout=400,
+        cwd=interrupted["root"],
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=400,
     )
     return {"proc": proc, "results": case_results(interrupted["run"])}
 
@@ -104,7 +118,11 @@ def test_resume_of_a_run_in_use_is_refused(interrupted, tmp_path):
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         proc = subprocess.run(
             pytest_cmd("test_sweep.py", "-q", *OPTIONS, "--bench-resume", str(interrupted["run"])),
-            cwd=interrupted["root"], env=child_env(), capture_output=True, text=True, timeout=120,
+            cwd=interrupted["root"],
+            env=child_env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
     finally:
         os.close(fd)

@@ -36,9 +36,25 @@ def test_resume_of_a_named_run_in_progress_is_a_usage_error(tmp_path):
     named = _session(tmp_path, **{"run-id": "busy"})
     run_dir = named.ensure_run_dir()
     try:
-        out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--co",
-                              "--bench-device", "cpu", "--bench-resume", str(run_dir), "benchmarks"],
-                             capture_output=True, text=True, timeout=120)
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                "--co",
+                "--bench-device",
+                "cpu",
+                "--bench-resume",
+                str(run_dir),
+                "benchmarks",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     finally:
         named.close()
     assert out.returncode == 4, out.stdout + out.stderr
@@ -58,8 +74,9 @@ def test_symlinked_lock_file_is_refused_and_left_alone(tmp_path):
 
 
 def _spawn(*argv, **kw):
-    return subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, **kw)
+    return subprocess.Popen(
+        list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kw
+    )
 
 
 def test_case_cleanup_signals_only_the_sweeps_processes(tmp_path):
@@ -74,11 +91,19 @@ def test_case_cleanup_signals_only_the_sweeps_processes(tmp_path):
     bystanders = [_spawn("tail", "-f", marker), _spawn(sys.executable, "-c", sleeper, marker)]
     # a stand-in torchrun (worker entry point and case file on its command line) in its own
     # session, with a child that names the case file only (ours by session and parentage)
-    torchrun = _spawn(sys.executable, "-c",
-                      f"import subprocess, sys; subprocess.Popen([sys.executable, '-c', {sleeper!r}, {marker!r}]);"
-                      f" {sleeper}", "-m", "fsdp_bench.worker", "--case", marker, start_new_session=True)
+    torchrun = _spawn(
+        sys.executable,
+        "-c",
+        f"import subprocess, sys; subprocess.Popen([sys.executable, '-c', {sleeper!r}, {marker!r}]); {sleeper}",
+        "-m",
+        "fsdp_bench.worker",
+        "--case",
+        marker,
+        start_new_session=True,
+    )
     try:
         import time
+
         deadline = time.monotonic() + 20
         while len(find_case_processes(marker, torchrun.pid)) < 2 and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -98,11 +123,16 @@ def test_a_rank_dies_with_its_parent(tmp_path):
     import time
 
     pid_file = tmp_path / "child.pid"
-    child = ("import os, time; from fsdp_bench.worker.lifetime import die_with_parent; "
-             f"assert die_with_parent(); open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(300)")
-    parent = _spawn(sys.executable, "-c",
-                    f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {child!r}]); time.sleep(300)",
-                    start_new_session=True)
+    child = (
+        "import os, time; from fsdp_bench.worker.lifetime import die_with_parent; "
+        f"assert die_with_parent(); open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(300)"
+    )
+    parent = _spawn(
+        sys.executable,
+        "-c",
+        f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {child!r}]); time.sleep(300)",
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 30
     while not pid_file.exists() or not pid_file.read_text():
         assert time.monotonic() < deadline
@@ -125,9 +155,25 @@ def test_a_rank_dies_with_its_parent(tmp_path):
 
 
 def _resume_collect(run_dir):
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--co",
-                           "--bench-device", "cpu", "--bench-resume", str(run_dir), "benchmarks"],
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--co",
+            "--bench-device",
+            "cpu",
+            "--bench-resume",
+            str(run_dir),
+            "benchmarks",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_resume_is_refused_while_an_earlier_attempts_rank_lives(tmp_path):
@@ -137,12 +183,14 @@ def test_resume_is_refused_while_an_earlier_attempts_rank_lives(tmp_path):
     work = run.case_dir("ddp-gpt_tiny-ws2-bs1-ga1-opt_after-sl32")
     work.path.mkdir()
     work.case_file.write_text("{}")
-    rank = _spawn(sys.executable, "-c", "import time; time.sleep(300)", "-m", "fsdp_bench.worker",
-                  "--case", str(work.case_file))
+    rank = _spawn(
+        sys.executable, "-c", "import time; time.sleep(300)", "-m", "fsdp_bench.worker", "--case", str(work.case_file)
+    )
     work.pid_file(1).write_text(str(rank.pid))
     work.pid_file(0).write_text(str(os.getpid()))  # a recycled pid: not a worker, ignored
     try:
         import time
+
         time.sleep(0.3)  # let the stand-in rank's command line settle
         out = _resume_collect(run.root)
         assert out.returncode == 4, out.stdout + out.stderr
@@ -156,8 +204,9 @@ def test_resume_is_refused_while_an_earlier_attempts_rank_lives(tmp_path):
 
 def _hf_folder(path):
     path.mkdir(parents=True)
-    (path / "config.json").write_text('{"model_type": "gpt2", "n_layer": 1, "n_embd": 16, "n_head": 2, '
-                                      '"vocab_size": 64}')
+    (path / "config.json").write_text(
+        '{"model_type": "gpt2", "n_layer": 1, "n_embd": 16, "n_head": 2, "vocab_size": 64}'
+    )
     return f"hf:{path}"
 
 
@@ -167,8 +216,25 @@ def test_two_models_with_one_case_id_are_refused_at_collection(tmp_path):
     a, b = _hf_folder(tmp_path / "a" / "b_c"), _hf_folder(tmp_path / "a" / "b" / "c")
     with pytest.raises(CaseError, match="two different cases share the id"):
         parse_sweep({"device": "cpu", "model": f"{a},{b}"}).cases()
-    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--co", "--bench-device",
-                          "cpu", "--bench-model", f"{a},{b}", "benchmarks"], capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--co",
+            "--bench-device",
+            "cpu",
+            "--bench-model",
+            f"{a},{b}",
+            "benchmarks",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 4, out.stdout + out.stderr
     line = next(x for x in out.stderr.splitlines() if "share the id" in x)
     assert repr(a) in line and repr(b) in line
@@ -183,9 +249,27 @@ def test_resume_with_other_settings_is_refused_listing_the_differences(tmp_path)
     assert json.loads(RunLayout(run_dir).sweep_file.read_text()) == {"steps": 3, "batch_sizes": [1], "device": "cpu"}
     same = _session(tmp_path, steps="3", **{"batch-sizes": "1", "resume": str(run_dir), "timeout": "99"})
     same.check_same_settings(run_dir)  # how long a case may take is not what it measures
-    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--co", "--bench-device",
-                          "cpu", "--bench-steps", "5", "--bench-resume", str(run_dir), "benchmarks"],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--co",
+            "--bench-device",
+            "cpu",
+            "--bench-steps",
+            "5",
+            "--bench-resume",
+            str(run_dir),
+            "benchmarks",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 4, out.stdout + out.stderr
     line = next(x for x in out.stderr.splitlines() if "other settings" in x)
     assert "batch_sizes: was [1], now 'default'" in line and "steps: was 3, now 5" in line
@@ -195,10 +279,32 @@ def test_resume_with_other_settings_is_refused_listing_the_differences(tmp_path)
 def test_a_full_disk_stops_the_sweep_before_launching_with_the_resume_hint(tmp_path):
     results = tmp_path / "results"
     env = {**os.environ, "FSDP_BENCH_MIN_FREE_MIB": str(2**40)}  # more than any disk has
-    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "benchmarks/test_strategy_sweep.py",
-                          "--bench-device", "cpu", "--bench-strategies", "ddp", "--bench-batch-sizes", "1",
-                          "--bench-grad-accum", "1", "--bench-no-report", "--bench-results-dir", str(results)],
-                         capture_output=True, text=True, timeout=120, env=env)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "benchmarks/test_strategy_sweep.py",
+            "--bench-device",
+            "cpu",
+            "--bench-strategies",
+            "ddp",
+            "--bench-batch-sizes",
+            "1",
+            "--bench-grad-accum",
+            "1",
+            "--bench-no-report",
+            "--bench-results-dir",
+            str(results),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     text = out.stdout + out.stderr
     assert out.returncode == 3, text
     assert "MiB free under" in text and "--bench-resume" in text and "Traceback" not in text
@@ -207,7 +313,7 @@ def test_a_full_disk_stops_the_sweep_before_launching_with_the_resume_hint(tmp_p
 
 
 # Wraps the real report writer so that a real SIGINT lands while it draws the charts.
-_INTERRUPT_REPORT = '''
+_INTERRUPT_REPORT = """
 import os, signal, threading, time
 import fsdp_bench.report.writer as writer
 _real = writer.write_report
@@ -218,7 +324,7 @@ def _write_report_interrupted(run_dir):
     return written
 writer.write_report = _write_report_interrupted
 pytest_plugins = ["fsdp_bench.pytest_plugin"]
-'''
+"""
 
 
 def test_ctrl_c_during_the_end_of_sweep_report_is_one_line_and_keeps_the_results(tmp_path):
@@ -228,9 +334,26 @@ def test_ctrl_c_during_the_end_of_sweep_report_is_one_line_and_keeps_the_results
     (tmp_path / "test_sweep.py").write_text(SWEEP_TEST)
     options = [o for o in SMALL if o != "--bench-no-report"]
     options[options.index("--bench-nproc") + 1] = "1"
-    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *options,
-                          "--bench-batch-sizes", "1", "--bench-results-dir", str(tmp_path / "results")],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=300, env=child_env())
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            *options,
+            "--bench-batch-sizes",
+            "1",
+            "--bench-results-dir",
+            str(tmp_path / "results"),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=child_env(),
+    )
     text = out.stdout + out.stderr
     assert out.returncode == 2, text  # pytest's "interrupted", not 130 with a traceback
     assert "Traceback" not in text and "KeyboardInterrupt" not in text
@@ -238,8 +361,9 @@ def test_ctrl_c_during_the_end_of_sweep_report_is_one_line_and_keeps_the_results
     assert f"report interrupted; the results are safe. To write it: python visualize.py {run}" in text
     assert json.loads(next((run / "cases").glob("*.json")).read_text())["status"] == "ok"
     assert not list(run.glob("*.tmp*"))  # nothing half-written left behind
-    again = subprocess.run([sys.executable, "visualize.py", str(run)], capture_output=True, text=True,
-                           timeout=300, env=child_env())
+    again = subprocess.run(
+        [sys.executable, "visualize.py", str(run)], capture_output=True, text=True, timeout=300, env=child_env()
+    )
     assert again.returncode == 0, again.stdout + again.stderr
     assert (run / "report.md").is_file()
 
@@ -248,14 +372,35 @@ def test_a_second_sweep_with_a_named_run_in_use_is_a_usage_error(tmp_path):
     named = _session(tmp_path, **{"run-id": "busy"})
     named.ensure_run_dir()
     try:
-        out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                              "benchmarks/test_strategy_sweep.py", "--bench-device", "cpu",
-                              "--bench-strategies", "ddp", "--bench-batch-sizes", "1", "--bench-no-report",
-                              "--bench-results-dir", str(tmp_path), "--bench-run-id", "busy"],
-                             capture_output=True, text=True, timeout=120)
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                "benchmarks/test_strategy_sweep.py",
+                "--bench-device",
+                "cpu",
+                "--bench-strategies",
+                "ddp",
+                "--bench-batch-sizes",
+                "1",
+                "--bench-no-report",
+                "--bench-results-dir",
+                str(tmp_path),
+                "--bench-run-id",
+                "busy",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     finally:
         named.close()
     assert out.returncode == 4, out.stdout + out.stderr
     assert out.stderr.strip().splitlines() == [
         f"ERROR: --bench-run-id: {tmp_path / 'busy'} already exists and holds .lock, cases, env.json; "
-            "choose a new run id"]
+        "choose a new run id"
+    ]

@@ -32,8 +32,9 @@ def _session(tmp_path, **raw):
 
 
 def _spawn(*argv, **kw):
-    return subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, **kw)
+    return subprocess.Popen(
+        list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kw
+    )
 
 
 def _argv_bytes(pid: int) -> list[bytes]:
@@ -79,20 +80,42 @@ def _collect(tmp_path, *args, env=None, co=True):
     if not project.exists():
         project.mkdir()
         write_sweep_project(project)
-    return subprocess.run(pytest_cmd("test_sweep.py", *(["--co"] if co else []), "-q", *args), cwd=project,
-                          env=child_env(**(env or {})), capture_output=True, text=True, timeout=180)
+    return subprocess.run(
+        pytest_cmd("test_sweep.py", *(["--co"] if co else []), "-q", *args),
+        cwd=project,
+        env=child_env(**(env or {})),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
 
 
 # 1. A SIGKILLed pytest leaves nothing running: torchrun dies with it, its ranks with torchrun.
+
 
 def test_sigkill_of_pytest_while_ranks_hang_leaves_no_process(tmp_path):
     write_sweep_project(tmp_path)
     results = tmp_path / "results"
     sweep = subprocess.Popen(
-        pytest_cmd("test_sweep.py", "-q", *SMALL, "--bench-batch-sizes", "1", "--bench-timeout", "300",
-                   "--bench-kill-grace", "4", "--bench-results-dir", str(results)),
-        cwd=tmp_path, env=child_env(FSDP_BENCH_FAULTS="stuck@first_step:1"), stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL, start_new_session=True)
+        pytest_cmd(
+            "test_sweep.py",
+            "-q",
+            *SMALL,
+            "--bench-batch-sizes",
+            "1",
+            "--bench-timeout",
+            "300",
+            "--bench-kill-grace",
+            "4",
+            "--bench-results-dir",
+            str(results),
+        ),
+        cwd=tmp_path,
+        env=child_env(FSDP_BENCH_FAULTS="stuck@first_step:1"),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         assert _wait(lambda: len(list(results.glob("*/cases/*/rank-*.pid"))) == 2, 120), "ranks never started"
         time.sleep(2)  # let rank 1 reach its stuck stage
@@ -107,13 +130,26 @@ def test_sigkill_of_pytest_while_ranks_hang_leaves_no_process(tmp_path):
 
 # 2. A resume is refused while an earlier attempt's torchrun lives, pid files or not.
 
+
 def test_resume_is_refused_while_an_orphaned_torchrun_lives(tmp_path):
     run = RunLayout(create_run_dir(tmp_path))
     work = run.case_dir("ddp-gpt_tiny-ws2-bs1-ga1-opt_after-sl32")
     work.path.mkdir()
     work.case_file.write_text("{}")
-    torchrun = _spawn(sys.executable, "-c", SLEEPER, "-m", "fsdp_bench.worker.torchrun", "--standalone",
-                      "-m", "fsdp_bench.worker", "--case", str(work.case_file), "--out", str(work.path))
+    torchrun = _spawn(
+        sys.executable,
+        "-c",
+        SLEEPER,
+        "-m",
+        "fsdp_bench.worker.torchrun",
+        "--standalone",
+        "-m",
+        "fsdp_bench.worker",
+        "--case",
+        str(work.case_file),
+        "--out",
+        str(work.path),
+    )
     try:
         assert _wait(lambda: os.fsencode(str(work.case_file)) in _argv_bytes(torchrun.pid), 10)
         with pytest.raises(SessionError, match=f"still has ranks running from an earlier attempt.*{torchrun.pid}"):
@@ -126,6 +162,7 @@ def test_resume_is_refused_while_an_orphaned_torchrun_lives(tmp_path):
 
 # 3. Cleanup matches the case file exactly: another sweep's path that ends with ours is left
 #    alone, and a path with a non-UTF-8 byte is still found.
+
 
 def test_cleanup_leaves_a_sweep_whose_path_ends_with_ours_alone(tmp_path):
     from fsdp_bench.launch.processes import kill_case_processes
@@ -162,6 +199,7 @@ def test_a_stuck_rank_under_a_non_utf8_path_is_found_and_stopped(tmp_path):
 
 # 4. The lock file is our own plain file or refused: never a hard link, FIFO or other node.
 
+
 def test_hard_linked_lock_is_refused_and_its_target_kept(tmp_path):
     run_dir = create_run_dir(tmp_path / "results")
     victim = tmp_path / "victim.txt"
@@ -181,8 +219,11 @@ def test_fifo_lock_is_refused_without_blocking(tmp_path):
 
 # 5. --bench-run-id never adopts a folder with files in it.
 
-@pytest.mark.parametrize("files", [{"report.md": "mine", "comparison.csv": "a,b\n", "sweep.json": "{}"},
-                                   {"env.json": "{stale"}, {".lock": ""}])
+
+@pytest.mark.parametrize(
+    "files",
+    [{"report.md": "mine", "comparison.csv": "a,b\n", "sweep.json": "{}"}, {"env.json": "{stale"}, {".lock": ""}],
+)
 def test_run_id_of_an_existing_folder_with_files_is_refused_untouched(tmp_path, files):
     named = tmp_path / "results" / "mine"
     named.mkdir(parents=True)
@@ -194,6 +235,7 @@ def test_run_id_of_an_existing_folder_with_files_is_refused_untouched(tmp_path, 
 
 
 # 6. A run folder deleted or replaced mid-sweep stops the sweep; it is never silently re-created.
+
 
 @pytest.mark.parametrize("replace", [False, True], ids=["deleted", "replaced"])
 def test_a_run_folder_gone_mid_sweep_stops_before_the_next_case(tmp_path, replace):
@@ -214,9 +256,20 @@ def test_a_run_folder_gone_mid_sweep_stops_before_the_next_case(tmp_path, replac
 
 # 7. A sweep whose cases cannot fit in memory is refused before any case launches.
 
+
 def test_cases_predicted_over_the_machines_memory_are_refused_in_one_line(tmp_path):
-    out = _collect(tmp_path, *SMALL, "--bench-batch-sizes", "100000", "--bench-allow-slow-cpu",
-                   "--bench-timeout", "10", "--bench-results-dir", str(tmp_path / "results"), co=False)
+    out = _collect(
+        tmp_path,
+        *SMALL,
+        "--bench-batch-sizes",
+        "100000",
+        "--bench-allow-slow-cpu",
+        "--bench-timeout",
+        "10",
+        "--bench-results-dir",
+        str(tmp_path / "results"),
+        co=False,
+    )
     assert out.returncode == 4, out.stdout + out.stderr
     line = next(ln for ln in out.stderr.splitlines() if "host memory" in ln)
     assert "refusing to start: case ddp-gpt_tiny-ws2-bs100000" in line and "GiB is available" in line
@@ -225,11 +278,20 @@ def test_cases_predicted_over_the_machines_memory_are_refused_in_one_line(tmp_pa
 
 
 def test_memory_refusal_is_shown_by_collect_only_and_lifted_by_the_option(tmp_path):
-    planned = _collect(tmp_path, *SMALL, "--bench-model", "linear_odsc", "--bench-batch-sizes", "1",
-                       "--bench-allow-slow-cpu")
+    planned = _collect(
+        tmp_path, *SMALL, "--bench-model", "linear_odsc", "--bench-batch-sizes", "1", "--bench-allow-slow-cpu"
+    )
     assert planned.returncode == 0 and "needs about" in planned.stdout and "host memory" in planned.stdout
-    allowed = _collect(tmp_path, *SMALL, "--bench-model", "linear_odsc", "--bench-batch-sizes", "1",
-                       "--bench-allow-slow-cpu", "--bench-allow-memory-overcommit")
+    allowed = _collect(
+        tmp_path,
+        *SMALL,
+        "--bench-model",
+        "linear_odsc",
+        "--bench-batch-sizes",
+        "1",
+        "--bench-allow-slow-cpu",
+        "--bench-allow-memory-overcommit",
+    )
     assert allowed.returncode == 0 and "host memory" not in allowed.stdout
 
 
@@ -238,12 +300,16 @@ def test_memory_refusal_is_shown_by_collect_only_and_lifted_by_the_option(tmp_pa
 GPT2 = {"model_type": "gpt2", "n_layer": 1, "n_embd": 16, "n_head": 2, "vocab_size": 64}
 
 
-@pytest.mark.parametrize("config, problem", [
-    ({**GPT2, "n_embd": "big"}, "n_embd must be a positive integer"),
-    ({k: v for k, v in GPT2.items() if k != "vocab_size"}, "vocab_size is missing"),
-    ({**GPT2, "n_layer": -2}, "n_layer must be a positive integer"),
-    ({**GPT2, "model_type": "no_such_model"}, "model_type 'no_such_model' is not supported"),
-], ids=["string-size", "missing-vocab", "negative", "unknown-type"])
+@pytest.mark.parametrize(
+    "config, problem",
+    [
+        ({**GPT2, "n_embd": "big"}, "n_embd must be a positive integer"),
+        ({k: v for k, v in GPT2.items() if k != "vocab_size"}, "vocab_size is missing"),
+        ({**GPT2, "n_layer": -2}, "n_layer must be a positive integer"),
+        ({**GPT2, "model_type": "no_such_model"}, "model_type 'no_such_model' is not supported"),
+    ],
+    ids=["string-size", "missing-vocab", "negative", "unknown-type"],
+)
 def test_bad_hf_config_is_one_line_before_any_case(tmp_path, config, problem):
     folder = tmp_path / "model"
     folder.mkdir()
@@ -263,6 +329,7 @@ def test_hf_folder_with_bogus_weights_is_refused(tmp_path):
 
 
 # 9. Odd case files are one note each, for visualize.py and for --bench-resume alike.
+
 
 def _odd_case_files(cases: Path) -> dict[str, Path]:
     good = json.loads(GOLDEN_CASE.read_text())
@@ -285,7 +352,9 @@ def _odd_case_files(cases: Path) -> dict[str, Path]:
     made["deep"] = cases / "deep.json"
     made["deep"].write_text("[" * 200_000 + "]" * 200_000)
     made["bigint"] = cases / "bigint.json"
-    made["bigint"].write_text(GOLDEN_CASE.read_text().replace('"schema_version": 2', '"schema_version": ' + "9" * 5000, 1))
+    made["bigint"].write_text(
+        GOLDEN_CASE.read_text().replace('"schema_version": 2', '"schema_version": ' + "9" * 5000, 1)
+    )
     made["dir"] = cases / "dir.json"
     made["dir"].mkdir()
     made["fifo"] = cases / "fifo.json"
@@ -306,8 +375,13 @@ def test_visualize_notes_each_odd_file_and_writes_the_rest(tmp_path):
     run = tmp_path / "run"
     shutil.copytree(GOLDEN_CASE.parent.parent, run)
     odd = _odd_case_files(run / "cases")
-    proc = subprocess.run([sys.executable, str(PROJECT_ROOT / "visualize.py"), str(run)], capture_output=True,
-                          text=True, timeout=300, cwd=PROJECT_ROOT)
+    proc = subprocess.run(
+        [sys.executable, str(PROJECT_ROOT / "visualize.py"), str(run)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=PROJECT_ROOT,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr
     for path in odd.values():
@@ -324,6 +398,7 @@ def test_resume_sets_an_odd_case_file_aside_instead_of_failing(tmp_path):
 
 # 10. Tracebacks that became one line: a full disk, over-long paths and ids, and a race.
 
+
 def test_a_full_disk_while_locking_is_one_line_and_leaves_no_lock(tmp_path, monkeypatch):
     run_dir = create_run_dir(tmp_path / "results")
 
@@ -339,10 +414,14 @@ def test_a_full_disk_while_locking_is_one_line_and_leaves_no_lock(tmp_path, monk
     other.close()
 
 
-@pytest.mark.parametrize("make, text", [
-    (lambda t: t / ("n" * 300), "a folder name in the path is 300 bytes"),
-    (lambda t: t.joinpath(*["d" * 200] * 22), "at most 4095 are allowed"),
-], ids=["name-over-255", "path-over-4096"])
+@pytest.mark.parametrize(
+    "make, text",
+    [
+        (lambda t: t / ("n" * 300), "a folder name in the path is 300 bytes"),
+        (lambda t: t.joinpath(*["d" * 200] * 22), "at most 4095 are allowed"),
+    ],
+    ids=["name-over-255", "path-over-4096"],
+)
 def test_over_long_results_paths_are_one_line(tmp_path, make, text):
     _one_line_usage_error(_collect(tmp_path, *SMALL, "--bench-results-dir", str(make(tmp_path))), text)
 
@@ -351,42 +430,68 @@ def test_a_case_id_too_long_for_a_file_name_is_refused(tmp_path):
     folder = tmp_path.joinpath(*["m" * 60] * 4)
     folder.mkdir(parents=True)
     (folder / "config.json").write_text(json.dumps(GPT2))
-    _one_line_usage_error(_collect(tmp_path, "--bench-device", "cpu", "--bench-model", f"hf:{folder}"),
-                          "a file name holds 200 at most")
+    _one_line_usage_error(
+        _collect(tmp_path, "--bench-device", "cpu", "--bench-model", f"hf:{folder}"), "a file name holds 200 at most"
+    )
 
 
 def test_two_named_sweeps_at_once_one_runs_the_other_is_one_line(tmp_path):
     write_sweep_project(tmp_path)
-    cmd = pytest_cmd("test_sweep.py", "-q", *SMALL, "--bench-batch-sizes", "1", "--bench-results-dir",
-                     str(tmp_path / "results"), "--bench-run-id", "same")
-    procs = [subprocess.Popen(cmd, cwd=tmp_path, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True) for _ in range(2)]
+    cmd = pytest_cmd(
+        "test_sweep.py",
+        "-q",
+        *SMALL,
+        "--bench-batch-sizes",
+        "1",
+        "--bench-results-dir",
+        str(tmp_path / "results"),
+        "--bench-run-id",
+        "same",
+    )
+    procs = [
+        subprocess.Popen(
+            cmd, cwd=tmp_path, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        for _ in range(2)
+    ]
     outs = [(p.communicate(timeout=300)[0], p.returncode) for p in procs]
     assert sorted(code for _, code in outs) == [0, 4], outs
     loser = next(out for out, code in outs if code == 4)
     assert "Traceback" not in loser and "SessionError" not in loser, loser
     # refused at parse (the folder already existed) or at its first case (lost the lock race): one line
-    assert sum(("ERROR: --bench-run-id" in ln or "fsdp-bench:" in ln) and ("in use" in ln or "already" in ln)
-               for ln in loser.splitlines()) == 1, loser
+    assert (
+        sum(
+            ("ERROR: --bench-run-id" in ln or "fsdp-bench:" in ln) and ("in use" in ln or "already" in ln)
+            for ln in loser.splitlines()
+        )
+        == 1
+    ), loser
 
 
 # 11. Small holes: report escaping, a nan free-space floor, an empty --bench-data, a data
 #     folder without usable text.
 
+
 def test_report_summary_lines_are_escaped():
-    from fsdp_bench.report.page import Page, render_markdown
     import pandas as pd
 
-    page = Page(run_name="r", env=None, df=pd.DataFrame(), summary=[("Fastest:", "case a*b[x](http://e) `c`")],
-                charts=[])
+    from fsdp_bench.report.page import Page, render_markdown
+
+    page = Page(
+        run_name="r", env=None, df=pd.DataFrame(), summary=[("Fastest:", "case a*b[x](http://e) `c`")], charts=[]
+    )
     text = render_markdown(page)
     assert "a\\*b\\[x\\](http://e) \\`c\\`" in text and "[x](http" not in text
 
 
-@pytest.mark.parametrize("args, env, text", [
-    ([], {"FSDP_BENCH_MIN_FREE_MIB": "nan"}, "FSDP_BENCH_MIN_FREE_MIB: 'nan' is not a number"),
-    (["--bench-data", ""], {}, "--bench-data: empty value"),
-], ids=["min-free-nan", "data-empty"])
+@pytest.mark.parametrize(
+    "args, env, text",
+    [
+        ([], {"FSDP_BENCH_MIN_FREE_MIB": "nan"}, "FSDP_BENCH_MIN_FREE_MIB: 'nan' is not a number"),
+        (["--bench-data", ""], {}, "--bench-data: empty value"),
+    ],
+    ids=["min-free-nan", "data-empty"],
+)
 def test_bad_settings_are_one_line(tmp_path, args, env, text):
     _one_line_usage_error(_collect(tmp_path, *SMALL, *args, env=env), text)
 

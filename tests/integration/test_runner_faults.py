@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from fsdp_bench.plan.faults import check_spec, faults_for, parse_faults
-from fsdp_bench.launch.processes import case_marker, find_case_processes, stop_case
 from fsdp_bench.launch.outcome import classify_outcome, rank_signals
+from fsdp_bench.launch.processes import case_marker, find_case_processes, stop_case
+from fsdp_bench.plan.faults import check_spec, faults_for, parse_faults
 
 TORCHRUN_SUMMARY = """
 Failures:
@@ -39,25 +39,36 @@ def rank(r, status, stage="measure", *, etype="RuntimeError", message="", t=0.0)
 
 
 def classify(ranks, *, returncode=1, timed_out=False, log="", world_size=2):
-    return classify_outcome(returncode=returncode, timed_out=timed_out, ranks=ranks,
-                            world_size=world_size, log_tail=log, timeout_s=30)
+    return classify_outcome(
+        returncode=returncode, timed_out=timed_out, ranks=ranks, world_size=world_size, log_tail=log, timeout_s=30
+    )
 
 
 def test_first_raising_rank_wins_over_peers_that_saw_it_die():
-    out = classify([rank(0, "failed", message="Connection closed by peer [127.0.0.1]:1", t=2.0),
-                    rank(1, "failed", message="boom", t=1.0)])
+    out = classify(
+        [
+            rank(0, "failed", message="Connection closed by peer [127.0.0.1]:1", t=2.0),
+            rank(1, "failed", message="boom", t=1.0),
+        ]
+    )
     assert (out.status, out.rank) == ("failed", 1) and "rank 1 raised RuntimeError at stage measure: boom" in out.reason
 
 
 def test_oom_beats_the_errors_it_caused():
-    out = classify([rank(0, "failed", message="boom", t=1.0),
-                    rank(1, "oom", "shard", etype="OutOfMemoryError", message="CUDA out of memory", t=2.0)])
+    out = classify(
+        [
+            rank(0, "failed", message="boom", t=1.0),
+            rank(1, "oom", "shard", etype="OutOfMemoryError", message="CUDA out of memory", t=2.0),
+        ]
+    )
     assert (out.status, out.rank, out.stage) == ("oom", 1, "shard")
 
 
 def test_killed_rank_is_named_with_its_signal_not_torchruns_root_cause():
-    out = classify([rank(0, "failed", message="Connection closed by peer", t=1.0),
-                    rank(1, "running", "measure")], log=TORCHRUN_SUMMARY)
+    out = classify(
+        [rank(0, "failed", message="Connection closed by peer", t=1.0), rank(1, "running", "measure")],
+        log=TORCHRUN_SUMMARY,
+    )
     assert out.status == "failed" and out.reason == "rank 1 was killed by SIGKILL at stage measure"
     assert rank_signals(TORCHRUN_SUMMARY) == {1: "SIGKILL", 0: "SIGTERM"}
     missing = classify([rank(0, "terminated", etype="Terminated")], log=TORCHRUN_SUMMARY)
@@ -65,8 +76,12 @@ def test_killed_rank_is_named_with_its_signal_not_torchruns_root_cause():
 
 
 def test_collective_timeout_means_a_hang():
-    out = classify([rank(0, "failed", message="[gloo] Timed out waiting 8000ms for send operation", t=1.0),
-                    rank(1, "terminated", etype="Terminated", t=2.0)])
+    out = classify(
+        [
+            rank(0, "failed", message="[gloo] Timed out waiting 8000ms for send operation", t=1.0),
+            rank(1, "terminated", etype="Terminated", t=2.0),
+        ]
+    )
     assert (out.status, out.rank) == ("timeout", 0) and "another rank hung" in out.reason
 
 
@@ -75,7 +90,9 @@ def test_case_timeout_and_success():
     assert out.status == "timeout" and "timeout of 30s" in out.reason and "measure, warmup" in out.reason
     assert classify([rank(0, "ok"), rank(1, "ok")], returncode=0).status == "ok"
     assert classify([rank(0, "ok"), rank(1, "ok")], returncode=1).status == "failed"
-    skipped = classify([rank(0, "skipped", message="no accelerate"), rank(1, "skipped", message="no accelerate")], returncode=0)
+    skipped = classify(
+        [rank(0, "skipped", message="no accelerate"), rank(1, "skipped", message="no accelerate")], returncode=0
+    )
     assert (skipped.status, skipped.reason) == ("skipped", "no accelerate")
 
 
@@ -85,8 +102,12 @@ def test_fault_spec_parsing():
     assert faults_for("ddp-gpt_tiny-ws2-bs12-ga1", 1, spec) == {}
     assert faults_for("anything", 0, spec) == {"measure": "hang"}
     assert len(check_spec("stuck@first_step:0,kill@end:1,oom@shard:0")) == 3
-    for bad, words in [("raise@model", "cannot parse"), ("nuke@model:0", "unknown fault kind"),
-                       ("raise@lunch:0", "unknown stage"), ("raise@model:-1", "rank must be >= 0")]:
+    for bad, words in [
+        ("raise@model", "cannot parse"),
+        ("nuke@model:0", "unknown fault kind"),
+        ("raise@lunch:0", "unknown stage"),
+        ("raise@model:-1", "rank must be >= 0"),
+    ]:
         with pytest.raises(ValueError, match=words):
             check_spec(bad)
     assert parse_faults("") == []
@@ -108,8 +129,9 @@ def test_stop_case_leaves_no_process_even_when_sigterm_is_ignored(tmp_path):
     work.mkdir(parents=True)
     ready = tmp_path / "ready"
     code = STUCK_TREE.format(marker=case_marker(work), ready=ready)
-    proc = subprocess.Popen([sys.executable, "-c", code, "-m", "fsdp_bench.worker", "--case", case_marker(work)],
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, "-m", "fsdp_bench.worker", "--case", case_marker(work)], start_new_session=True
+    )
     deadline = time.monotonic() + 60
     while not ready.exists():
         assert time.monotonic() < deadline, "the fake rank never started"
@@ -124,7 +146,7 @@ def test_stop_case_leaves_no_process_even_when_sigterm_is_ignored(tmp_path):
 
 # A rank whose step raises, and whose failure handling is interrupted by the SIGTERM torchrun
 # sends every rank once one failed (staged here: it arrives while the failure is classified).
-_SIGTERM_DURING_FAILURE = textwrap.dedent('''
+_SIGTERM_DURING_FAILURE = textwrap.dedent("""
     import os, signal, sys
     os.environ["FSDP_BENCH_FAULTS"] = "raise@first_step:0"
     import fsdp_bench.worker.entry as entry
@@ -140,14 +162,15 @@ _SIGTERM_DURING_FAILURE = textwrap.dedent('''
     write_json_atomic(os.path.join(out, "case.json"),
                       Case(strategy="ddp", nproc=1, steps=1, warmup=0, seq_len=16).to_dict())
     entry.main(["--case", os.path.join(out, "case.json"), "--out", out])
-''')
+""")
 
 
 def test_sigterm_during_a_failure_does_not_cut_the_record_short(tmp_path):
     import json
 
-    proc = subprocess.run([sys.executable, "-c", _SIGTERM_DURING_FAILURE, str(tmp_path)],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", _SIGTERM_DURING_FAILURE, str(tmp_path)], capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode != 0  # the injected error still ends the rank
     record = json.loads((tmp_path / "rank-0.json").read_text())
     assert record["status"] == "failed" and record["error"]["type"] == "RuntimeError", record["error"]

@@ -10,14 +10,25 @@ from pathlib import Path
 
 import pytest
 
-from fsdp_bench.plan.case import Case
-from fsdp_bench.analysis.comm_model import (CommVolume, Unit, comm_time_s, comm_volume, count_trace_bytes, fsdp1_flat_numel, fsdp2_padded_numel, model_units, parse_link_overrides, predict_step_time_s)
+from fsdp_bench.analysis.comm_model import (
+    CommVolume,
+    Unit,
+    comm_time_s,
+    comm_volume,
+    count_trace_bytes,
+    fsdp1_flat_numel,
+    fsdp2_padded_numel,
+    model_units,
+    parse_link_overrides,
+    predict_step_time_s,
+)
 from fsdp_bench.analysis.fit import FIT_MARGIN, calibrate_from_results, fit_table, largest_batch, predict_peak_bytes
+from fsdp_bench.launch.commands import build_command
+from fsdp_bench.launch.processes import PROJECT_ROOT, build_env
+from fsdp_bench.launch.runner import run_case
+from fsdp_bench.plan.case import Case
 from fsdp_bench.plan.flavors import MODEL_FLAVORS
 from fsdp_bench.plan.options import parse_sweep
-from fsdp_bench.launch.processes import PROJECT_ROOT, build_env
-from fsdp_bench.launch.commands import build_command
-from fsdp_bench.launch.runner import run_case
 
 TINY = dict(model="gpt_tiny", batch_size=2, seq_len=32, steps=2, warmup=1)
 MODEL_STATE_TOLERANCE = 0.05  # the issue's bar: simulated vs real rank 0
@@ -25,6 +36,7 @@ PEAK_TOLERANCE = 0.10
 
 
 # --- pure: the communication model -------------------------------------------------------------
+
 
 @pytest.mark.parametrize("model", ["gpt_tiny", "gpt_small", "linear_tiny"])
 def test_model_units_match_the_real_modules(model):
@@ -74,20 +86,30 @@ def test_comm_time_uses_the_ring_and_the_slowest_link():
 
 
 def test_count_trace_bytes_reads_c10d_and_backend_events():
-    events = [("c10d::_allgather_base_", [[8], [4]]), ("gloo:all_gather", [[4]]),
-              ("c10d::_reduce_scatter_base_", [[4], [8]]), ("gloo:all_reduce", [[8]]),
-              ("c10d::allreduce_", [[]]), ("gloo:all_reduce", [[4]])]
-    assert count_trace_bytes(events, shard_group=2) == {"all_gather_bytes": 32, "reduce_scatter_bytes": 32,
-                                                        "all_reduce_bytes": 16}
+    events = [
+        ("c10d::_allgather_base_", [[8], [4]]),
+        ("gloo:all_gather", [[4]]),
+        ("c10d::_reduce_scatter_base_", [[4], [8]]),
+        ("gloo:all_reduce", [[8]]),
+        ("c10d::allreduce_", [[]]),
+        ("gloo:all_reduce", [[4]]),
+    ]
+    assert count_trace_bytes(events, shard_group=2) == {
+        "all_gather_bytes": 32,
+        "reduce_scatter_bytes": 32,
+        "all_reduce_bytes": 16,
+    }
     fsdp1 = [("c10d::allgather_", [[]]), ("gloo:all_gather", [[4]])]
     assert count_trace_bytes(fsdp1, shard_group=2)["all_gather_bytes"] == 32
 
 
 # --- pure: options and the fit model ----------------------------------------------------------------
 
+
 def test_simulate_option_makes_one_case_per_world_size():
-    sweep = parse_sweep({"device": "cpu", "strategies": "fsdp2", "batch-sizes": "2", "grad-accum": "1",
-                         "simulate-world-size": "8,64"})
+    sweep = parse_sweep(
+        {"device": "cpu", "strategies": "fsdp2", "batch-sizes": "2", "grad-accum": "1", "simulate-world-size": "8,64"}
+    )
     cases = sweep.cases()
     assert [(c.nproc, c.simulate) for c in cases] == [(8, True), (64, True)]
     assert cases[0].id.endswith("-ws8-bs2-ga1-opt_after-sim")
@@ -110,6 +132,7 @@ def test_fit_table_shrinks_sharded_state_with_world_size():
 
 # --- validated against real runs ----------------------------------------------------------------
 
+
 def _rank0(result):
     return next(r for r in result["ranks"] if r["rank"] == 0)
 
@@ -130,8 +153,9 @@ def sim_vs_real(tmp_path_factory):
     out = {}
     for strategy, n in (("fsdp2", 2), ("fsdp2", 4), ("ddp", 2)):
         for simulate in (True, False):
-            out[strategy, n, simulate] = run_case(Case(strategy=strategy, nproc=n, simulate=simulate, **TINY),
-                                                  run_dir, timeout_s=300)
+            out[strategy, n, simulate] = run_case(
+                Case(strategy=strategy, nproc=n, simulate=simulate, **TINY), run_dir, timeout_s=300
+            )
     return out
 
 
@@ -147,8 +171,10 @@ def test_simulated_rank0_memory_matches_a_real_run(sim_vs_real, strategy, n):
     sim_peak, real_peak = (_rank0(r)["memory"]["peak_allocated_bytes"] for r in (sim, real))
     assert sim_peak == pytest.approx(real_peak, rel=PEAK_TOLERANCE)
     assert sim["metrics"]["predicted_step_time_s_nvlink4_ib_ndr_no_overlap"] > 0
-    assert sim["simulation"]["volume"] == comm_volume(strategy, model_units(MODEL_FLAVORS["gpt_tiny"]),
-                                                      world_size=n).to_dict()
+    assert (
+        sim["simulation"]["volume"]
+        == comm_volume(strategy, model_units(MODEL_FLAVORS["gpt_tiny"]), world_size=n).to_dict()
+    )
 
 
 @pytest.mark.slow
@@ -167,16 +193,34 @@ def test_sharding_shrinks_simulated_optimizer_state_as_the_world_grows(sim_vs_re
 def test_fit_model_predicts_the_measured_peak(sim_vs_real, strategy, n):
     real = sim_vs_real[strategy, n, False]
     per_sample = calibrate_from_results([sim_vs_real["fsdp2", 2, True]])["gpt_tiny"]
-    predicted = predict_peak_bytes(strategy, MODEL_FLAVORS["gpt_tiny"], n, TINY["batch_size"],
-                                   seq_len=TINY["seq_len"], act_bytes_per_sample=per_sample)["peak_bytes"]
+    predicted = predict_peak_bytes(
+        strategy,
+        MODEL_FLAVORS["gpt_tiny"],
+        n,
+        TINY["batch_size"],
+        seq_len=TINY["seq_len"],
+        act_bytes_per_sample=per_sample,
+    )["peak_bytes"]
     assert predicted == pytest.approx(_rank0(real)["memory"]["peak_allocated_bytes"], rel=PEAK_TOLERANCE)
 
 
 def _trace(case: Case, out: Path) -> dict:
     out.mkdir(parents=True)
     (out / "case.json").write_text(json.dumps(case.to_dict()))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(case.nproc),
-           "-m", "fsdp_bench.worker.comm_trace", "--case", str(out / "case.json"), "--out", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        str(case.nproc),
+        "-m",
+        "fsdp_bench.worker.comm_trace",
+        "--case",
+        str(out / "case.json"),
+        "--out",
+        str(out),
+    ]
     proc = subprocess.run(cmd, env=build_env(), cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     return json.loads((out / "trace-rank-0.json").read_text())
@@ -184,12 +228,18 @@ def _trace(case: Case, out: Path) -> dict:
 
 @pytest.mark.slow
 @pytest.mark.versions  # the collectives' names and shapes in torch's profiler trace
-@pytest.mark.parametrize("strategy, n, mesh, grad_accum", [
-    ("fsdp2", 2, "", 2), ("fsdp1_full_shard", 2, "", 1), ("fsdp2_hsdp", 4, "2x2", 1)])
+@pytest.mark.parametrize(
+    "strategy, n, mesh, grad_accum", [("fsdp2", 2, "", 2), ("fsdp1_full_shard", 2, "", 1), ("fsdp2_hsdp", 4, "2x2", 1)]
+)
 def test_predicted_comm_bytes_match_the_profiler_trace(tmp_path, strategy, n, mesh, grad_accum):
     case = Case(strategy=strategy, nproc=n, mesh=mesh, grad_accum=grad_accum, **TINY)
     counted = _trace(case, tmp_path / "trace")["bytes"]
-    predicted = comm_volume(strategy, model_units(MODEL_FLAVORS["gpt_tiny"]), world_size=n, grad_accum=grad_accum,
-                            mesh=(2, 2) if mesh else None).to_dict()
+    predicted = comm_volume(
+        strategy,
+        model_units(MODEL_FLAVORS["gpt_tiny"]),
+        world_size=n,
+        grad_accum=grad_accum,
+        mesh=(2, 2) if mesh else None,
+    ).to_dict()
     assert counted == {k: predicted[k] for k in counted}
     assert sum(counted.values()) > 0

@@ -11,16 +11,46 @@ import sys
 
 from tests.sweep_helpers import PROJECT_ROOT, child_env, pytest_cmd, run_dirs, write_sweep_project
 
-GRID = ["--bench-model", "gpt_tiny", "--bench-strategies", "ddp,fsdp2", "--bench-batch-sizes", "2",
-        "--bench-grad-accum", "1", "--bench-steps", "6", "--bench-warmup", "1", "--bench-seq-len", "32",
-        "--bench-nproc", "2", "--bench-device", "cpu", "--bench-no-report", "--bench-no-probes",
-        "--bench-repeats", "3", "--bench-target-ci-pct", "3", "--bench-measure-cap-s", "2"]
+GRID = [
+    "--bench-model",
+    "gpt_tiny",
+    "--bench-strategies",
+    "ddp,fsdp2",
+    "--bench-batch-sizes",
+    "2",
+    "--bench-grad-accum",
+    "1",
+    "--bench-steps",
+    "6",
+    "--bench-warmup",
+    "1",
+    "--bench-seq-len",
+    "32",
+    "--bench-nproc",
+    "2",
+    "--bench-device",
+    "cpu",
+    "--bench-no-report",
+    "--bench-no-probes",
+    "--bench-repeats",
+    "3",
+    "--bench-target-ci-pct",
+    "3",
+    "--bench-measure-cap-s",
+    "2",
+]
 
 
 def sweep(tmp_path, name: str, **env: str):
     results = tmp_path / name
-    proc = subprocess.run(pytest_cmd("-q", *GRID, "--bench-results-dir", str(results)), cwd=tmp_path,
-                          env=child_env(**env), capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        pytest_cmd("-q", *GRID, "--bench-results-dir", str(results)),
+        cwd=tmp_path,
+        env=child_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (run,) = run_dirs(results)
     return run
@@ -28,8 +58,13 @@ def sweep(tmp_path, name: str, **env: str):
 
 def compare(tmp_path, base, new):
     out = tmp_path / f"cmp-{new.parent.name}"
-    proc = subprocess.run([sys.executable, str(PROJECT_ROOT / "visualize.py"), "--compare", str(base), str(new),
-                           "--out", str(out)], env=child_env(), capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, str(PROJECT_ROOT / "visualize.py"), "--compare", str(base), str(new), "--out", str(out)],
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     rows = {r["case_id"]: r for r in csv.DictReader((out / "compare.csv").open())} if out.exists() else {}
     return proc, rows
 

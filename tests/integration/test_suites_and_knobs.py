@@ -60,8 +60,12 @@ def test_suites_list_the_expected_cases():
     z = suite_cases("zero2-vs-zero3", GPU)
     assert len(z) == 4 * 4 * 3 and all(c.optimizer_impl == "fused" and c.model == "qwen2_1_5b" for c in z)
     opt = [(c.strategy, c.optimizer_timing) for c in suite_cases("optimizer-timing", GPU)]
-    assert opt == [("fsdp2", "after_shard"), ("fsdp2", "before_shard"), ("fsdp2", "before_shard_fixed"),
-                   ("accelerate_fsdp2", "before_shard_fixed")]
+    assert opt == [
+        ("fsdp2", "after_shard"),
+        ("fsdp2", "before_shard"),
+        ("fsdp2", "before_shard_fixed"),
+        ("accelerate_fsdp2", "before_shard_fixed"),
+    ]
 
 
 def test_suites_scale_down_on_cpu_and_say_so():
@@ -74,8 +78,16 @@ def test_suites_scale_down_on_cpu_and_say_so():
 
 
 def test_knob_options_cross_as_axes_and_appear_in_ids_only_when_not_default():
-    sweep = parse_sweep({"strategies": "ddp,fsdp1_full_shard,fsdp2", "batch-sizes": "2", "grad-accum": "1",
-                         "precision": "fp32,bf16", "wrap-policy": "module,none", "device": "cpu"})
+    sweep = parse_sweep(
+        {
+            "strategies": "ddp,fsdp1_full_shard,fsdp2",
+            "batch-sizes": "2",
+            "grad-accum": "1",
+            "precision": "fp32,bf16",
+            "wrap-policy": "module,none",
+            "device": "cpu",
+        }
+    )
     ids = [c.id for c in sweep.cases()]
     assert "fsdp1_full_shard-gpt_tiny-ws2-bs2-ga1-opt_after-bf16-wrap_none" in ids
     assert "ddp-gpt_tiny-ws2-bs2-ga1-opt_after" in ids
@@ -84,18 +96,26 @@ def test_knob_options_cross_as_axes_and_appear_in_ids_only_when_not_default():
 
 
 def test_knob_option_errors_name_the_option():
-    for raw, message in (({"precision": "fp8"}, "--bench-precision: unknown value 'fp8'"),
-                         ({"act-ckpt": "maybe"}, "--bench-act-ckpt: 'maybe' is not on or off"),
-                         ({"grad-clip": "-1"}, "--bench-grad-clip: '-1' is not a non-negative number"),
-                         ({"suite": "nope"}, "--bench-suite: unknown value 'nope'"),
-                         ({"model": "hf:/nonexistent"}, "--bench-model: hf:/nonexistent: /nonexistent is not a folder")):
+    for raw, message in (
+        ({"precision": "fp8"}, "--bench-precision: unknown value 'fp8'"),
+        ({"act-ckpt": "maybe"}, "--bench-act-ckpt: 'maybe' is not on or off"),
+        ({"grad-clip": "-1"}, "--bench-grad-clip: '-1' is not a non-negative number"),
+        ({"suite": "nope"}, "--bench-suite: unknown value 'nope'"),
+        ({"model": "hf:/nonexistent"}, "--bench-model: hf:/nonexistent: /nonexistent is not a folder"),
+    ):
         with pytest.raises(CaseError, match="^" + message.replace("(", r"\(")):
             parse_sweep(raw)
 
 
 def test_grad_sync_and_prefetch_collapse_where_they_do_not_apply():
-    cases = expand_grid(Grid(strategies=("ddp", "fsdp2"), batch_sizes=(2,), grad_accums=(1, 2),
-                             knobs={"grad_sync": ("every", "last"), "forward_prefetch": (0, 1)}))
+    cases = expand_grid(
+        Grid(
+            strategies=("ddp", "fsdp2"),
+            batch_sizes=(2,),
+            grad_accums=(1, 2),
+            knobs={"grad_sync": ("every", "last"), "forward_prefetch": (0, 1)},
+        )
+    )
     ids = [c.id for c in cases]
     assert "ddp-gpt_tiny-ws2-bs2-ga1-opt_after" in ids and "ddp-gpt_tiny-ws2-bs2-ga2-opt_after-sync_last" in ids
     assert not any("sync_last" in i and "ga1" in i for i in ids)
@@ -105,8 +125,9 @@ def test_grad_sync_and_prefetch_collapse_where_they_do_not_apply():
 
 def test_hf_path_flavor_reads_a_local_config(tmp_path):
     shipped = json.loads((ROOT / "fsdp_bench/plan/configs/gpt2_124m.json").read_text())
-    (tmp_path / "config.json").write_text(json.dumps({**shipped, "n_layer": 1, "n_embd": 32, "n_head": 2,
-                                                      "vocab_size": 300, "n_positions": 64}))
+    (tmp_path / "config.json").write_text(
+        json.dumps({**shipped, "n_layer": 1, "n_embd": 32, "n_head": 2, "vocab_size": 300, "n_positions": 64})
+    )
     case = Case(strategy="ddp", model=f"hf:{tmp_path}", seq_len=64)
     assert tmp_path.name in case.id
     with pytest.raises(CaseError, match="has no config.json"):

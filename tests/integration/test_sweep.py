@@ -22,9 +22,24 @@ def sweep(tmp_path_factory):  # noqa: D401
     pytester_dir = tmp_path_factory.mktemp("sweep")
     (pytester_dir / "conftest.py").write_text('pytest_plugins = ["fsdp_bench.pytest_plugin"]\n')
     (pytester_dir / "test_sweep.py").write_text("def test_case(bench_case, bench_run):\n    bench_run(bench_case)\n")
-    cmd = [sys.executable, "-m", "pytest", "test_sweep.py", "-p", "no:cacheprovider", "-q", "-rA",
-           f"--bench-strategies={STRATEGIES}", "--bench-batch-sizes=1,2", "--bench-grad-accum=1,2",
-           "--bench-results-dir=results", "--benchmark-json=bench.json", *TINY, "-k", "bs2 or ga1"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "test_sweep.py",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "-rA",
+        f"--bench-strategies={STRATEGIES}",
+        "--bench-batch-sizes=1,2",
+        "--bench-grad-accum=1,2",
+        "--bench-results-dir=results",
+        "--benchmark-json=bench.json",
+        *TINY,
+        "-k",
+        "bs2 or ga1",
+    ]
     env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
     proc = subprocess.run(cmd, cwd=pytester_dir, capture_output=True, text=True, timeout=900, env=env)
     return pytester_dir, proc
@@ -55,7 +70,9 @@ def test_case_json_is_merged_from_both_ranks(sweep):
 def test_strategies_agree_on_the_loss(sweep):
     root, _ = sweep
     results = load_results(only_run(root / "results"))
-    firsts = {s: results[f"{s}-gpt_tiny-ws2-bs2-ga1-opt_after-sl32"]["ranks"][0]["losses"] for s in STRATEGIES.split(",")}
+    firsts = {
+        s: results[f"{s}-gpt_tiny-ws2-bs2-ga1-opt_after-sl32"]["ranks"][0]["losses"] for s in STRATEGIES.split(",")
+    }
     for losses in firsts.values():
         assert losses == pytest.approx(firsts["ddp"], rel=1e-4)
 
@@ -96,7 +113,10 @@ def test_each_cases_time_is_split_and_the_sharding_it_ran_is_in_the_table(sweep)
         # the parts tile the runner's wall time of the case (its clock read a moment later)
         assert sum(split) == pytest.approx(float(row["duration_s"]), abs=0.05)
     assert {r["strategy"]: r["effective_sharding"] for r in rows} == {
-        "ddp": "replicated", "fsdp1_full_shard": "full_shard", "fsdp2": "full_shard"}
+        "ddp": "replicated",
+        "fsdp1_full_shard": "full_shard",
+        "fsdp2": "full_shard",
+    }
     report = (run / "report.md").read_text()
     assert "## Where the sweep's time went" in report and "| total (9 cases) |" in report
     assert "time in cases:" in proc.stdout and "launch" in proc.stdout.split("time in cases:")[1]

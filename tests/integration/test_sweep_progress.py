@@ -17,9 +17,19 @@ from tests.sweep_helpers import PROJECT_ROOT, SWEEP_TEST
 
 pytestmark = pytest.mark.slow
 
-ARGS = ["--bench-model=gpt_tiny", "--bench-strategies=fsdp2", "--bench-batch-sizes=2", "--bench-grad-accum=1",
-        "--bench-optimizer-timing=after_shard,before_shard", "--bench-steps=3", "--bench-warmup=1",
-        "--bench-seq-len=32", "--bench-nproc=2", "--bench-device=cpu", "--bench-timeout=240"]
+ARGS = [
+    "--bench-model=gpt_tiny",
+    "--bench-strategies=fsdp2",
+    "--bench-batch-sizes=2",
+    "--bench-grad-accum=1",
+    "--bench-optimizer-timing=after_shard,before_shard",
+    "--bench-steps=3",
+    "--bench-warmup=1",
+    "--bench-seq-len=32",
+    "--bench-nproc=2",
+    "--bench-device=cpu",
+    "--bench-timeout=240",
+]
 
 
 @pytest.fixture(scope="module")
@@ -27,8 +37,18 @@ def sweep(tmp_path_factory):
     root = tmp_path_factory.mktemp("progress")
     (root / "conftest.py").write_text('pytest_plugins = ["fsdp_bench.pytest_plugin"]\n')
     (root / "test_sweep.py").write_text(SWEEP_TEST)
-    cmd = [sys.executable, "-m", "pytest", "test_sweep.py", "-p", "no:cacheprovider", "-rx",
-           "--bench-results-dir=results", "--benchmark-json=bench.json", *ARGS]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "test_sweep.py",
+        "-p",
+        "no:cacheprovider",
+        "-rx",
+        "--bench-results-dir=results",
+        "--benchmark-json=bench.json",
+        *ARGS,
+    ]
     env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
     proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=900, env=env)
     return root, proc
@@ -46,8 +66,11 @@ def test_progress_lines_and_summary(sweep):
     lines = [line for line in out.splitlines() if re.match(r"\[\d/2\] ", line)]
     assert len(lines) == 2, out
     after = next(line for line in lines if "opt_after" in line)
-    assert re.search(r"\[\d/2\] fsdp2-gpt_tiny-ws2-bs2-ga1-opt_after-sl32  ok  step \d+\.\d{3} s  [\d,]+ tok/s/dev  "
-                     r"peak (alloc|reserved|RSS) [\d.]+ (MiB|GiB)  .*elapsed \d+m\d\ds", after), after
+    assert re.search(
+        r"\[\d/2\] fsdp2-gpt_tiny-ws2-bs2-ga1-opt_after-sl32  ok  step \d+\.\d{3} s  [\d,]+ tok/s/dev  "
+        r"peak (alloc|reserved|RSS) [\d.]+ (MiB|GiB)  .*elapsed \d+m\d\ds",
+        after,
+    ), after
     assert "ETA" in lines[0] and "ETA" not in lines[1]
     assert "ok(not trained)" in next(line for line in lines if "opt_before" in line)
     assert "1 passed, 1 xfailed" in out
@@ -65,9 +88,17 @@ def test_benchmark_group_is_like_for_like(sweep):
 
 
 def test_progress_line_format():
-    result = {"status": "ok", "metrics": {"step_time_s_median": 0.1234, "tokens_per_s_per_device": 1234.4,
-                                          "peak_allocated_gib": 0.05, "step_time_cv_pct": 25.0}}
+    result = {
+        "status": "ok",
+        "metrics": {
+            "step_time_s_median": 0.1234,
+            "tokens_per_s_per_device": 1234.4,
+            "peak_allocated_gib": 0.05,
+            "step_time_cv_pct": 25.0,
+        },
+    }
     line = progress_line(1, 4, "case-a", result, 62.0)
-    assert line == ("[1/4] case-a  ok  step 0.123 s  1,234 tok/s/dev  peak alloc 51.2 MiB  NOISY (CV 25%)  "
-                    "elapsed 1m02s  ETA 3m06s")
+    assert line == (
+        "[1/4] case-a  ok  step 0.123 s  1,234 tok/s/dev  peak alloc 51.2 MiB  NOISY (CV 25%)  elapsed 1m02s  ETA 3m06s"
+    )
     assert progress_line(2, 2, "case-b", {"status": "oom"}, 5).endswith("oom  elapsed 0m05s")

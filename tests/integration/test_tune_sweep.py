@@ -17,8 +17,14 @@ GRID[GRID.index("--bench-steps") + 1] = "4"  # 2 steps give intervals too wide t
 def _tune(tmp_path: Path, *extra: str) -> tuple[subprocess.CompletedProcess, Path, dict]:
     write_sweep_project(tmp_path)
     results = tmp_path / "results"
-    proc = subprocess.run(pytest_cmd("-q", "test_sweep.py", *GRID, "--bench-tune", "--bench-results-dir", str(results),
-                                     *extra), cwd=tmp_path, env=child_env(), capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        pytest_cmd("-q", "test_sweep.py", *GRID, "--bench-tune", "--bench-results-dir", str(results), *extra),
+        cwd=tmp_path,
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     runs = run_dirs(results)
     assert len(runs) == 1, proc.stdout + proc.stderr
     answer = json.loads((runs[0] / "tune" / "tune-gpt_tiny.json").read_text())
@@ -49,8 +55,16 @@ def test_tune_under_a_tiny_budget_never_picks_a_case_over_it(tmp_path):
     # ddp (0.0030-0.0034 GiB predicted) and fsdp2 at batch 4 (0.0030) do not fit 0.0028 GiB;
     # fsdp2 at batch 2 (0.0021) does. The boundary case, fsdp2 batch 4, is measured to check.
     budget = 0.0028
-    proc, run, answer = _tune(tmp_path, "--bench-strategies", "ddp,fsdp2", "--bench-batch-sizes", "2,4",
-                              "--bench-budget-gib", str(budget), "--bench-no-report")
+    proc, run, answer = _tune(
+        tmp_path,
+        "--bench-strategies",
+        "ddp,fsdp2",
+        "--bench-batch-sizes",
+        "2,4",
+        "--bench-budget-gib",
+        str(budget),
+        "--bench-no-report",
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     skipped = {s["case_id"] for s in answer["skipped"]}
     assert {"ddp-gpt_tiny-ws2-bs4-ga1-opt_after-sl32", "fsdp2-gpt_tiny-ws2-bs4-ga1-opt_after-sl32"} <= skipped

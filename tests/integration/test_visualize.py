@@ -17,14 +17,20 @@ from tests.conftest import PROJECT_ROOT
 GOLDEN = PROJECT_ROOT / "tests" / "data" / "golden"
 VISUALIZE = PROJECT_ROOT / "visualize.py"
 # Charts a CPU run without --bench-profile has the data for; the others must be skipped with a note.
-EXPECTED_CHARTS = ("throughput_vs_batch_size.png", "peak_memory_vs_batch_size.png", "memory_stages.png",
-                   "memory_breakdown.png", "loss_curves.png")
+EXPECTED_CHARTS = (
+    "throughput_vs_batch_size.png",
+    "peak_memory_vs_batch_size.png",
+    "memory_stages.png",
+    "memory_breakdown.png",
+    "loss_curves.png",
+)
 SKIPPED_CHARTS = ("gpu_utilization.png", "mfu_vs_batch_size.png")
 
 
 def visualize(*args: str | Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(VISUALIZE), *map(str, args)], capture_output=True, text=True,
-                          timeout=300, cwd=PROJECT_ROOT)
+    return subprocess.run(
+        [sys.executable, str(VISUALIZE), *map(str, args)], capture_output=True, text=True, timeout=300, cwd=PROJECT_ROOT
+    )
 
 
 def copy_run(name: str, dest: Path) -> Path:
@@ -62,8 +68,19 @@ def test_comparison_csv_keeps_every_case_with_status_and_reason(report):
             assert row["tokens_per_s_per_device"] == ""  # no half-measured numbers for failed cases
         else:
             assert float(row["tokens_per_s_per_device"]) > 0
-    for column in ("case_id", "model", "strategy", "batch_size", "grad_accum", "optimizer_timing", "status",
-                   "reason", "step_time_s_median", "peak_allocated_gib", "loss_max_abs_dev_vs_ddp"):
+    for column in (
+        "case_id",
+        "model",
+        "strategy",
+        "batch_size",
+        "grad_accum",
+        "optimizer_timing",
+        "status",
+        "reason",
+        "step_time_s_median",
+        "peak_allocated_gib",
+        "loss_max_abs_dev_vs_ddp",
+    ):
         assert column in rows[0], column
     # sorted by model, strategy, batch size, grad-accum, optimizer timing
     keys = [(r["model"], r["strategy"]) for r in rows]
@@ -102,15 +119,17 @@ def test_golden_report_shows_predicted_vs_measured_in_both_pages(report):
     run, _, _ = report
     ok = sorted(p.stem for p in (run / "cases").glob("*.json") if json.loads(p.read_text())["status"] == "ok")
     md = (run / "report.md").read_text()
-    section = md[md.index("## Predicted vs measured"):md.index("## Charts")]
+    section = md[md.index("## Predicted vs measured") : md.index("## Charts")]
     rows = [line for line in section.splitlines() if line.startswith("| ") and not line.startswith("| case |")]
     untrained = " (did not train: not in the worst error)"
-    assert sorted(line.split(" | ")[0][2:].removesuffix(untrained) for line in rows) == ok  # every ok case, no failed one
+    assert (
+        sorted(line.split(" | ")[0][2:].removesuffix(untrained) for line in rows) == ok
+    )  # every ok case, no failed one
     assert "Worst prediction error: " in section
     page = (run / "report.html").read_text()
-    html_section = page[page.index("<h2>Predicted vs measured</h2>"):page.index("<h2>Charts</h2>")]
+    html_section = page[page.index("<h2>Predicted vs measured</h2>") : page.index("<h2>Charts</h2>")]
     assert html_section.count("<tr>") == len(ok) + 1 and "Worst prediction error: " in html_section
-    worst = section[section.index("Worst prediction error: "):].splitlines()[0]
+    worst = section[section.index("Worst prediction error: ") :].splitlines()[0]
     assert worst in html_section  # one worst error, both pages
     # the stale optimizer (built before sharding, no fix) holds no state: its model state is off
     # by +100 %, flagged and shown, but a program that does not train is not the prediction's
@@ -136,6 +155,7 @@ def test_a_second_report_is_identical_in_its_table(report, tmp_path):
 
 # --- comparison of two runs ---------------------------------------------------------------------
 
+
 def test_compare_lists_common_and_unique_cases(tmp_path):
     base, new = copy_run("base", tmp_path), copy_run("new", tmp_path)
     proc = visualize("--compare", base, new, "--threshold", "1000", "--out", tmp_path / "cmp")
@@ -153,8 +173,11 @@ def test_compare_fails_on_a_regression_and_warns_on_other_machines(tmp_path):
     victim = next(p for p in sorted((new / "cases").glob("*.json")) if json.loads(p.read_text())["status"] == "ok")
     data = json.loads(victim.read_text())
     data["metrics"]["tokens_per_s_per_device"] /= 2  # hand-made regression in a copy, beyond noise
-    high = data["metrics"]["step_time_s_median_ci_high"] if "step_time_s_median_ci_high" in data["metrics"] else \
-        max(t for r in data["ranks"] for t in r["step_times_s"])
+    high = (
+        data["metrics"]["step_time_s_median_ci_high"]
+        if "step_time_s_median_ci_high" in data["metrics"]
+        else max(t for r in data["ranks"] for t in r["step_times_s"])
+    )
     for rank in data["ranks"]:
         rank["step_times_s"] = [t + 2 * high for t in rank["step_times_s"]]
     for key in ("step_time_s_median", "step_time_s_median_ci_low", "step_time_s_median_ci_high"):
@@ -178,6 +201,7 @@ def test_compare_fails_on_a_regression_and_warns_on_other_machines(tmp_path):
 
 
 # --- bad input ----------------------------------------------------------------------------------
+
 
 def _one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> None:
     assert proc.returncode == 2, proc.stdout + proc.stderr
@@ -245,7 +269,10 @@ def _assert_prediction_recorded(result: dict) -> None:
     assert all("prediction" in r and r["prediction"]["peak_bytes"] > 0 for r in result["ranks"]), result["case_id"]
     assert m["predicted_peak_gib"] > 0 and m["predicted_model_state_gib"] > 0, result["case_id"]
     if rank0["optimizer_params_match_model"]:
-        assert abs(m["model_state_prediction_error_pct"]) < 0.1, (result["case_id"], m["model_state_prediction_error_pct"])
+        assert abs(m["model_state_prediction_error_pct"]) < 0.1, (
+            result["case_id"],
+            m["model_state_prediction_error_pct"],
+        )
     else:
         assert rank0["measured_model_state_bytes"]["optimizer"] == 0
         assert m["model_state_prediction_error_pct"] > 1.0, result["case_id"]  # flagged in the report
@@ -258,10 +285,12 @@ def _assert_prediction_recorded(result: dict) -> None:
 def test_files_with_wrong_types_are_one_note_each_and_the_rest_is_drawn(tmp_path):
     run = copy_run("base", tmp_path)
     files = sorted((run / "cases").glob("*.json"))
-    breakages = [("metrics", [1, 2], "field 'metrics' should be an object, got list"),
-                 ("ranks", {"0": {}}, "field 'ranks' should be a list, got dict"),
-                 ("case", "ddp", "field 'case' should be an object, got str"),
-                 ("status", ["ok"], "field 'status' should be text, got list")]
+    breakages = [
+        ("metrics", [1, 2], "field 'metrics' should be an object, got list"),
+        ("ranks", {"0": {}}, "field 'ranks' should be a list, got dict"),
+        ("case", "ddp", "field 'case' should be an object, got str"),
+        ("status", ["ok"], "field 'status' should be text, got list"),
+    ]
     for path, (key, value, _) in zip(files, breakages):
         data = json.loads(path.read_text())
         data[key] = value

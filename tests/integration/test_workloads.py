@@ -19,17 +19,56 @@ _BASE = {"nproc": 2, "steps": 2, "warmup": 1, "seq_len": 32, "device": "cpu", "p
 
 # name -> case. Several knobs share a case: each knob is exercised at least once.
 CASES = {
-    "fsdp1_knobs": Case(strategy="fsdp1_full_shard", model="llama3_tiny", precision="bf16", act_ckpt=True,
-                        grad_clip=1.0, wrap_policy="size_based", min_num_params=1000, forward_prefetch=1,
-                        backward_prefetch="post", grad_accum=2, grad_sync="last", optimizer_impl="fused",
-                        checkpoint="full", **_BASE),
-    "fsdp2_knobs": Case(strategy="fsdp2", model="qwen2_tiny", precision="bf16", act_ckpt=True, grad_clip=1.0,
-                        forward_prefetch=1, grad_accum=2, grad_sync="last", optimizer_impl="foreach",
-                        checkpoint="sharded", data=SAMPLE_DATA, **_BASE),
-    "ddp_knobs": Case(strategy="ddp", model="gpt2_tiny", precision="bf16", grad_clip=1.0, grad_accum=2,
-                      grad_sync="last", optimizer_impl="plain", checkpoint="full", data=SAMPLE_DATA, **_BASE),
-    "fsdp1_none_wrap": Case(strategy="fsdp1_shard_grad_op", model="gpt2_tiny", wrap_policy="none",
-                            backward_prefetch="none", compile=True, **_BASE),
+    "fsdp1_knobs": Case(
+        strategy="fsdp1_full_shard",
+        model="llama3_tiny",
+        precision="bf16",
+        act_ckpt=True,
+        grad_clip=1.0,
+        wrap_policy="size_based",
+        min_num_params=1000,
+        forward_prefetch=1,
+        backward_prefetch="post",
+        grad_accum=2,
+        grad_sync="last",
+        optimizer_impl="fused",
+        checkpoint="full",
+        **_BASE,
+    ),
+    "fsdp2_knobs": Case(
+        strategy="fsdp2",
+        model="qwen2_tiny",
+        precision="bf16",
+        act_ckpt=True,
+        grad_clip=1.0,
+        forward_prefetch=1,
+        grad_accum=2,
+        grad_sync="last",
+        optimizer_impl="foreach",
+        checkpoint="sharded",
+        data=SAMPLE_DATA,
+        **_BASE,
+    ),
+    "ddp_knobs": Case(
+        strategy="ddp",
+        model="gpt2_tiny",
+        precision="bf16",
+        grad_clip=1.0,
+        grad_accum=2,
+        grad_sync="last",
+        optimizer_impl="plain",
+        checkpoint="full",
+        data=SAMPLE_DATA,
+        **_BASE,
+    ),
+    "fsdp1_none_wrap": Case(
+        strategy="fsdp1_shard_grad_op",
+        model="gpt2_tiny",
+        wrap_policy="none",
+        backward_prefetch="none",
+        compile=True,
+        **_BASE,
+    ),
     "fsdp2_full_ckpt": Case(strategy="fsdp2", model="codellama_tiny", checkpoint="full", **_BASE),
     # fp32, default knobs: the same model must give the same losses under every strategy.
     "parity_ddp": Case(strategy="ddp", model="qwen2_tiny", **_BASE),
@@ -68,10 +107,17 @@ def test_case_runs_and_trains(results, name):
 def test_mixed_precision_dtypes_recorded(results):
     fsdp1 = _rank0(results["fsdp1_knobs"])["precision"]
     assert (fsdp1["mode"], fsdp1["param_dtype"], fsdp1["reduce_dtype"], fsdp1["output_dtype"]) == (
-        "FSDP1 MixedPrecision", "bfloat16", "bfloat16", "bfloat16")
+        "FSDP1 MixedPrecision",
+        "bfloat16",
+        "bfloat16",
+        "bfloat16",
+    )
     fsdp2 = _rank0(results["fsdp2_knobs"])["precision"]
     assert (fsdp2["mode"], fsdp2["param_dtype"], fsdp2["output_dtype"]) == (
-        "FSDP2 MixedPrecisionPolicy", "bfloat16", "bfloat16")
+        "FSDP2 MixedPrecisionPolicy",
+        "bfloat16",
+        "bfloat16",
+    )
     ddp = _rank0(results["ddp_knobs"])["precision"]
     assert ddp["mode"].startswith("autocast") and ddp["param_dtype"] == "float32"
 
@@ -136,6 +182,8 @@ def test_accelerate_on_cpu_refuses_as_its_skip_reason_says(tmp_path):
     (tmp_path / "cases").mkdir()
     case = Case(strategy="accelerate_fsdp2", model="qwen2_tiny", **{**_BASE, "steps": 1, "warmup": 0})
     result = run_case(case, tmp_path, timeout_s=300)
-    assert result["status"] == "skipped", f"{result['status']}: {result.get('reason')}\n{result.get('log_tail', '')[-3000:]}"
+    assert result["status"] == "skipped", (
+        f"{result['status']}: {result.get('reason')}\n{result.get('log_tail', '')[-3000:]}"
+    )
     assert "MULTI_CPU" in result["reason"] and "DistributedDataParallel" in result["reason"]
     assert "MULTI_CPU" in skip_reason(case) and "DDP" in skip_reason(case)

@@ -2,8 +2,8 @@ import dataclasses
 
 import pytest
 
-from fsdp_bench.plan.catalog import STRATEGIES
 from fsdp_bench.plan.case import Case, CaseError, Grid, expand_grid
+from fsdp_bench.plan.catalog import STRATEGIES
 
 
 def test_id_names_every_axis():
@@ -59,8 +59,12 @@ def test_round_trip_and_unknown_fields():
 
 
 def test_grid_is_the_product_without_ddp_duplicates():
-    grid = Grid(strategies=("ddp", "fsdp2"), batch_sizes=(2, 4), grad_accums=(1, 2),
-                optimizer_timings=("after_shard", "before_shard", "before_shard_fixed"))
+    grid = Grid(
+        strategies=("ddp", "fsdp2"),
+        batch_sizes=(2, 4),
+        grad_accums=(1, 2),
+        optimizer_timings=("after_shard", "before_shard", "before_shard_fixed"),
+    )
     cases = expand_grid(grid)
     ddp = [c for c in cases if c.strategy == "ddp"]
     fsdp2 = [c for c in cases if c.strategy == "fsdp2"]

@@ -6,15 +6,31 @@ from fsdp_bench.analysis.case_time import case_time_split, sweep_time_split
 
 
 def _result(**stages):
-    return {"launched_unix": 100.0, "finished_unix": 110.0,
-            "ranks": [{"rank": 1, "stage_started_unix": {"init": 0.0}}, {"rank": 0, "stage_started_unix": stages}]}
+    return {
+        "launched_unix": 100.0,
+        "finished_unix": 110.0,
+        "ranks": [{"rank": 1, "stage_started_unix": {"init": 0.0}}, {"rank": 0, "stage_started_unix": stages}],
+    }
 
 
 def test_parts_tile_the_case_from_launch_to_finish():
-    split = case_time_split(_result(init=102.5, data=102.6, model=102.7, shard=103.0, optimizer=104.0,
-                                    first_step=104.1, warmup=104.3, measure=104.5, memory_probe=105.5, end=106.0))
-    assert split == pytest.approx({"time_launch_s": 2.5, "time_setup_s": 1.6, "time_train_s": 1.4,
-                                   "time_probes_s": 0.5, "time_exit_s": 4.0})
+    split = case_time_split(
+        _result(
+            init=102.5,
+            data=102.6,
+            model=102.7,
+            shard=103.0,
+            optimizer=104.0,
+            first_step=104.1,
+            warmup=104.3,
+            measure=104.5,
+            memory_probe=105.5,
+            end=106.0,
+        )
+    )
+    assert split == pytest.approx(
+        {"time_launch_s": 2.5, "time_setup_s": 1.6, "time_train_s": 1.4, "time_probes_s": 0.5, "time_exit_s": 4.0}
+    )
     assert sum(split.values()) == pytest.approx(10.0)
 
 
@@ -39,8 +55,9 @@ def test_a_case_run_as_repeats_sums_their_splits():
     first = _result(init=102.0, measure=104.0, end=108.0)  # 10 s: launch 2, setup 2, train 4, exit 2
     second = {**_result(init=101.0, measure=105.0, end=109.0), "launched_unix": 100.0, "finished_unix": 110.0}
     summed = summed_time_split([first, second])
-    assert summed == pytest.approx({"time_launch_s": 3.0, "time_setup_s": 6.0, "time_train_s": 8.0,
-                                    "time_probes_s": 0.0, "time_exit_s": 3.0})
+    assert summed == pytest.approx(
+        {"time_launch_s": 3.0, "time_setup_s": 6.0, "time_train_s": 8.0, "time_probes_s": 0.0, "time_exit_s": 3.0}
+    )
     assert case_time_split({"time_split_s": summed, **first}) == summed
     assert summed_time_split([first, {"ranks": []}]) == {}
 

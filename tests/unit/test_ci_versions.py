@@ -33,8 +33,10 @@ COVERED_BY = {
 def ci_sets() -> dict[str, dict[str, str]]:
     """NAME_PINS="lib==version ..." lines of .ci/run, as {NAME: {lib: version}}."""
     text = (ROOT / ".ci" / "run").read_text()
-    return {name: dict(pin.split("==") for pin in pins.split())
-            for name, pins in re.findall(r'^(\w+)_PINS="([^"]*)"$', text, re.MULTILINE)}
+    return {
+        name: dict(pin.split("==") for pin in pins.split())
+        for name, pins in re.findall(r'^(\w+)_PINS="([^"]*)"$', text, re.MULTILINE)
+    }
 
 
 def project_requirements() -> dict[str, Requirement]:

@@ -4,8 +4,8 @@ row in fsdp_bench/results/metrics.py, and this fails until the docs say the same
 import re
 from pathlib import Path
 
-from fsdp_bench.results.metrics import METRICS, markdown_table
 from fsdp_bench.report.table import REPORT_COLUMNS
+from fsdp_bench.results.metrics import METRICS, markdown_table
 
 ROOT = Path(__file__).resolve().parents[2]
 START = "<!-- metrics table: generated from fsdp_bench/results/metrics.py"

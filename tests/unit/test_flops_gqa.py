@@ -58,16 +58,24 @@ def test_counter_on_cpu_sdpa_forward_and_backward(name):
     assert counter.get_total_flops() == forward + backward
 
 
-@pytest.mark.parametrize("kernel", ["_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
-                                    "_scaled_dot_product_cudnn_attention"])
+@pytest.mark.parametrize(
+    "kernel",
+    [
+        "_scaled_dot_product_flash_attention",
+        "_scaled_dot_product_efficient_attention",
+        "_scaled_dot_product_cudnn_attention",
+    ],
+)
 def test_counter_on_cuda_kernels_with_grouped_heads(kernel):
     """The CUDA kernels' own ops, called on meta tensors (their shape functions run without a GPU)."""
     b, h_q, h_kv, s, _, d, _ = SHAPES["gqa"]
     q = torch.empty(b, h_q, s, d, device="meta")
     k = v = torch.empty(b, h_kv, s, d, device="meta")
     op = getattr(torch.ops.aten, kernel)
-    extra = {"_scaled_dot_product_efficient_attention": (None, True),
-             "_scaled_dot_product_cudnn_attention": (None, True, 0.0, False)}.get(kernel, ())
+    extra = {
+        "_scaled_dot_product_efficient_attention": (None, True),
+        "_scaled_dot_product_cudnn_attention": (None, True, 0.0, False),
+    }.get(kernel, ())
     with FlopCounterMode(display=False, custom_mapping=_sdpa_flop_mapping()) as counter:
         op(q, k, v, *extra)
     assert counter.get_total_flops() == _hand_counts(b, h_q, h_kv, s, s, d, d)[0]

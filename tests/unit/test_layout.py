@@ -89,8 +89,11 @@ def _functions(paths):
 
 def test_no_function_is_longer_than_60_lines():
     scripts = sorted((ROOT / "scripts").glob("*.py")) + [ROOT / "visualize.py"]
-    long = [f"{p.relative_to(ROOT)}:{n.lineno} {n.name} ({n.end_lineno - n.lineno + 1} lines)"
-            for p, n in _functions(_modules() + scripts) if n.end_lineno - n.lineno + 1 > 60]
+    long = [
+        f"{p.relative_to(ROOT)}:{n.lineno} {n.name} ({n.end_lineno - n.lineno + 1} lines)"
+        for p, n in _functions(_modules() + scripts)
+        if n.end_lineno - n.lineno + 1 > 60
+    ]
     assert not long, "\n".join(long)
 
 
@@ -102,7 +105,13 @@ def test_the_worker_keeps_no_module_level_mutable_state():
             if isinstance(node, ast.Global):
                 problems.append(f"{path.name}:{node.lineno} global {', '.join(node.names)}")
         for node in tree.body:
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+            targets = (
+                node.targets
+                if isinstance(node, ast.Assign)
+                else [node.target]
+                if isinstance(node, ast.AnnAssign)
+                else []
+            )
             for target in targets:
                 # constants are UPPER_CASE, type aliases CamelCase; anything else is state
                 if isinstance(target, ast.Name) and not target.id.lstrip("_")[:1].isupper():
@@ -130,8 +139,13 @@ def test_strategy_traits_are_never_read_from_the_name():
     """A question about a strategy goes to the catalog: no name prefixes or suffixes, no
     hand-kept sets of names outside it."""
     pattern = re.compile(r"""strategy\w*\.(startswith|endswith)\(|\{\s*"(ddp|fsdp[12]\w*)",\s*"fsdp""")
-    offenders = [f"{p.relative_to(ROOT)}:{i}: {line.strip()}" for p in _modules() if p.name != "catalog.py"
-                 for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
+    offenders = [
+        f"{p.relative_to(ROOT)}:{i}: {line.strip()}"
+        for p in _modules()
+        if p.name != "catalog.py"
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if pattern.search(line)
+    ]
     assert not offenders, "\n".join(offenders)
 
 
@@ -188,7 +202,11 @@ def test_family_questions_go_to_the_catalog_and_the_flavor_rows():
     rows and the strategy module that applies each family; everyone else asks a trait."""
     allowed = {"plan/catalog.py", "plan/flavors.py", "worker/strategies.py"}
     pattern = re.compile(r"""\bfamily\s*(==|!=)\s*["']|\bfamily\s+(not\s+)?in\s*[(\[{]\s*["']""")
-    offenders = [f"{p.relative_to(PACKAGE)}:{i}: {line.strip()}" for p in _modules()
-                 if str(p.relative_to(PACKAGE)) not in allowed
-                 for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line.split("#")[0])]
+    offenders = [
+        f"{p.relative_to(PACKAGE)}:{i}: {line.strip()}"
+        for p in _modules()
+        if str(p.relative_to(PACKAGE)) not in allowed
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if pattern.search(line.split("#")[0])
+    ]
     assert not offenders, "\n".join(offenders)

@@ -2,9 +2,9 @@ import statistics
 
 import pytest
 
-from fsdp_bench.results.schema import GIB
 from fsdp_bench.analysis.aggregate import aggregate_rank_metrics
 from fsdp_bench.analysis.stats import percentile, slowest_rank_step_times, summarize_step_times
+from fsdp_bench.results.schema import GIB
 
 
 def test_percentile_interpolates_like_numpy():
@@ -34,10 +34,18 @@ def test_slowest_rank_defines_each_step():
 
 def test_aggregate_throughput_memory_and_loss():
     ranks = [
-        {"step_times_s": [0.5, 0.5, 0.5], "losses": [2.0, 1.0], "params_changed": True,
-         "memory": {"peak_allocated_bytes": 2 * GIB}},
-        {"step_times_s": [0.4, 1.0, 0.5], "losses": [4.0, 3.0], "params_changed": True,
-         "memory": {"peak_allocated_bytes": 3 * GIB}},
+        {
+            "step_times_s": [0.5, 0.5, 0.5],
+            "losses": [2.0, 1.0],
+            "params_changed": True,
+            "memory": {"peak_allocated_bytes": 2 * GIB},
+        },
+        {
+            "step_times_s": [0.4, 1.0, 0.5],
+            "losses": [4.0, 3.0],
+            "params_changed": True,
+            "memory": {"peak_allocated_bytes": 3 * GIB},
+        },
     ]
     m = aggregate_rank_metrics(tokens_per_step=1000, samples_per_step=10, world_size=2, ranks=ranks)
     assert m["step_time_s_median"] == 0.5
@@ -51,4 +59,7 @@ def test_aggregate_throughput_memory_and_loss():
 
 def test_params_changed_requires_every_rank():
     ranks = [{"params_changed": True}, {"params_changed": False}]
-    assert aggregate_rank_metrics(tokens_per_step=1, samples_per_step=1, world_size=2, ranks=ranks)["params_changed"] is False
+    assert (
+        aggregate_rank_metrics(tokens_per_step=1, samples_per_step=1, world_size=2, ranks=ranks)["params_changed"]
+        is False
+    )

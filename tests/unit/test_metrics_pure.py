@@ -7,45 +7,53 @@ import json
 
 import pytest
 
+from fsdp_bench.analysis.aggregate import aggregate_measurements, loss_max_abs_dev_vs_ddp
 from fsdp_bench.analysis.flops import flops_per_token, lookup_peak_tflops, utilization_pct
 from fsdp_bench.analysis.intervals import exposed_length, intersect, total_length, union
-from fsdp_bench.results.schema import GIB
-from fsdp_bench.analysis.aggregate import aggregate_measurements, loss_max_abs_dev_vs_ddp
 from fsdp_bench.analysis.model_state import expected_model_state_bytes
+from fsdp_bench.results.schema import GIB
 from fsdp_bench.worker.profiling import TraceEvent, collective_kind, load_trace_events, summarize_events
 
 
 def test_flops_formula_is_6n_plus_attention_term():
     # nanoGPT 124M at T=1024: 6N + 12*L*H*Q*T
     n = 85_000_000
-    assert flops_per_token(n_matmul_params=n, n_layers=12, n_heads=12, head_dim=64, seq_len=1024) == \
-        6 * n + 12 * 12 * 12 * 64 * 1024
+    assert (
+        flops_per_token(n_matmul_params=n, n_layers=12, n_heads=12, head_dim=64, seq_len=1024)
+        == 6 * n + 12 * 12 * 12 * 64 * 1024
+    )
     assert flops_per_token(n_matmul_params=10) == 60  # attention-free model
     with pytest.raises(ValueError):
         flops_per_token(n_matmul_params=-1)
 
 
-@pytest.mark.parametrize("name, dtype, peak", [
-    ("NVIDIA H100 80GB HBM3", "bfloat16", 989.4),
-    ("NVIDIA H100 PCIe", "bfloat16", 756.5),
-    ("NVIDIA H100 NVL", "float32", 60.0),
-    ("NVIDIA H200", "bfloat16", 989.4),
-    ("NVIDIA A100-SXM4-80GB", "float32", 19.5),
-    ("NVIDIA L4", "float16", 121.0),
-    ("NVIDIA L40S", "bfloat16", 362.05),
-])
+@pytest.mark.parametrize(
+    "name, dtype, peak",
+    [
+        ("NVIDIA H100 80GB HBM3", "bfloat16", 989.4),
+        ("NVIDIA H100 PCIe", "bfloat16", 756.5),
+        ("NVIDIA H100 NVL", "float32", 60.0),
+        ("NVIDIA H200", "bfloat16", 989.4),
+        ("NVIDIA A100-SXM4-80GB", "float32", 19.5),
+        ("NVIDIA L4", "float16", 121.0),
+        ("NVIDIA L40S", "bfloat16", 362.05),
+    ],
+)
 def test_peak_table_matches_device_names(name, dtype, peak):
     assert lookup_peak_tflops(name, dtype) == (peak, None)
 
 
-@pytest.mark.parametrize("name, dtype, words", [
-    ("cpu", "float32", "CPU"),
-    (None, "float32", "CPU"),
-    ("NVIDIA A10G", "bfloat16", "not in the peak-FLOPs table"),
-    ("NVIDIA GeForce RTX 4090", "bfloat16", "not in the peak-FLOPs table"),
-    ("Tesla V100-SXM2-16GB", "bfloat16", "no dense bfloat16"),
-    ("NVIDIA H100 80GB HBM3", "float8", "no peak FLOPs column"),
-])
+@pytest.mark.parametrize(
+    "name, dtype, words",
+    [
+        ("cpu", "float32", "CPU"),
+        (None, "float32", "CPU"),
+        ("NVIDIA A10G", "bfloat16", "not in the peak-FLOPs table"),
+        ("NVIDIA GeForce RTX 4090", "bfloat16", "not in the peak-FLOPs table"),
+        ("Tesla V100-SXM2-16GB", "bfloat16", "no dense bfloat16"),
+        ("NVIDIA H100 80GB HBM3", "float8", "no peak FLOPs column"),
+    ],
+)
 def test_unknown_peaks_are_null_with_a_reason(name, dtype, words):
     peak, reason = lookup_peak_tflops(name, dtype)
     assert peak is None and words in reason
@@ -75,14 +83,20 @@ def test_exposed_comm_is_union_minus_overlap_with_compute():
     assert exposed_length([], compute) == 0
 
 
-@pytest.mark.parametrize("name, kind", [
-    ("gloo:all_gather", "all_gather"), ("gloo:reduce_scatter", "reduce_scatter"),
-    ("gloo:all_reduce", "all_reduce"), ("gloo:broadcast", "broadcast"),
-    ("ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "all_gather"),
-    ("ncclKernel_ReduceScatter_RING_LL_Sum_float", "reduce_scatter"),
-    ("ncclDevKernel_AllReduce_Sum_f32_RING_LL", "all_reduce"),
-    ("aten::mm", None), ("c10d::allreduce_", None),
-])
+@pytest.mark.parametrize(
+    "name, kind",
+    [
+        ("gloo:all_gather", "all_gather"),
+        ("gloo:reduce_scatter", "reduce_scatter"),
+        ("gloo:all_reduce", "all_reduce"),
+        ("gloo:broadcast", "broadcast"),
+        ("ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "all_gather"),
+        ("ncclKernel_ReduceScatter_RING_LL_Sum_float", "reduce_scatter"),
+        ("ncclDevKernel_AllReduce_Sum_f32_RING_LL", "all_reduce"),
+        ("aten::mm", None),
+        ("c10d::allreduce_", None),
+    ],
+)
 def test_collective_kind(name, kind):
     assert collective_kind(name) == kind
 
@@ -135,11 +149,17 @@ def test_summarize_without_step_markers_says_why():
 P = 1_000_000
 
 
-@pytest.mark.parametrize("strategy, ws, total", [
-    ("ddp", 2, 16 * P), ("fsdp1_no_shard", 4, 16 * P),
-    ("fsdp2", 2, 8 * P), ("fsdp1_full_shard", 4, 4 * P),
-    ("fsdp2_no_reshard", 2, 8 * P), ("fsdp1_shard_grad_op", 2, 8 * P),
-])
+@pytest.mark.parametrize(
+    "strategy, ws, total",
+    [
+        ("ddp", 2, 16 * P),
+        ("fsdp1_no_shard", 4, 16 * P),
+        ("fsdp2", 2, 8 * P),
+        ("fsdp1_full_shard", 4, 4 * P),
+        ("fsdp2_no_reshard", 2, 8 * P),
+        ("fsdp1_shard_grad_op", 2, 8 * P),
+    ],
+)
 def test_expected_model_state_fp32_adam(strategy, ws, total):
     e = expected_model_state_bytes(strategy, n_params=P, world_size=ws)
     assert e["total"] == total
@@ -148,24 +168,40 @@ def test_expected_model_state_fp32_adam(strategy, ws, total):
 
 def test_expected_model_state_mixed_precision_zero2_textbook():
     # 2 + 2 + 12 bytes per parameter: ZeRO-2 textbook = 2P + 14P/N
-    e = expected_model_state_bytes("fsdp2_no_reshard", n_params=P, world_size=8, param_bytes=2, grad_bytes=2,
-                                   optimizer_bytes=12)
+    e = expected_model_state_bytes(
+        "fsdp2_no_reshard", n_params=P, world_size=8, param_bytes=2, grad_bytes=2, optimizer_bytes=12
+    )
     assert e["zero2_textbook_total"] == 2 * P + 14 * P / 8
-    assert expected_model_state_bytes("ddp", n_params=P, world_size=8, param_bytes=2, grad_bytes=2,
-                                      optimizer_bytes=12)["total"] == 16 * P
+    assert (
+        expected_model_state_bytes("ddp", n_params=P, world_size=8, param_bytes=2, grad_bytes=2, optimizer_bytes=12)[
+            "total"
+        ]
+        == 16 * P
+    )
     assert expected_model_state_bytes("nonsense", n_params=P, world_size=2) == {"layout": "unknown"}
 
 
 def _rank(**over):
     r = {
-        "device_name": "NVIDIA H100 80GB HBM3", "dtype": "bfloat16",
-        "memory_breakdown_bytes": {"params": GIB, "grads": GIB, "optimizer": 2 * GIB, "activations": 3 * GIB,
-                                   "other": 0},
-        "expected_model_state_bytes": {"total": 4 * GIB}, "measured_model_state_bytes": {"total": 4.4 * GIB},
+        "device_name": "NVIDIA H100 80GB HBM3",
+        "dtype": "bfloat16",
+        "memory_breakdown_bytes": {
+            "params": GIB,
+            "grads": GIB,
+            "optimizer": 2 * GIB,
+            "activations": 3 * GIB,
+            "other": 0,
+        },
+        "expected_model_state_bytes": {"total": 4 * GIB},
+        "measured_model_state_bytes": {"total": 4.4 * GIB},
         "flops": {"per_token_formula": 1e9, "per_token_counter": 1.25e9, "formula_over_counter": 0.8},
-        "profile": {"comm_total_s_per_step": 0.2, "comm_exposed_s_per_step": 0.05,
-                    "comm_by_kind_s_per_step": {"all_gather": 0.1}},
-        "gpu_util": {"pct_mean": 90.0}, "update_norms": [0.5, 0.25],
+        "profile": {
+            "comm_total_s_per_step": 0.2,
+            "comm_exposed_s_per_step": 0.05,
+            "comm_by_kind_s_per_step": {"all_gather": 0.1},
+        },
+        "gpu_util": {"pct_mean": 90.0},
+        "update_norms": [0.5, 0.25],
     }
     r.update(over)
     return r
@@ -173,8 +209,19 @@ def _rank(**over):
 
 def test_aggregate_measurements_mfu_and_breakdown():
     head = {"step_time_s_median": 1.0, "tokens_per_s_per_device": 100_000.0}
-    m = aggregate_measurements([_rank(), _rank(profile={"comm_total_s_per_step": 0.4, "comm_exposed_s_per_step": 0.15,
-                                                         "comm_by_kind_s_per_step": {"reduce_scatter": 0.2}})], head)
+    m = aggregate_measurements(
+        [
+            _rank(),
+            _rank(
+                profile={
+                    "comm_total_s_per_step": 0.4,
+                    "comm_exposed_s_per_step": 0.15,
+                    "comm_by_kind_s_per_step": {"reduce_scatter": 0.2},
+                }
+            ),
+        ],
+        head,
+    )
     assert m["breakdown_activations_gib"] == 3.0
     assert m["model_state_measured_over_expected"] == pytest.approx(1.1)
     assert m["tflops_per_s_per_device"] == pytest.approx(100.0)
@@ -191,9 +238,13 @@ def test_aggregate_measurements_mfu_and_breakdown():
 
 
 def test_aggregate_measurements_cpu_gives_null_mfu_with_reason():
-    cpu = _rank(device_name="cpu", dtype="float32", memory_breakdown_bytes=None,
-                memory_breakdown_null_reason="MemTracker refused this model: x",
-                gpu_util={"pct_mean": None, "null_reason": "device is cpu"})
+    cpu = _rank(
+        device_name="cpu",
+        dtype="float32",
+        memory_breakdown_bytes=None,
+        memory_breakdown_null_reason="MemTracker refused this model: x",
+        gpu_util={"pct_mean": None, "null_reason": "device is cpu"},
+    )
     m = aggregate_measurements([cpu], {"step_time_s_median": 1.0, "tokens_per_s_per_device": 10.0})
     assert m["mfu_pct"] is None and m["hfu_pct"] is None and "CPU" in m["mfu_null_reason"]
     assert m["breakdown_null_reason"].startswith("MemTracker refused")
@@ -203,8 +254,11 @@ def test_aggregate_measurements_cpu_gives_null_mfu_with_reason():
 
 def test_loss_deviation_vs_matching_ddp_case():
     axes = {"model": "gpt_tiny", "nproc": 2, "batch_size": 2, "grad_accum": 1, "seq_len": 64, "seed": 0, "lr": 1e-3}
-    rows = [{"case_id": "d", "strategy": "ddp", **axes}, {"case_id": "f", "strategy": "fsdp2", **axes},
-            {"case_id": "g", "strategy": "fsdp2", **{**axes, "batch_size": 4}}]
+    rows = [
+        {"case_id": "d", "strategy": "ddp", **axes},
+        {"case_id": "f", "strategy": "fsdp2", **axes},
+        {"case_id": "g", "strategy": "fsdp2", **{**axes, "batch_size": 4}},
+    ]
     dev = loss_max_abs_dev_vs_ddp(rows, {"d": [3.0, 2.0, 1.0], "f": [3.0, 2.5, 0.9], "g": [1.0]})
     assert dev["d"] == 0.0
     assert dev["f"] == pytest.approx(0.5)
@@ -212,13 +266,22 @@ def test_loss_deviation_vs_matching_ddp_case():
 
 
 def test_load_trace_events_reads_chrome_trace_categories(tmp_path):
-    trace = {"traceEvents": [
-        {"ph": "X", "cat": "user_annotation", "name": "fsdp_bench.step", "ts": 0, "dur": 1_000_000, "tid": 7},
-        {"ph": "X", "cat": "gpu_user_annotation", "name": "fsdp_bench.step", "ts": 0, "dur": 1_000_000, "tid": 9},
-        {"ph": "X", "cat": "kernel", "name": "ampere_sgemm", "ts": 100_000, "dur": 500_000, "tid": 9},
-        {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllGather_RING_LL", "ts": 400_000, "dur": 400_000, "tid": 20},
-        {"ph": "i", "name": "instant", "ts": 5},
-    ]}
+    trace = {
+        "traceEvents": [
+            {"ph": "X", "cat": "user_annotation", "name": "fsdp_bench.step", "ts": 0, "dur": 1_000_000, "tid": 7},
+            {"ph": "X", "cat": "gpu_user_annotation", "name": "fsdp_bench.step", "ts": 0, "dur": 1_000_000, "tid": 9},
+            {"ph": "X", "cat": "kernel", "name": "ampere_sgemm", "ts": 100_000, "dur": 500_000, "tid": 9},
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": "ncclDevKernel_AllGather_RING_LL",
+                "ts": 400_000,
+                "dur": 400_000,
+                "tid": 20,
+            },
+            {"ph": "i", "name": "instant", "ts": 5},
+        ]
+    }
     path = tmp_path / "rank0.1.pt.trace.json"
     path.write_text(json.dumps(trace))
     s = summarize_events(load_trace_events(path))

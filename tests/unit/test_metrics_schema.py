@@ -7,9 +7,9 @@ import pytest
 
 from fsdp_bench.plan.case import Case, CaseError
 from fsdp_bench.plan.options import parse_sweep
+from fsdp_bench.results.io import write_json_atomic
 from fsdp_bench.results.load import load_case_result
 from fsdp_bench.results.schema import SCHEMA_VERSION, ResultError
-from fsdp_bench.results.io import write_json_atomic
 
 
 def _result(version):
@@ -29,9 +29,14 @@ def test_schema_is_3_and_older_versions_load_migrated(tmp_path):
 def test_migration_fills_what_the_report_used_to_backfill(tmp_path):
     """A version-2 file without the sharding metric and rank 0's peak (as written before they
     were metrics) reads as a version-3 one: the FSDP1 word translated, the peak taken from rank 0."""
-    old = {**_result(2), "metrics": {"predicted_peak_gib": 0.5},
-           "ranks": [{"rank": 1, "effective_sharding": "FULL_SHARD", "memory": {"peak_allocated_bytes": 2 ** 29}},
-                     {"rank": 0, "effective_sharding": "FULL_SHARD", "memory": {"peak_allocated_bytes": 2 ** 30}}]}
+    old = {
+        **_result(2),
+        "metrics": {"predicted_peak_gib": 0.5},
+        "ranks": [
+            {"rank": 1, "effective_sharding": "FULL_SHARD", "memory": {"peak_allocated_bytes": 2**29}},
+            {"rank": 0, "effective_sharding": "FULL_SHARD", "memory": {"peak_allocated_bytes": 2**30}},
+        ],
+    }
     write_json_atomic(tmp_path / "old.json", old)
     metrics = load_case_result(tmp_path / "old.json")["metrics"]
     assert metrics["effective_sharding"] == "full_shard"

@@ -3,10 +3,10 @@ import os
 
 import pytest
 
+from fsdp_bench.results.io import write_json_atomic
+from fsdp_bench.results.layout import create_run_dir, newest_run
 from fsdp_bench.results.load import load_case_result, load_run
 from fsdp_bench.results.schema import ResultError
-from fsdp_bench.results.layout import create_run_dir, newest_run
-from fsdp_bench.results.io import write_json_atomic
 
 
 def test_atomic_write_refuses_to_overwrite(tmp_path):
@@ -27,9 +27,20 @@ def test_run_dirs_are_never_reused(tmp_path):
 
 
 def _result(case_id="ddp-x", status="ok", **extra):
-    return {"schema_version": 1, "case_id": case_id, "case": {"strategy": "ddp", "model": "gpt_tiny",
-            "batch_size": 2, "grad_accum": 1, "optimizer_timing": "after_shard"}, "status": status,
-            "metrics": {"tokens_per_s": 10.0}, **extra}
+    return {
+        "schema_version": 1,
+        "case_id": case_id,
+        "case": {
+            "strategy": "ddp",
+            "model": "gpt_tiny",
+            "batch_size": 2,
+            "grad_accum": 1,
+            "optimizer_timing": "after_shard",
+        },
+        "status": status,
+        "metrics": {"tokens_per_s": 10.0},
+        **extra,
+    }
 
 
 def test_load_reports_bad_files_by_name(tmp_path):

@@ -1,10 +1,10 @@
 import sys
 from pathlib import Path
 
-from fsdp_bench.plan.case import Case
-from fsdp_bench.launch.processes import PROJECT_ROOT, build_env
 from fsdp_bench.launch.commands import build_command
 from fsdp_bench.launch.outcome import classify_outcome
+from fsdp_bench.launch.processes import PROJECT_ROOT, build_env
+from fsdp_bench.plan.case import Case
 
 
 def test_command_is_standalone_torchrun_of_the_worker(tmp_path):
@@ -42,8 +42,10 @@ def test_ok():
 
 
 def test_first_raising_rank_is_blamed_not_torchruns_root_cause():
-    ranks = [_rank(0, "failed", "measure", err_time=20.0, msg="killed by torchrun"),
-             _rank(1, "failed", "shard", err_time=10.0, msg="real cause")]
+    ranks = [
+        _rank(0, "failed", "measure", err_time=20.0, msg="killed by torchrun"),
+        _rank(1, "failed", "shard", err_time=10.0, msg="real cause"),
+    ]
     out = classify(returncode=1, ranks=ranks)
     assert out.status == "failed"
     assert out.reason.startswith("rank 1 raised RuntimeError at stage shard: real cause")

@@ -9,13 +9,19 @@ from pathlib import Path
 
 import pytest
 
-from fsdp_bench.plan.options import parse_sweep
 from fsdp_bench.launch.slurm import SlurmError, build_node_command, first_host, gpus_on_node
+from fsdp_bench.plan.options import parse_sweep
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "slurm_bench.sbatch"
-JOB = {"SLURM_JOB_ID": "777", "SLURM_NNODES": "2", "SLURM_NODEID": "1", "SLURM_JOB_NODELIST": "gpu[03-04]",
-       "SLURM_GPUS_ON_NODE": "8", "SLURM_CPUS_PER_TASK": "32"}
+JOB = {
+    "SLURM_JOB_ID": "777",
+    "SLURM_NNODES": "2",
+    "SLURM_NODEID": "1",
+    "SLURM_JOB_NODELIST": "gpu[03-04]",
+    "SLURM_GPUS_ON_NODE": "8",
+    "SLURM_CPUS_PER_TASK": "32",
+}
 
 
 def _option(argv, name):
@@ -49,11 +55,14 @@ def test_the_generated_options_parse_into_a_valid_multi_node_sweep(monkeypatch):
     assert sweep.launch().nnodes == 2 and all(c.nproc == 4 for c in sweep.cases())
 
 
-@pytest.mark.parametrize("env, args, message", [
-    ({k: v for k, v in JOB.items() if k != "SLURM_NODEID"}, [], "SLURM_NODEID"),
-    (JOB, ["--bench-node-rank=0"], "--bench-node-rank: set by the Slurm script"),
-    ({**JOB, "SLURM_NODEID": "2"}, [], "not in 0..1"),
-])
+@pytest.mark.parametrize(
+    "env, args, message",
+    [
+        ({k: v for k, v in JOB.items() if k != "SLURM_NODEID"}, [], "SLURM_NODEID"),
+        (JOB, ["--bench-node-rank=0"], "--bench-node-rank: set by the Slurm script"),
+        ({**JOB, "SLURM_NODEID": "2"}, [], "not in 0..1"),
+    ],
+)
 def test_bad_job_environment_is_one_clear_error(env, args, message):
     with pytest.raises(SlurmError, match=message):
         build_node_command(env, args)
@@ -70,8 +79,14 @@ def test_nodelist_and_gpu_parsing():
 
 def _script(env, *args):
     base = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
-    return subprocess.run(["bash", str(SCRIPT), *args], env={**base, "FSDP_BENCH_DRY_RUN": "1", **env},
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        ["bash", str(SCRIPT), *args],
+        env={**base, "FSDP_BENCH_DRY_RUN": "1", **env},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_script_outside_a_job_submits_itself_with_the_chosen_shape():
@@ -82,12 +97,26 @@ def test_script_outside_a_job_submits_itself_with_the_chosen_shape():
 
 
 def test_script_inside_a_job_runs_one_launcher_per_node_through_srun():
-    env = {**JOB, "ENV_SETUP": ":", "SLURM_SUBMIT_DIR": str(ROOT), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    env = {
+        **JOB,
+        "ENV_SETUP": ":",
+        "SLURM_SUBMIT_DIR": str(ROOT),
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+    }
     out = _script(env, "--bench-strategies", "ddp")
     assert out.returncode == 0, out.stderr
     assert "rendezvous gpu03:29500" in out.stdout
-    assert "srun --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 python -m fsdp_bench.launch.slurm node -- --bench-strategies ddp" in out.stdout
-    node = subprocess.run([sys.executable, "-m", "fsdp_bench.launch.slurm", "node", "--", "--bench-steps", "3"], cwd=ROOT,
-                          env={**os.environ, **JOB, "FSDP_BENCH_DRY_RUN": "1"}, capture_output=True, text=True, timeout=60)
+    assert (
+        "srun --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 python -m fsdp_bench.launch.slurm node -- --bench-strategies ddp"
+        in out.stdout
+    )
+    node = subprocess.run(
+        [sys.executable, "-m", "fsdp_bench.launch.slurm", "node", "--", "--bench-steps", "3"],
+        cwd=ROOT,
+        env={**os.environ, **JOB, "FSDP_BENCH_DRY_RUN": "1"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert node.returncode == 0, node.stderr
     assert "-m pytest benchmarks --bench-nnodes 2 --bench-node-rank 1 --bench-rdzv-endpoint gpu03:29500" in node.stdout

@@ -5,21 +5,49 @@ from __future__ import annotations
 
 import pytest
 
-from fsdp_bench.analysis.tune import (Measured, StepModel, choose_probe, fit_step_model, full_grid_seconds, leader,
-                                      plan_round, predict_case, prior_model, rank_predictions, split_by_budget,
-                                      survivors, tune_requests, within_noise)
+from fsdp_bench.analysis.tune import (
+    Measured,
+    StepModel,
+    choose_probe,
+    fit_step_model,
+    full_grid_seconds,
+    leader,
+    plan_round,
+    predict_case,
+    prior_model,
+    rank_predictions,
+    split_by_budget,
+    survivors,
+    tune_requests,
+    within_noise,
+)
 from fsdp_bench.plan.case import Case
 from fsdp_bench.results.schema import GIB
 
 
 def _grid() -> list[Case]:
-    return [Case(strategy=s, model="gpt_tiny", batch_size=b, grad_accum=g, seq_len=32)
-            for s in ("ddp", "fsdp1_full_shard", "fsdp2") for b in (2, 4) for g in (1, 2)]
+    return [
+        Case(strategy=s, model="gpt_tiny", batch_size=b, grad_accum=g, seq_len=32)
+        for s in ("ddp", "fsdp1_full_shard", "fsdp2")
+        for b in (2, 4)
+        for g in (1, 2)
+    ]
 
 
-def _measured(case_id: str, speed: float, *, half_width: float = 0.02, repeats: int = 1, peak: float = 0.001) -> Measured:
-    return Measured(case_id, "ok", step_s=1.0, tokens_per_s=speed, tokens_per_s_low=speed * (1 - half_width),
-                    tokens_per_s_high=speed * (1 + half_width), peak_gib=peak, repeats=repeats, case_seconds=10.0)
+def _measured(
+    case_id: str, speed: float, *, half_width: float = 0.02, repeats: int = 1, peak: float = 0.001
+) -> Measured:
+    return Measured(
+        case_id,
+        "ok",
+        step_s=1.0,
+        tokens_per_s=speed,
+        tokens_per_s_low=speed * (1 - half_width),
+        tokens_per_s_high=speed * (1 + half_width),
+        peak_gib=peak,
+        repeats=repeats,
+        case_seconds=10.0,
+    )
 
 
 def test_sharded_strategies_predict_less_memory_and_more_traffic_than_ddp():
@@ -74,8 +102,11 @@ def test_budget_skips_what_is_predicted_over_it_and_names_the_boundary():
 
 
 def test_leader_must_fit_the_budget_by_its_measured_peak():
-    measured = {"fast": _measured("fast", 1000, peak=2.0), "slow": _measured("slow", 500, peak=0.5),
-                "unknown": Measured("unknown", "ok", 1.0, 2000, 1900, 2100, None, 1, 1.0)}
+    measured = {
+        "fast": _measured("fast", 1000, peak=2.0),
+        "slow": _measured("slow", 500, peak=0.5),
+        "unknown": Measured("unknown", "ok", 1.0, 2000, 1900, 2100, None, 1, 1.0),
+    }
     assert leader(measured, None).case_id == "unknown"
     assert leader(measured, 1.0).case_id == "slow"
 
@@ -98,8 +129,10 @@ def test_schedule_explores_what_could_win_then_races_the_ties_then_stops():
     # The leader measured at its prediction: only cases whose prediction (+10%) reaches it remain.
     measured = {top.case.id: _measured(top.case.id, model.tokens_per_s(top))}
     explore = plan_round(ranked, measured, model, budget_gib=None, max_repeats=3)
-    assert explore and all(model.tokens_per_s(next(p for p in ranked if p.case.id == c.id)) * 1.1
-                           >= model.tokens_per_s(top) for c, _ in explore)
+    assert explore and all(
+        model.tokens_per_s(next(p for p in ranked if p.case.id == c.id)) * 1.1 >= model.tokens_per_s(top)
+        for c, _ in explore
+    )
     # Everything measured, two tied: they get their repeats doubled, capped at max_repeats.
     everything = {p.case.id: _measured(p.case.id, 100.0) for p in ranked}
     everything[top.case.id] = _measured(top.case.id, 1000)

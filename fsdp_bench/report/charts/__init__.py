@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
-from fsdp_bench.report.charts.style import ChartSkipped, RunData
 from fsdp_bench.report.charts.memory import chart_memory_breakdown, chart_memory_stages, chart_memory_timeline
-from fsdp_bench.report.charts.scaling import chart_gpu_util, chart_mfu, chart_peak_memory, chart_throughput
 from fsdp_bench.report.charts.pareto import chart_pareto
+from fsdp_bench.report.charts.scaling import chart_gpu_util, chart_mfu, chart_peak_memory, chart_throughput
+from fsdp_bench.report.charts.style import ChartSkipped, RunData
 from fsdp_bench.report.charts.time import chart_communication, chart_loss_curves, chart_step_breakdown
 from fsdp_bench.report.charts.tuning import chart_tune_rounds
 
@@ -22,8 +22,11 @@ class Chart:
 
 
 CHARTS = (
-    Chart("pareto_throughput_vs_memory.png", "Throughput vs peak memory: the Pareto frontier and the recommendation",
-          chart_pareto),
+    Chart(
+        "pareto_throughput_vs_memory.png",
+        "Throughput vs peak memory: the Pareto frontier and the recommendation",
+        chart_pareto,
+    ),
     Chart("throughput_vs_batch_size.png", "Throughput per device vs batch size", chart_throughput),
     Chart("peak_memory_vs_batch_size.png", "Peak memory vs batch size", chart_peak_memory),
     Chart("memory_stages.png", "Memory at each stage", chart_memory_stages),

@@ -6,17 +6,37 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from fsdp_bench.report.charts.style import (ChartSkipped, RunData, STATUS_MARKS, TIMING_LABELS, TIMING_STYLES, add_legend, bar_positions, pyplot, reference_slice, require, save_figure, strategies_in, strategy_color, strategy_handles)
-from fsdp_bench.results.schema import GIB, STAGE_LABELS, STAGES
-from fsdp_bench.report.table import ok_rows
-from fsdp_bench.plan.catalog import strategy_order
 from fsdp_bench.plan.case import timing_order
+from fsdp_bench.plan.catalog import strategy_order
+from fsdp_bench.report.charts.style import (
+    STATUS_MARKS,
+    TIMING_LABELS,
+    TIMING_STYLES,
+    ChartSkipped,
+    RunData,
+    add_legend,
+    bar_positions,
+    pyplot,
+    reference_slice,
+    require,
+    save_figure,
+    strategies_in,
+    strategy_color,
+    strategy_handles,
+)
+from fsdp_bench.report.table import ok_rows
 from fsdp_bench.results.metrics import M
+from fsdp_bench.results.schema import GIB, STAGE_LABELS, STAGES
 
 # The stages a rank reads memory after, in the order it passes them.
 STAGE_ORDER = tuple(s for s in STAGES if s in STAGE_LABELS)
-BREAKDOWN = (("params", "#4C72B0"), ("grads", "#DD8452"), ("optimizer", "#55A868"),
-             ("activations", "#C44E52"), ("other", "#BBBBBB"))
+BREAKDOWN = (
+    ("params", "#4C72B0"),
+    ("grads", "#DD8452"),
+    ("optimizer", "#55A868"),
+    ("activations", "#C44E52"),
+    ("other", "#BBBBBB"),
+)
 
 
 def _stage_series(result: dict[str, Any], kind: str) -> dict[str, float]:
@@ -34,8 +54,11 @@ def _stage_series(result: dict[str, Any], kind: str) -> dict[str, float]:
 
 
 def _stage_kinds(results: list[dict[str, Any]]) -> list[tuple[str, str]]:
-    names = (("allocated", "allocated (allocator)"), ("reserved", "reserved (allocator)"),
-             ("rss", "process RSS (host memory)"))
+    names = (
+        ("allocated", "allocated (allocator)"),
+        ("reserved", "reserved (allocator)"),
+        ("rss", "process RSS (host memory)"),
+    )
     present = [(k, label) for k, label in names if any(_stage_series(r, k) for r in results)]
     # RSS only when the allocator was not read (CPU runs): on GPUs it is host memory, not the question.
     return [p for p in present if p[0] != "rss"] or present
@@ -55,8 +78,9 @@ def chart_memory_stages(run: RunData, path: Path) -> None:
     if not kinds:
         raise ChartSkipped("no case recorded memory at stages")
     plt = pyplot()
-    fig, axes = plt.subplots(len(kinds), 1, figsize=(max(7.0, 1.3 * len(STAGE_ORDER) + 1), 3.6 * len(kinds)),
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        len(kinds), 1, figsize=(max(7.0, 1.3 * len(STAGE_ORDER) + 1), 3.6 * len(kinds)), squeeze=False
+    )
     for ax, (kind, kind_label) in zip(axes[:, 0], kinds):
         series = [_stage_series(r, kind) for r in results]
         stages = [s for s in STAGE_ORDER if any(s in x for x in series)]
@@ -66,12 +90,27 @@ def chart_memory_stages(run: RunData, path: Path) -> None:
             xs = [pos(g, b) for g, s in enumerate(stages) if s in values]
             ys = [values[s] for s in stages if s in values]
             failed = case.status != "ok"
-            ax.bar(xs, ys, width, color=strategy_color(case.strategy), hatch="//" if failed else None,
-                   edgecolor="black" if failed else "none", linewidth=0.5, alpha=0.6 if failed else 1.0)
+            ax.bar(
+                xs,
+                ys,
+                width,
+                color=strategy_color(case.strategy),
+                hatch="//" if failed else None,
+                edgecolor="black" if failed else "none",
+                linewidth=0.5,
+                alpha=0.6 if failed else 1.0,
+            )
             if failed:
-                ax.annotate(f"{STATUS_MARKS.get(case.status, case.status)} after this", (xs[-1], ys[-1]),
-                            xytext=(0, 3), textcoords="offset points", ha="center", fontsize=7, rotation=90,
-                            va="bottom")
+                ax.annotate(
+                    f"{STATUS_MARKS.get(case.status, case.status)} after this",
+                    (xs[-1], ys[-1]),
+                    xytext=(0, 3),
+                    textcoords="offset points",
+                    ha="center",
+                    fontsize=7,
+                    rotation=90,
+                    va="bottom",
+                )
         ax.set_xticks(range(len(stages)), [s.replace("_", " ") for s in stages])
         ax.set_xlabel("worker stage (memory read after it)")
         ax.set_ylabel(f"{kind} memory (GiB)")
@@ -98,13 +137,28 @@ def chart_memory_breakdown(run: RunData, path: Path) -> None:
             value = getattr(row, column, None)
             if value is None or value != value:
                 continue
-            ax.bar(x, value, 0.6, bottom=bottom, color=color, label=name if x == 0 else None,
-                   edgecolor="white", linewidth=0.5)
+            ax.bar(
+                x,
+                value,
+                0.6,
+                bottom=bottom,
+                color=color,
+                label=name if x == 0 else None,
+                edgecolor="white",
+                linewidth=0.5,
+            )
             bottom += value
         expected = getattr(row, M.expected_model_state_gib, None)
         if expected is not None and expected == expected:
-            ax.hlines(expected, x - 0.38, x + 0.38, colors="black", linestyles="--", lw=2,
-                      label="ZeRO expectation: params+grads+optimizer" if x == 0 else None)
+            ax.hlines(
+                expected,
+                x - 0.38,
+                x + 0.38,
+                colors="black",
+                linestyles="--",
+                lw=2,
+                label="ZeRO expectation: params+grads+optimizer" if x == 0 else None,
+            )
     ax.set_xticks(range(len(rows)), [r.strategy for r in rows], rotation=20, ha="right")
     for tick, row in zip(ax.get_xticklabels(), rows):
         tick.set_color(strategy_color(row.strategy))
@@ -138,8 +192,12 @@ def _timeline_cases(run: RunData) -> list[str]:
     groups = have.groupby(["model", "strategy", "batch_size", "grad_accum"])["optimizer_timing"].nunique()
     if groups.max() > 1:
         key = groups.sort_values(ascending=False).index[0]
-        part = have[(have["model"] == key[0]) & (have["strategy"] == key[1]) & (have["batch_size"] == key[2])
-                    & (have["grad_accum"] == key[3])]
+        part = have[
+            (have["model"] == key[0])
+            & (have["strategy"] == key[1])
+            & (have["batch_size"] == key[2])
+            & (have["grad_accum"] == key[3])
+        ]
         return list(part.sort_values("optimizer_timing", key=lambda s: s.map(timing_order))["case_id"])
     ref = reference_slice(have)
     return list(ref.select(have)["case_id"])[:6]
@@ -159,8 +217,14 @@ def chart_memory_timeline(run: RunData, path: Path) -> None:
         for ax, key in zip(axes, ("allocated_bytes", "reserved_bytes")):
             points = [(p["t_s"] - t0, p[key] / GIB) for p in line if isinstance(p.get(key), (int, float))]
             if points:
-                ax.plot(*zip(*points), TIMING_STYLES.get(row["optimizer_timing"], "-."), lw=1.6,
-                        color=strategy_color(row["strategy"]), label=label, drawstyle="steps-post")
+                ax.plot(
+                    *zip(*points),
+                    TIMING_STYLES.get(row["optimizer_timing"], "-."),
+                    lw=1.6,
+                    color=strategy_color(row["strategy"]),
+                    label=label,
+                    drawstyle="steps-post",
+                )
     for ax, name in zip(axes, ("allocated", "reserved")):
         ax.set_title(f"{name} memory", fontsize=10)
         ax.set_xlabel("time since the first recorded step (s)")
@@ -170,10 +234,19 @@ def chart_memory_timeline(run: RunData, path: Path) -> None:
     axes[0].set_ylabel("memory per device, largest rank (GiB)")
     axes[0].set_ylim(bottom=0)
     first = rows.loc[case_ids[0]]
-    fig.suptitle(f"Memory over time — {first['model']}, batch {first['batch_size']}, grad accum {first['grad_accum']}",
-                 fontsize=11)
+    fig.suptitle(
+        f"Memory over time — {first['model']}, batch {first['batch_size']}, grad accum {first['grad_accum']}",
+        fontsize=11,
+    )
     fig.tight_layout()
     handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=min(3, len(labels)), fontsize=8,
-               frameon=False)
+    fig.legend(
+        handles,
+        labels,
+        loc="upper center",
+        bbox_to_anchor=(0.5, 0.0),
+        ncol=min(3, len(labels)),
+        fontsize=8,
+        frameon=False,
+    )
     save_figure(fig, path)

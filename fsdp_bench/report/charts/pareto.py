@@ -33,17 +33,29 @@ def chart_pareto(run: RunData, path: Path) -> None:
         ax.plot(x[front], y[front], color="black", linewidth=1, linestyle="--", label="Pareto frontier")
         chosen = part.index[part["case_id"] == picks.get(model)]
         if len(chosen):
-            ax.scatter(x[chosen], y[chosen], s=220, facecolors="none", edgecolors="#c0392b", linewidths=2,
-                       label="recommended")
+            ax.scatter(
+                x[chosen], y[chosen], s=220, facecolors="none", edgecolors="#c0392b", linewidths=2, label="recommended"
+            )
         gone = missing[missing["model"] == model]
-        notes = [f"not shown, no measured {memory}: {len(gone)} case(s) "
-                 f"({', '.join(dict.fromkeys(gone['strategy']))})"] if len(gone) else []
+        notes = (
+            [f"not shown, no measured {memory}: {len(gone)} case(s) ({', '.join(dict.fromkeys(gone['strategy']))})"]
+            if len(gone)
+            else []
+        )
         omitted = left_out(run.df[run.df["model"] == model], SPEED)  # did not train, failed, no tokens/s
         if omitted:
             notes.append("not shown, " + omitted)
         if notes:
-            ax.text(0.01, 0.01, "\n".join(notes), transform=ax.transAxes, fontsize=6, va="bottom", color="#7f8c8d",
-                    wrap=True)
+            ax.text(
+                0.01,
+                0.01,
+                "\n".join(notes),
+                transform=ax.transAxes,
+                fontsize=6,
+                va="bottom",
+                color="#7f8c8d",
+                wrap=True,
+            )
         if run.budget_gib is not None:
             ax.axvline(run.budget_gib * scale, color="#c0392b", linewidth=1, label="memory budget")
         ax.set_xlabel(f"{memory.replace('_gib', '').replace('_', ' ')} per device ({unit})")

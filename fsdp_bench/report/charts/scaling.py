@@ -7,14 +7,33 @@ import math
 from pathlib import Path
 from typing import Any
 
-from fsdp_bench.report.charts.style import (ChartSkipped, RunData, STATUS_MARKS, TIMING_STYLES, add_legend, failed_rows, mark_failures, pyplot, reference_slice, require, save_figure, strategies_in, strategy_color, strategy_handles, timings_in)
 from fsdp_bench.analysis.stats import CONFIDENCE_PCT
+from fsdp_bench.report.charts.style import (
+    STATUS_MARKS,
+    TIMING_STYLES,
+    ChartSkipped,
+    RunData,
+    add_legend,
+    failed_rows,
+    mark_failures,
+    pyplot,
+    reference_slice,
+    require,
+    save_figure,
+    strategies_in,
+    strategy_color,
+    strategy_handles,
+    timings_in,
+)
 from fsdp_bench.report.recommend import level_pct, speed_interval, speeds_overlap
 from fsdp_bench.report.table import ok_rows, trained_rows
 from fsdp_bench.results.metrics import M
 
-MEMORY_KINDS = ((M.peak_allocated_gib, "allocated (allocator)"), (M.peak_reserved_gib, "reserved (allocator)"),
-                (M.peak_rss_gib, "process RSS (host memory)"))
+MEMORY_KINDS = (
+    (M.peak_allocated_gib, "allocated (allocator)"),
+    (M.peak_reserved_gib, "reserved (allocator)"),
+    (M.peak_rss_gib, "process RSS (host memory)"),
+)
 
 
 def _batch_axis(ax: Any, sizes: list[int]) -> None:
@@ -48,8 +67,10 @@ def _series_errors(group, column: str, factor: float) -> list[list[float]] | Non
     if all(b is None for b in bounds):
         return None
     values = list(group[column])
-    return [[0.0 if b is None else max(0.0, (v - b[0]) * factor) for v, b in zip(values, bounds)],
-            [0.0 if b is None else max(0.0, (b[1] - v) * factor) for v, b in zip(values, bounds)]]
+    return [
+        [0.0 if b is None else max(0.0, (v - b[0]) * factor) for v, b in zip(values, bounds)],
+        [0.0 if b is None else max(0.0, (b[1] - v) * factor) for v, b in zip(values, bounds)],
+    ]
 
 
 def overlapping_leaders(ok, column: str) -> list[int]:
@@ -64,7 +85,7 @@ def overlapping_leaders(ok, column: str) -> list[int]:
 
 
 def _levels(df) -> str:
-    """"95%", or "75-95%" when some case had too few steps to reach CONFIDENCE (min..max)."""
+    """ "95%", or "75-95%" when some case had too few steps to reach CONFIDENCE (min..max)."""
     lowest = min((level_pct(r) for r in ok_rows(df).to_dict("records")), default=CONFIDENCE_PCT)
     return f"{CONFIDENCE_PCT}%" if lowest >= CONFIDENCE_PCT else f"{lowest:.0f}-{CONFIDENCE_PCT}%"
 
@@ -75,16 +96,42 @@ def _plot_series(ax: Any, ok, column: str, factor: float, with_errors: bool) -> 
         if group.empty:
             continue
         errors = _series_errors(group, column, factor) if with_errors else None
-        ax.errorbar(group["batch_size"], group[column] * factor, yerr=errors, fmt=TIMING_STYLES.get(timing, "-."),
-                    marker="o", markersize=4, color=strategy_color(strategy), lw=1.8, capsize=3, elinewidth=1)
+        ax.errorbar(
+            group["batch_size"],
+            group[column] * factor,
+            yerr=errors,
+            fmt=TIMING_STYLES.get(timing, "-."),
+            marker="o",
+            markersize=4,
+            color=strategy_color(strategy),
+            lw=1.8,
+            capsize=3,
+            elinewidth=1,
+        )
     if with_errors and (crossed := overlapping_leaders(ok, column)):
-        ax.text(0.98, 0.02, f"fastest two within noise at batch {', '.join(map(str, crossed))}",
-                transform=ax.transAxes, fontsize=7, color="#555555", ha="right")
+        ax.text(
+            0.98,
+            0.02,
+            f"fastest two within noise at batch {', '.join(map(str, crossed))}",
+            transform=ax.transAxes,
+            fontsize=7,
+            color="#555555",
+            ha="right",
+        )
 
 
-def draw_lines_vs_batch(run: RunData, panels: list, ylabel: str, title: str, path: Path, ncols: int,
-                        *, zero_floor: bool = True, units: dict[str, tuple[float, str]] | None = None,
-                        with_errors: bool = False) -> None:
+def draw_lines_vs_batch(
+    run: RunData,
+    panels: list,
+    ylabel: str,
+    title: str,
+    path: Path,
+    ncols: int,
+    *,
+    zero_floor: bool = True,
+    units: dict[str, tuple[float, str]] | None = None,
+    with_errors: bool = False,
+) -> None:
     """`units`: per column, (factor, y label) overriding `ylabel`, e.g. MiB for tiny memory.
     `with_errors`: the column is a rate (1 / step time); bars show its confidence interval."""
     units = units or {}
@@ -98,8 +145,9 @@ def draw_lines_vs_batch(run: RunData, panels: list, ylabel: str, title: str, pat
         ok = ok_rows(part)
         missing = sorted(set(ok["strategy"]) - set(ok[ok[column].notna()]["strategy"]))
         if missing:  # finished, but this metric was not measured for them: say so, not a silent gap
-            ax.text(0.02, 0.02, f"not measured: {', '.join(missing)}", transform=ax.transAxes, fontsize=7,
-                    color="#555555")
+            ax.text(
+                0.02, 0.02, f"not measured: {', '.join(missing)}", transform=ax.transAxes, fontsize=7, color="#555555"
+            )
         _plot_series(ax, ok, column, units.get(column, (1.0, ""))[0], with_errors)
         mark_failures(ax, part, "batch_size", strategies)
         ax.set_title(panel_title, fontsize=10)
@@ -108,7 +156,7 @@ def draw_lines_vs_batch(run: RunData, panels: list, ylabel: str, title: str, pat
         if zero_floor:
             ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
-    for ax in list(axes.flat)[len(panels):]:
+    for ax in list(axes.flat)[len(panels) :]:
         ax.set_visible(False)
     bars = f"\nbars: from the step-time median's {_levels(run.df)} confidence interval" if with_errors else ""
     fig.suptitle(title + (f" — {run.title}" if run.title else "") + bars, fontsize=12)
@@ -120,8 +168,15 @@ def draw_lines_vs_batch(run: RunData, panels: list, ylabel: str, title: str, pat
 def chart_throughput(run: RunData, path: Path) -> None:
     require(run.df, M.tokens_per_s_per_device)
     panels = _facets(run.df, [(M.tokens_per_s_per_device, "")])
-    draw_lines_vs_batch(run, panels, "tokens/s per device", "Throughput vs batch size (higher is better)",
-                        path, ncols=min(3, run.df["grad_accum"].nunique()), with_errors=True)
+    draw_lines_vs_batch(
+        run,
+        panels,
+        "tokens/s per device",
+        "Throughput vs batch size (higher is better)",
+        path,
+        ncols=min(3, run.df["grad_accum"].nunique()),
+        with_errors=True,
+    )
 
 
 def chart_peak_memory(run: RunData, path: Path) -> None:
@@ -131,9 +186,15 @@ def chart_peak_memory(run: RunData, path: Path) -> None:
     panels = _facets(run.df, kinds)
     # MiB per kind whose values are under 0.1 GiB: a tiny model's memory would read 0.00 GiB
     units = {c: (1024.0, "peak memory per device (MiB)") for c, _ in kinds if ok_rows(run.df)[c].max() < 0.1}
-    draw_lines_vs_batch(run, panels, "peak memory per device (GiB)",
-                        "Peak memory vs batch size (largest rank; lower is better)", path, ncols=len(kinds),
-                        units=units)
+    draw_lines_vs_batch(
+        run,
+        panels,
+        "peak memory per device (GiB)",
+        "Peak memory vs batch size (largest rank; lower is better)",
+        path,
+        ncols=len(kinds),
+        units=units,
+    )
 
 
 def chart_mfu(run: RunData, path: Path) -> None:
@@ -143,8 +204,15 @@ def chart_mfu(run: RunData, path: Path) -> None:
             reason = f" ({run.df['mfu_null_reason'].dropna().iloc[0]})"
         raise ChartSkipped(f"no finished case has mfu_pct: no peak FLOPs known for the device{reason}")
     panels = _facets(run.df, [(M.mfu_pct, "")])
-    draw_lines_vs_batch(run, panels, "model FLOPs utilization (%)", "MFU vs batch size (higher is better)",
-                        path, ncols=min(3, run.df["grad_accum"].nunique()), with_errors=True)
+    draw_lines_vs_batch(
+        run,
+        panels,
+        "model FLOPs utilization (%)",
+        "MFU vs batch size (higher is better)",
+        path,
+        ncols=min(3, run.df["grad_accum"].nunique()),
+        with_errors=True,
+    )
 
 
 def chart_gpu_util(run: RunData, path: Path) -> None:
@@ -172,8 +240,15 @@ def chart_gpu_util(run: RunData, path: Path) -> None:
         for j in range(len(sizes)):
             value = grid[i, j]
             color = "white" if value != value or value < 60 else "black"
-            ax.text(j, i, labels[i][j] or "—", ha="center", va="center", fontsize=8,
-                    color="black" if value != value else color)
+            ax.text(
+                j,
+                i,
+                labels[i][j] or "—",
+                ha="center",
+                va="center",
+                fontsize=8,
+                color="black" if value != value else color,
+            )
     ax.set_xticks(range(len(sizes)), [str(s) for s in sizes])
     ax.set_yticks(range(len(strategies)), strategies)
     for tick, strategy in zip(ax.get_yticklabels(), strategies):

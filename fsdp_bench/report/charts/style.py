@@ -10,19 +10,33 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fsdp_bench.plan.catalog import STRATEGIES
-from fsdp_bench.results.schema import FAILED_STATUSES
+from fsdp_bench.plan.catalog import STRATEGIES, strategy_order
 from fsdp_bench.report.table import ok_rows
-from fsdp_bench.plan.catalog import strategy_order
+from fsdp_bench.results.schema import FAILED_STATUSES
 
 # Colour-blind-friendly first (Okabe-Ito), then tab10's remainder; strategies keep their colour in
 # every chart because the colour is looked up by name, never by position in one chart.
-_PALETTE = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#8C564B",
-            "#7F7F7F", "#BCBD22", "#17BECF", "#393B79", "#F0E442")
+_PALETTE = (
+    "#0072B2",
+    "#E69F00",
+    "#009E73",
+    "#D55E00",
+    "#CC79A7",
+    "#56B4E9",
+    "#8C564B",
+    "#7F7F7F",
+    "#BCBD22",
+    "#17BECF",
+    "#393B79",
+    "#F0E442",
+)
 STRATEGY_COLORS = {name: _PALETTE[i % len(_PALETTE)] for i, name in enumerate(STRATEGIES)}
 TIMING_STYLES = {"after_shard": "-", "before_shard": "--", "before_shard_fixed": ":"}
-TIMING_LABELS = {"after_shard": "optimizer after sharding", "before_shard": "optimizer before sharding (no fix)",
-                 "before_shard_fixed": "optimizer before sharding + fix"}
+TIMING_LABELS = {
+    "after_shard": "optimizer after sharding",
+    "before_shard": "optimizer before sharding (no fix)",
+    "before_shard_fixed": "optimizer before sharding + fix",
+}
 STATUS_MARKS = {"oom": "OOM", "failed": "FAIL", "timeout": "TIMEOUT"}
 
 
@@ -97,11 +111,28 @@ def mark_failures(ax: Any, df, x_col: str, strategies: list[str]) -> None:
         k = strategies.index(row["strategy"]) if row["strategy"] in strategies else 0
         y = 0.03 + 0.07 * k  # one row per strategy so two failures at one x do not overlap
         trans = ax.get_xaxis_transform()
-        ax.plot([row[x_col]], [y], marker="X", markersize=9, color=strategy_color(row["strategy"]),
-                markeredgecolor="black", markeredgewidth=0.6, transform=trans, clip_on=False, zorder=5)
-        ax.annotate(STATUS_MARKS.get(row["status"], row["status"]), (row[x_col], y), xycoords=trans,
-                    xytext=(7, -3), textcoords="offset points", fontsize=7, fontweight="bold",
-                    color=strategy_color(row["strategy"]))
+        ax.plot(
+            [row[x_col]],
+            [y],
+            marker="X",
+            markersize=9,
+            color=strategy_color(row["strategy"]),
+            markeredgecolor="black",
+            markeredgewidth=0.6,
+            transform=trans,
+            clip_on=False,
+            zorder=5,
+        )
+        ax.annotate(
+            STATUS_MARKS.get(row["status"], row["status"]),
+            (row[x_col], y),
+            xycoords=trans,
+            xytext=(7, -3),
+            textcoords="offset points",
+            fontsize=7,
+            fontweight="bold",
+            color=strategy_color(row["strategy"]),
+        )
 
 
 def strategy_handles(strategies: list[str], *, timings: list[str] | None = None, failures: bool = False):
@@ -110,17 +141,34 @@ def strategy_handles(strategies: list[str], *, timings: list[str] | None = None,
 
     handles = [Line2D([], [], color=strategy_color(s), lw=6, label=s) for s in strategies]
     if timings and len(timings) > 1:
-        handles += [Line2D([], [], color="black", ls=TIMING_STYLES.get(t, "-."), label=TIMING_LABELS.get(t, t))
-                    for t in timings]
+        handles += [
+            Line2D([], [], color="black", ls=TIMING_STYLES.get(t, "-."), label=TIMING_LABELS.get(t, t)) for t in timings
+        ]
     if failures:
-        handles.append(Line2D([], [], color="grey", marker="X", ls="", markersize=9, markeredgecolor="black",
-                              label="did not finish (OOM / TIMEOUT / FAIL)"))
+        handles.append(
+            Line2D(
+                [],
+                [],
+                color="grey",
+                marker="X",
+                ls="",
+                markersize=9,
+                markeredgecolor="black",
+                label="did not finish (OOM / TIMEOUT / FAIL)",
+            )
+        )
     return handles
 
 
 def add_legend(fig: Any, handles: list) -> None:
-    fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=min(4, len(handles)),
-               fontsize=8, frameon=False)
+    fig.legend(
+        handles=handles,
+        loc="upper center",
+        bbox_to_anchor=(0.5, 0.0),
+        ncol=min(4, len(handles)),
+        fontsize=8,
+        frameon=False,
+    )
 
 
 def timings_in(df) -> list[str]:
@@ -140,8 +188,11 @@ class Slice:
     batch_size: int | None = None
 
     def select(self, df):
-        part = df[(df["model"] == self.model) & (df["grad_accum"] == self.grad_accum)
-                  & (df["optimizer_timing"] == self.optimizer_timing)]
+        part = df[
+            (df["model"] == self.model)
+            & (df["grad_accum"] == self.grad_accum)
+            & (df["optimizer_timing"] == self.optimizer_timing)
+        ]
         return part if self.batch_size is None else part[part["batch_size"] == self.batch_size]
 
     def describe(self) -> str:
@@ -163,8 +214,9 @@ def reference_slice(df, column: str | None = None, *, with_batch: bool = True) -
     counts["_bs"] = counts["batch_size"] if with_batch else 0
     counts = counts.sort_values(["strategy", "_after", "grad_accum", "_bs"], ascending=[False, False, True, False])
     top = counts.iloc[0]
-    return Slice(top["model"], int(top["grad_accum"]), top["optimizer_timing"],
-                 int(top["batch_size"]) if with_batch else None)
+    return Slice(
+        top["model"], int(top["grad_accum"]), top["optimizer_timing"], int(top["batch_size"]) if with_batch else None
+    )
 
 
 def bar_positions(n_bars: int, width: float = 0.8):

@@ -7,14 +7,33 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from fsdp_bench.report.charts.style import (ChartSkipped, RunData, TIMING_LABELS, add_legend, bar_positions, mark_failures, pyplot, reference_slice, require, save_figure, strategies_in, strategy_color, strategy_handles, timings_in)
-from fsdp_bench.report.table import ok_rows
-from fsdp_bench.plan.catalog import strategy_order
-from fsdp_bench.results.metrics import M
 from fsdp_bench.analysis.stats import CONFIDENCE_PCT
+from fsdp_bench.plan.catalog import strategy_order
+from fsdp_bench.report.charts.style import (
+    TIMING_LABELS,
+    ChartSkipped,
+    RunData,
+    add_legend,
+    bar_positions,
+    mark_failures,
+    pyplot,
+    reference_slice,
+    require,
+    save_figure,
+    strategies_in,
+    strategy_color,
+    strategy_handles,
+    timings_in,
+)
+from fsdp_bench.report.table import ok_rows
+from fsdp_bench.results.metrics import M
 
-STEP_PARTS = ((M.compute_s_per_step, "compute", "#4C72B0"), (M.comm_exposed_s_per_step, "exposed communication", "#C44E52"),
-              (M.optimizer_s_per_step, "optimizer", "#55A868"), (M.data_host_s_per_step, "data / host", "#8172B2"))
+STEP_PARTS = (
+    (M.compute_s_per_step, "compute", "#4C72B0"),
+    (M.comm_exposed_s_per_step, "exposed communication", "#C44E52"),
+    (M.optimizer_s_per_step, "optimizer", "#55A868"),
+    (M.data_host_s_per_step, "data / host", "#8172B2"),
+)
 
 
 def loss_curve(result: dict[str, Any]) -> list[float]:
@@ -34,7 +53,11 @@ def chart_loss_curves(run: RunData, path: Path) -> None:
     # The model / batch / accum with the most (strategy, timing) curves, so panels compare like with like.
     counts = df.groupby(["model", "batch_size", "grad_accum"]).size().reset_index(name="n")
     top = counts.sort_values(["n", "grad_accum", "batch_size"], ascending=[False, True, False]).iloc[0]
-    part = df[(df["model"] == top["model"]) & (df["batch_size"] == top["batch_size"]) & (df["grad_accum"] == top["grad_accum"])]
+    part = df[
+        (df["model"] == top["model"])
+        & (df["batch_size"] == top["batch_size"])
+        & (df["grad_accum"] == top["grad_accum"])
+    ]
     timings = timings_in(part)
     plt = pyplot()
     fig, axes = plt.subplots(1, len(timings), figsize=(4.8 * len(timings), 3.8), squeeze=False, sharey=True)
@@ -45,8 +68,15 @@ def chart_loss_curves(run: RunData, path: Path) -> None:
         for k, row in enumerate(rows):
             curve = loss_curve(run.results[row.case_id])
             # Same seed, same data: correct strategies overlap exactly; thinner lines on top keep each visible.
-            ax.plot(range(len(curve)), curve, marker="o", markersize=3, color=strategy_color(row.strategy),
-                    lw=1.2 + 1.6 * (len(rows) - 1 - k), alpha=0.9)
+            ax.plot(
+                range(len(curve)),
+                curve,
+                marker="o",
+                markersize=3,
+                color=strategy_color(row.strategy),
+                lw=1.2 + 1.6 * (len(rows) - 1 - k),
+                alpha=0.9,
+            )
             warmup = int(getattr(row, "warmup", 0) or 0)
         if rows and warmup:
             ax.axvspan(-0.3, warmup - 0.5, color="grey", alpha=0.12, lw=0)
@@ -58,7 +88,9 @@ def chart_loss_curves(run: RunData, path: Path) -> None:
         ax.xaxis.get_major_locator().set_params(integer=True)  # steps are whole numbers
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("training loss (mean over ranks)")
-    fig.suptitle(f"Loss curves — {top['model']}, batch {top['batch_size']}, grad accum {top['grad_accum']}", fontsize=11)
+    fig.suptitle(
+        f"Loss curves — {top['model']}, batch {top['batch_size']}, grad accum {top['grad_accum']}", fontsize=11
+    )
     fig.tight_layout()
     add_legend(fig, strategy_handles(strategies))
     save_figure(fig, path)
@@ -97,8 +129,10 @@ def chart_communication(run: RunData, path: Path) -> None:
     ax.set_xticks(range(len(sizes)), [str(s) for s in sizes])
     ax.set_xlabel("per-device batch size (samples)")
     ax.set_ylabel("communication time per optimizer step (s)")
-    ax.set_title(f"Communication: total (light, dotted) vs exposed (solid, not overlapped by compute)\n{ref.describe()}",
-                 fontsize=10)
+    ax.set_title(
+        f"Communication: total (light, dotted) vs exposed (solid, not overlapped by compute)\n{ref.describe()}",
+        fontsize=10,
+    )
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     add_legend(fig, strategy_handles(strategies, failures=not part[part["status"] != "ok"].empty))
@@ -107,8 +141,9 @@ def chart_communication(run: RunData, path: Path) -> None:
 
 def median_error(row: dict) -> list[list[float]] | None:
     """Error bar below and above a case's step-time median: its confidence interval."""
-    low, high, median = (row.get(k) for k in (M.step_time_s_median_ci_low, M.step_time_s_median_ci_high,
-                                              M.step_time_s_median))
+    low, high, median = (
+        row.get(k) for k in (M.step_time_s_median_ci_low, M.step_time_s_median_ci_high, M.step_time_s_median)
+    )
     if not all(isinstance(v, (int, float)) and v == v for v in (low, high, median)):
         return None
     return [[max(0.0, median - low)], [max(0.0, high - median)]]
@@ -117,17 +152,26 @@ def median_error(row: dict) -> list[list[float]] | None:
 def chart_step_breakdown(run: RunData, path: Path) -> None:
     present = [p for p in STEP_PARTS if p[0] in run.df and ok_rows(run.df)[p[0]].notna().any()]
     if len(present) < 2:
-        raise ChartSkipped("fewer than two of compute_s_per_step, comm_exposed_s_per_step, optimizer_s_per_step, "
-                           "data_host_s_per_step were measured")
+        raise ChartSkipped(
+            "fewer than two of compute_s_per_step, comm_exposed_s_per_step, optimizer_s_per_step, "
+            "data_host_s_per_step were measured"
+        )
     ref = reference_slice(run.df, present[0][0], with_batch=False)
     part = ok_rows(ref.select(run.df))
     part = part[part[present[0][0]].notna()]
     sizes = _batch_sizes(part)
     plt = pyplot()
-    fig, axes = plt.subplots(1, len(sizes), figsize=(max(4.0, 0.9 * part["strategy"].nunique() + 1.5) * len(sizes), 4.4),
-                             squeeze=False, sharey=True)
+    fig, axes = plt.subplots(
+        1,
+        len(sizes),
+        figsize=(max(4.0, 0.9 * part["strategy"].nunique() + 1.5) * len(sizes), 4.4),
+        squeeze=False,
+        sharey=True,
+    )
     for ax, size in zip(axes[0], sizes):
-        rows = sorted(part[part["batch_size"] == size].itertuples(), key=lambda r: (strategy_order(r.strategy), r.strategy))
+        rows = sorted(
+            part[part["batch_size"] == size].itertuples(), key=lambda r: (strategy_order(r.strategy), r.strategy)
+        )
         for x, row in enumerate(rows):
             bottom = 0.0
             for column, label, color in present:
@@ -138,9 +182,17 @@ def chart_step_breakdown(run: RunData, path: Path) -> None:
                 bottom += value
             measured = getattr(row, M.step_time_s_median, None)
             if measured is not None and measured == measured:
-                ax.errorbar([x], [measured], yerr=median_error(row._asdict()), marker="D", color="black", ls="",
-                            markersize=5, capsize=4, label=f"measured step time (median, {CONFIDENCE_PCT}% interval)"
-                            if x == 0 else None)
+                ax.errorbar(
+                    [x],
+                    [measured],
+                    yerr=median_error(row._asdict()),
+                    marker="D",
+                    color="black",
+                    ls="",
+                    markersize=5,
+                    capsize=4,
+                    label=f"measured step time (median, {CONFIDENCE_PCT}% interval)" if x == 0 else None,
+                )
         ax.set_xticks(range(len(rows)), [r.strategy for r in rows], rotation=25, ha="right", fontsize=8)
         for tick, row in zip(ax.get_xticklabels(), rows):
             tick.set_color(strategy_color(row.strategy))
@@ -148,7 +200,9 @@ def chart_step_breakdown(run: RunData, path: Path) -> None:
         ax.grid(axis="y", alpha=0.3)
     axes[0][0].set_ylabel("time per optimizer step (s)")
     handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=len(labels), fontsize=8, frameon=False)
+    fig.legend(
+        handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=len(labels), fontsize=8, frameon=False
+    )
     fig.suptitle(f"Step-time breakdown — {ref.describe()}", fontsize=11)
     fig.tight_layout()
     save_figure(fig, path)

@@ -24,16 +24,23 @@ def chart_tune_rounds(run: RunData, path: Path) -> None:
                     continue
                 x = entry["round"] + 0.08 * (j - (len(entry["runs"]) - 1) / 2)
                 low, high = case.get("speed_low_tokens_per_s") or speed, case.get("speed_high_tokens_per_s") or speed
-                ax.errorbar([x], [speed], yerr=[[speed - low], [high - speed]], fmt="o",
-                            color=KIND_COLORS.get(entry["kind"], "black"), capsize=3)
+                ax.errorbar(
+                    [x],
+                    [speed],
+                    yerr=[[speed - low], [high - speed]],
+                    fmt="o",
+                    color=KIND_COLORS.get(entry["kind"], "black"),
+                    capsize=3,
+                )
                 if case["case_id"] == answer.get("pick"):
                     ax.scatter([x], [speed], s=200, facecolors="none", edgecolors="black", linewidths=1.5)
         ax.set_xticks([e["round"] for e in answer["rounds"]])
         ax.set_xticklabels([f"{e['round']}\n{e['kind']}" for e in answer["rounds"]])
         cost = answer["cost"]
         ratio = f", {100 * cost['ratio']:.0f}% of the full grid" if cost.get("ratio") else ""
-        ax.set_title(f"{answer['model']}: pick ringed; {cost['measured_cases']} of {cost['grid_cases']} cases{ratio}",
-                     fontsize=9)
+        ax.set_title(
+            f"{answer['model']}: pick ringed; {cost['measured_cases']} of {cost['grid_cases']} cases{ratio}", fontsize=9
+        )
         ax.set_xlabel("round")
         ax.set_ylabel("tokens/s per device (median, CI)")
         ax.grid(alpha=0.3)

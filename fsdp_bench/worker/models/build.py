@@ -4,7 +4,7 @@ materialize meta-device parameters after sharding with values that do not depend
 from __future__ import annotations
 
 import zlib
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -17,8 +17,7 @@ _BUILDERS = {"gpt": GPT, "linear": LinearStack}
 _WRAPPER_PREFIXES = ("_fsdp_wrapped_module.", "_checkpoint_wrapped_module.", "_orig_mod.")
 
 
-def build_model(flavor: ModelFlavor, *, seed: int, device: torch.device | str = "cpu",
-                meta: bool = False) -> nn.Module:
+def build_model(flavor: ModelFlavor, *, seed: int, device: torch.device | str = "cpu", meta: bool = False) -> nn.Module:
     """The flavor's model with deterministic weights: every rank and strategy starts identical.
 
     `meta=True` (Hugging Face flavors) leaves parameters on the meta device; `materialize_*`
@@ -104,8 +103,9 @@ def param_init_fn(model: nn.Module, device: torch.device, seed: int) -> Callable
                 continue
             if id(p) not in done:
                 full = canonical.get(id(p)) or f"{prefixes.get(id(module), '')}.{name}".lstrip(".")
-                done[id(p)] = nn.Parameter(init_values(full, p.shape, seed).to(device, p.dtype),
-                                           requires_grad=p.requires_grad)
+                done[id(p)] = nn.Parameter(
+                    init_values(full, p.shape, seed).to(device, p.dtype), requires_grad=p.requires_grad
+                )
             module._parameters[name] = done[id(p)]
 
     return init
@@ -129,8 +129,9 @@ def materialize_module(model: nn.Module, device: torch.device, seed: int) -> Non
     move_buffers(model, device)
 
 
-def materialize_fsdp2(model: nn.Module, device: torch.device, seed: int, *,
-                      param_device: torch.device | str | None = None) -> None:
+def materialize_fsdp2(
+    model: nn.Module, device: torch.device, seed: int, *, param_device: torch.device | str | None = None
+) -> None:
     """Allocate FSDP2's sharded meta parameters and fill each rank's shard from the full value.
 
     The full value of one parameter exists at a time (built on the host, then split locally

@@ -9,8 +9,8 @@ are loaded instead (that needs the full model on the host once).
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import torch
 import torch.nn.functional as F
@@ -18,8 +18,12 @@ from torch import nn
 
 from fsdp_bench.plan.flavors import ModelFlavor, load_config_dict
 
-_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
-                 "pytorch_model.bin.index.json")
+_WEIGHT_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
 
 
 class CausalLM(nn.Module):
@@ -78,12 +82,15 @@ def build_hf_model(flavor: ModelFlavor, *, meta: bool) -> CausalLM:
 
     folder = weights_folder(flavor)
     if folder is not None:
-        lm, info = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, attn_implementation="sdpa",
-                                                        output_loading_info=True)
+        lm, info = AutoModelForCausalLM.from_pretrained(
+            folder, dtype=torch.float32, attn_implementation="sdpa", output_loading_info=True
+        )
         missing = info.get("missing_keys") or []
         if missing:  # transformers only warns and initialises them at random: not the user's model
-            raise ValueError(f"{folder}: the weights lack {len(missing)} of the model's tensors "
-                             f"(first: {sorted(missing)[0]}); not this config's weights")
+            raise ValueError(
+                f"{folder}: the weights lack {len(missing)} of the model's tensors "
+                f"(first: {sorted(missing)[0]}); not this config's weights"
+            )
     else:
         config = build_config(flavor)
         with params_on_meta() if meta else contextlib.nullcontext():
@@ -94,8 +101,10 @@ def build_hf_model(flavor: ModelFlavor, *, meta: bool) -> CausalLM:
 def local_tokenizer(flavor: ModelFlavor):
     """The tokenizer in a local model folder, or None (shipped flavors have none)."""
     folder = flavor.config.get("path")
-    if not folder or not any((Path(folder) / f).exists() for f in ("tokenizer.json", "tokenizer.model",
-                                                                     "vocab.json", "tokenizer_config.json")):
+    if not folder or not any(
+        (Path(folder) / f).exists()
+        for f in ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
+    ):
         return None
     from transformers import AutoTokenizer
 
