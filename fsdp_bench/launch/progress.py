@@ -15,7 +15,7 @@ from fsdp_bench.analysis.duration import format_duration
 from fsdp_bench.analysis.stats import NOISY_CV_PCT
 from fsdp_bench.launch.session import SessionError, SweepSession
 from fsdp_bench.plan.options import Sweep
-from fsdp_bench.results.metrics import M
+from fsdp_bench.results.metrics import M, label
 
 
 @dataclass
@@ -87,7 +87,7 @@ class BenchState:
 
 
 def progress_line(i: int, total: int, case_id: str, result: dict[str, Any], elapsed_s: float) -> str:
-    """`[i/N] case-id  status  step 0.123 s  1,234 tok/s/dev  peak 0.05 GiB  elapsed 1m02s  ETA 3m10s`."""
+    """`[i/N] case-id  status  step 0.123 s  1,234 tok/s/dev  peak alloc 51.2 MiB  elapsed 1m02s  ETA 3m10s`."""
     metrics = result.get("metrics") or {}
     status = result.get("status", "?")
     if status == "ok" and metrics.get(M.params_changed) is False:
@@ -107,16 +107,19 @@ def _measured_parts(metrics: dict[str, Any]) -> list[str]:
         parts.append(f"step {metrics[M.step_time_s_median]:.3f} s")
     if isinstance(metrics.get(M.tokens_per_s_per_device), (int, float)):
         parts.append(f"{metrics[M.tokens_per_s_per_device]:,.0f} tok/s/dev")
-    peak = next(
+    # One label per measure (the registry's, unit stripped): on CPU, FSDP1 has only the process RSS
+    # (~0.3 GiB) while the others have live tensor bytes (MiB); one bare "peak" mixed the two.
+    key = next(
         (
-            metrics[k]
+            k
             for k in (M.peak_reserved_gib, M.peak_allocated_gib, M.peak_rss_gib)
             if isinstance(metrics.get(k), (int, float))
         ),
         None,
     )
-    if peak is not None:
-        parts.append(f"peak {peak:.2f} GiB" if peak >= 0.1 else f"peak {peak * 1024:.1f} MiB")
+    if key is not None:
+        peak, name = metrics[key], label(key).split(" (")[0]
+        parts.append(f"{name} {peak:.2f} GiB" if peak >= 0.1 else f"{name} {peak * 1024:.1f} MiB")
     cv = metrics.get(M.step_time_cv_pct)
     if isinstance(cv, (int, float)) and cv > NOISY_CV_PCT:
         parts.append(f"NOISY (CV {cv:.0f}%)")

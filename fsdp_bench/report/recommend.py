@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fsdp_bench.analysis.stats import CONFIDENCE_PCT
-from fsdp_bench.report.table import trained_rows
+from fsdp_bench.report.table import left_out, trained_rows
 from fsdp_bench.results.metrics import M
 
 SPEED = M.tokens_per_s_per_device
@@ -71,7 +71,9 @@ def describe(row: dict[str, Any], memory: str) -> str:
     value = row.get(memory)
     mem = "not measured" if value is None or value != value else format_gib(value)
     interval = speed_interval(row)
-    spread = "" if interval is None else f" ({_fmt_speed(interval[0])}-{_fmt_speed(interval[1])} at {CONFIDENCE_PCT}%)"
+    spread = (
+        "" if interval is None else f" ({_fmt_speed(interval[0])}-{_fmt_speed(interval[1])} at {level_pct(row):.0f}%)"
+    )
     return (
         f"{row['strategy']} batch {row['batch_size']} x accum {row['grad_accum']}{timing} "
         f"({row[SPEED]:,.0f} tokens/s/device{spread}, step {row[M.step_time_s_median]:.3g} s, "
@@ -88,15 +90,23 @@ def format_gib(value: float) -> str:
     return f"{value:.2f} GiB" if value >= 0.1 else f"{value * 1024:.1f} MiB"
 
 
-def speed_interval(row: dict[str, Any]) -> tuple[float, float] | None:
-    """tokens/s/device at the bounds of the step-time median's confidence interval (None when
-    the case has no interval)."""
+def level_pct(row: dict[str, Any]) -> float:
+    """The confidence level a case's interval reached: CONFIDENCE_PCT, lower with under 6 steps
+    (the interval is then min..max)."""
+    level = row.get(M.step_time_median_ci_level_pct)
+    return level if isinstance(level, (int, float)) and level == level else CONFIDENCE_PCT
+
+
+def speed_interval(row: dict[str, Any], column: str = SPEED) -> tuple[float, float] | None:
+    """tokens/s/device (or another rate inversely proportional to the step time, e.g. MFU) at the
+    bounds of the step-time median's confidence interval (None when the case has no interval)."""
     low, high, median = (
         row.get(k) for k in (M.step_time_s_median_ci_low, M.step_time_s_median_ci_high, M.step_time_s_median)
     )
-    if not all(isinstance(v, (int, float)) and v == v and v > 0 for v in (low, high, median)):
+    value = row.get(column)
+    if not all(isinstance(v, (int, float)) and v == v and v > 0 for v in (low, high, median, value)):
         return None
-    return row[SPEED] * median / high, row[SPEED] * median / low
+    return value * median / high, value * median / low
 
 
 def speeds_overlap(best: dict[str, Any], second: dict[str, Any]) -> bool:
@@ -153,5 +163,6 @@ def recommendation_lines(df, budget_gib: float | None = None) -> list[str]:
                 if rec.budget_gib is not None
                 else ", ranked by speed all the same"
             )
-        lines.append(text + ".")
+        omitted = left_out(df[df["model"] == rec.model], SPEED) if "model" in df else ""
+        lines.append(text + (f"; {omitted}" if omitted else "") + ".")
     return lines

@@ -12,7 +12,7 @@ from typing import Any
 from fsdp_bench.analysis.stats import CONFIDENCE_PCT, NOISY_CV_PCT
 from fsdp_bench.plan.catalog import is_baseline, strategy_order
 from fsdp_bench.report.charts.style import TIMING_LABELS
-from fsdp_bench.report.table import ok_rows, trained_rows
+from fsdp_bench.report.table import left_out, ok_rows, trained_rows
 from fsdp_bench.results.metrics import M
 from fsdp_bench.results.schema import FAILED_STATUSES
 
@@ -82,11 +82,13 @@ def _gain_text(best, second) -> str:
 
 def fastest_per_batch(df) -> list[str]:
     lines = []
-    for model, mdf in trained_rows(df).groupby("model"):
-        part = _main_slice(mdf)
+    for model, every in df.groupby("model"):
+        main = _main_slice(every)
+        mdf, part = trained_rows(every), trained_rows(main)
         if M.tokens_per_s_per_device not in part:
             continue
         part = part[part[M.tokens_per_s_per_device].notna()]
+        omitted = left_out(main, M.tokens_per_s_per_device)
         items = []
         for size, rows in part.groupby("batch_size"):
             ranked = rows.sort_values(M.tokens_per_s_per_device, ascending=False)
@@ -102,7 +104,11 @@ def fastest_per_batch(df) -> list[str]:
                 if len(accums) > 1
                 else ""
             )
-            lines.append(f"Fastest strategy ({model}, cases that trained, {covers}): {'; '.join(items)}.")
+            lines.append(
+                f"Fastest strategy ({model}, cases that trained, {covers}): {'; '.join(items)}"
+                + (f"; {omitted}" if omitted else "")
+                + "."
+            )
     return lines
 
 
@@ -221,11 +227,12 @@ def timing_noise(df) -> list[str]:
 
 
 def best_mfu(df) -> list[str]:
-    ok = ok_rows(df)
+    ok = trained_rows(df)  # a case that did not train is never called best
     if M.mfu_pct not in ok or ok[M.mfu_pct].isna().all():
         return []
     best = ok.loc[ok[M.mfu_pct].idxmax()]
-    return [f"Highest MFU: {best[M.mfu_pct]:.1f}% ({best['case_id']})."]
+    omitted = left_out(df, M.mfu_pct)
+    return [f"Highest MFU: {best[M.mfu_pct]:.1f}% ({best['case_id']})" + (f"; {omitted}" if omitted else "") + "."]
 
 
 def exposed_communication(df) -> list[str]:

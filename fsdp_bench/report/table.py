@@ -263,6 +263,26 @@ def trained_rows(df):
     return df[df["trained"] == True] if "trained" in df else ok_rows(df)  # noqa: E712
 
 
+def left_out(df, column: str | None = None) -> str:
+    """Why cases are not among `trained_rows(df)` (and, with `column`, why trained ones lack it):
+    "" when none is, else e.g. "left out: 1 did not train (id); 2 oom (id, id)". Every ranking,
+    chart and "best" line says this rather than dropping cases silently."""
+    if df.empty or "status" not in df:
+        return ""
+    kept = trained_rows(df)
+    parts = []
+    untrained = ok_rows(df).loc[lambda d: ~d.index.isin(kept.index)]
+    if len(untrained):
+        parts.append(f"{len(untrained)} did not train ({', '.join(untrained['case_id'])})")
+    for status, rows in df[df["status"] != "ok"].groupby("status"):
+        parts.append(f"{len(rows)} {status} ({', '.join(rows['case_id'])})")
+    if column is not None:
+        lacking = kept[kept[column].isna()] if column in kept else kept
+        if len(lacking):
+            parts.append(f"{len(lacking)} without {column} ({', '.join(lacking['case_id'])})")
+    return "left out: " + "; ".join(parts) if parts else ""
+
+
 def best_index(df, column: str, group_by: str = "compare_group") -> set[int]:
     """Row labels holding the best value of `column` among cases that trained, per like-for-like
     group (same model, seq_len, tokens per optimizer step and precision)."""

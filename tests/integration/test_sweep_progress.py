@@ -68,7 +68,7 @@ def test_progress_lines_and_summary(sweep):
     after = next(line for line in lines if "opt_after" in line)
     assert re.search(
         r"\[\d/2\] fsdp2-gpt_tiny-ws2-bs2-ga1-opt_after-sl32  ok  step \d+\.\d{3} s  [\d,]+ tok/s/dev  "
-        r"peak [\d.]+ (MiB|GiB)  .*elapsed \d+m\d\ds",
+        r"peak (alloc|reserved|RSS) [\d.]+ (MiB|GiB)  .*elapsed \d+m\d\ds",
         after,
     ), after
     assert "ETA" in lines[0] and "ETA" not in lines[1]
@@ -99,6 +99,6 @@ def test_progress_line_format():
     }
     line = progress_line(1, 4, "case-a", result, 62.0)
     assert line == (
-        "[1/4] case-a  ok  step 0.123 s  1,234 tok/s/dev  peak 51.2 MiB  NOISY (CV 25%)  elapsed 1m02s  ETA 3m06s"
+        "[1/4] case-a  ok  step 0.123 s  1,234 tok/s/dev  peak alloc 51.2 MiB  NOISY (CV 25%)  elapsed 1m02s  ETA 3m06s"
     )
     assert progress_line(2, 2, "case-b", {"status": "oom"}, 5).endswith("oom  elapsed 0m05s")

@@ -8,7 +8,7 @@ from pathlib import Path
 from fsdp_bench.analysis.stats import pareto_front
 from fsdp_bench.report.charts.style import ChartSkipped, RunData, pyplot, save_figure, strategy_color
 from fsdp_bench.report.recommend import SPEED, memory_column, recommend
-from fsdp_bench.report.table import trained_rows
+from fsdp_bench.report.table import left_out, trained_rows
 
 
 def chart_pareto(run: RunData, path: Path) -> None:
@@ -37,15 +37,24 @@ def chart_pareto(run: RunData, path: Path) -> None:
                 x[chosen], y[chosen], s=220, facecolors="none", edgecolors="#c0392b", linewidths=2, label="recommended"
             )
         gone = missing[missing["model"] == model]
-        if len(gone):
+        notes = (
+            [f"not shown, no measured {memory}: {len(gone)} case(s) ({', '.join(dict.fromkeys(gone['strategy']))})"]
+            if len(gone)
+            else []
+        )
+        omitted = left_out(run.df[run.df["model"] == model], SPEED)  # did not train, failed, no tokens/s
+        if omitted:
+            notes.append("not shown, " + omitted)
+        if notes:
             ax.text(
                 0.01,
                 0.01,
-                f"not shown, no measured {memory}: {len(gone)} case(s) ({', '.join(dict.fromkeys(gone['strategy']))})",
+                "\n".join(notes),
                 transform=ax.transAxes,
-                fontsize=7,
+                fontsize=6,
                 va="bottom",
                 color="#7f8c8d",
+                wrap=True,
             )
         if run.budget_gib is not None:
             ax.axvline(run.budget_gib * scale, color="#c0392b", linewidth=1, label="memory budget")

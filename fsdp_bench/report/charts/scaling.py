@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from fsdp_bench.analysis.stats import CONFIDENCE_PCT
 from fsdp_bench.report.charts.style import (
     STATUS_MARKS,
     TIMING_STYLES,
@@ -24,7 +25,8 @@ from fsdp_bench.report.charts.style import (
     strategy_handles,
     timings_in,
 )
-from fsdp_bench.report.table import ok_rows
+from fsdp_bench.report.recommend import level_pct, speed_interval, speeds_overlap
+from fsdp_bench.report.table import ok_rows, trained_rows
 from fsdp_bench.results.metrics import M
 
 MEMORY_KINDS = (
@@ -58,6 +60,66 @@ def _facets(df, extra: list[tuple[str, str]] | None = None):
     return panels
 
 
+def _series_errors(group, column: str, factor: float) -> list[list[float]] | None:
+    """Error bars below and above each point: the metric at the bounds of the step-time median's
+    confidence interval (rates only); None when no point of the series has an interval."""
+    bounds = [speed_interval(row, column) for row in group.to_dict("records")]
+    if all(b is None for b in bounds):
+        return None
+    values = list(group[column])
+    return [
+        [0.0 if b is None else max(0.0, (v - b[0]) * factor) for v, b in zip(values, bounds)],
+        [0.0 if b is None else max(0.0, (b[1] - v) * factor) for v, b in zip(values, bounds)],
+    ]
+
+
+def overlapping_leaders(ok, column: str) -> list[int]:
+    """Batch sizes where the two fastest series' intervals overlap: their order there is within noise."""
+    sizes = []
+    ok = trained_rows(ok)  # a case that did not train is never called fastest
+    for size, rows in ok[ok[column].notna()].groupby("batch_size"):
+        ranked = rows.sort_values(column, ascending=False).to_dict("records")
+        if len(ranked) > 1 and speed_interval(ranked[0], column) and speeds_overlap(ranked[0], ranked[1]):
+            sizes.append(int(size))
+    return sizes
+
+
+def _levels(df) -> str:
+    """ "95%", or "75-95%" when some case had too few steps to reach CONFIDENCE (min..max)."""
+    lowest = min((level_pct(r) for r in ok_rows(df).to_dict("records")), default=CONFIDENCE_PCT)
+    return f"{CONFIDENCE_PCT}%" if lowest >= CONFIDENCE_PCT else f"{lowest:.0f}-{CONFIDENCE_PCT}%"
+
+
+def _plot_series(ax: Any, ok, column: str, factor: float, with_errors: bool) -> None:
+    for (strategy, timing), group in ok.groupby(["strategy", "optimizer_timing"], sort=False):
+        group = group[group[column].notna()].sort_values("batch_size")
+        if group.empty:
+            continue
+        errors = _series_errors(group, column, factor) if with_errors else None
+        ax.errorbar(
+            group["batch_size"],
+            group[column] * factor,
+            yerr=errors,
+            fmt=TIMING_STYLES.get(timing, "-."),
+            marker="o",
+            markersize=4,
+            color=strategy_color(strategy),
+            lw=1.8,
+            capsize=3,
+            elinewidth=1,
+        )
+    if with_errors and (crossed := overlapping_leaders(ok, column)):
+        ax.text(
+            0.98,
+            0.02,
+            f"fastest two within noise at batch {', '.join(map(str, crossed))}",
+            transform=ax.transAxes,
+            fontsize=7,
+            color="#555555",
+            ha="right",
+        )
+
+
 def draw_lines_vs_batch(
     run: RunData,
     panels: list,
@@ -68,8 +130,10 @@ def draw_lines_vs_batch(
     *,
     zero_floor: bool = True,
     units: dict[str, tuple[float, str]] | None = None,
+    with_errors: bool = False,
 ) -> None:
-    """`units`: per column, (factor, y label) overriding `ylabel`, e.g. MiB for tiny memory."""
+    """`units`: per column, (factor, y label) overriding `ylabel`, e.g. MiB for tiny memory.
+    `with_errors`: the column is a rate (1 / step time); bars show its confidence interval."""
     units = units or {}
     plt = pyplot()
     df = run.df
@@ -84,19 +148,7 @@ def draw_lines_vs_batch(
             ax.text(
                 0.02, 0.02, f"not measured: {', '.join(missing)}", transform=ax.transAxes, fontsize=7, color="#555555"
             )
-        for (strategy, timing), group in ok.groupby(["strategy", "optimizer_timing"], sort=False):
-            group = group[group[column].notna()].sort_values("batch_size")
-            if group.empty:
-                continue
-            ax.plot(
-                group["batch_size"],
-                group[column] * units.get(column, (1.0, ""))[0],
-                TIMING_STYLES.get(timing, "-."),
-                marker="o",
-                markersize=4,
-                color=strategy_color(strategy),
-                lw=1.8,
-            )
+        _plot_series(ax, ok, column, units.get(column, (1.0, ""))[0], with_errors)
         mark_failures(ax, part, "batch_size", strategies)
         ax.set_title(panel_title, fontsize=10)
         _batch_axis(ax, sizes)
@@ -106,7 +158,8 @@ def draw_lines_vs_batch(
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(panels) :]:
         ax.set_visible(False)
-    fig.suptitle(title + (f" — {run.title}" if run.title else ""), fontsize=12)
+    bars = f"\nbars: from the step-time median's {_levels(run.df)} confidence interval" if with_errors else ""
+    fig.suptitle(title + (f" — {run.title}" if run.title else "") + bars, fontsize=12)
     fig.tight_layout()
     add_legend(fig, strategy_handles(strategies, timings=timings, failures=not failed_rows(df).empty))
     save_figure(fig, path)
@@ -122,6 +175,7 @@ def chart_throughput(run: RunData, path: Path) -> None:
         "Throughput vs batch size (higher is better)",
         path,
         ncols=min(3, run.df["grad_accum"].nunique()),
+        with_errors=True,
     )
 
 
@@ -157,6 +211,7 @@ def chart_mfu(run: RunData, path: Path) -> None:
         "MFU vs batch size (higher is better)",
         path,
         ncols=min(3, run.df["grad_accum"].nunique()),
+        with_errors=True,
     )
 
 

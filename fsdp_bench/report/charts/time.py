@@ -7,6 +7,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from fsdp_bench.analysis.stats import CONFIDENCE_PCT
 from fsdp_bench.plan.catalog import strategy_order
 from fsdp_bench.report.charts.style import (
     TIMING_LABELS,
@@ -138,6 +139,16 @@ def chart_communication(run: RunData, path: Path) -> None:
     save_figure(fig, path)
 
 
+def median_error(row: dict) -> list[list[float]] | None:
+    """Error bar below and above a case's step-time median: its confidence interval."""
+    low, high, median = (
+        row.get(k) for k in (M.step_time_s_median_ci_low, M.step_time_s_median_ci_high, M.step_time_s_median)
+    )
+    if not all(isinstance(v, (int, float)) and v == v for v in (low, high, median)):
+        return None
+    return [[max(0.0, median - low)], [max(0.0, high - median)]]
+
+
 def chart_step_breakdown(run: RunData, path: Path) -> None:
     present = [p for p in STEP_PARTS if p[0] in run.df and ok_rows(run.df)[p[0]].notna().any()]
     if len(present) < 2:
@@ -171,14 +182,16 @@ def chart_step_breakdown(run: RunData, path: Path) -> None:
                 bottom += value
             measured = getattr(row, M.step_time_s_median, None)
             if measured is not None and measured == measured:
-                ax.plot(
+                ax.errorbar(
                     [x],
                     [measured],
+                    yerr=median_error(row._asdict()),
                     marker="D",
                     color="black",
                     ls="",
                     markersize=5,
-                    label="measured step time (median)" if x == 0 else None,
+                    capsize=4,
+                    label=f"measured step time (median, {CONFIDENCE_PCT}% interval)" if x == 0 else None,
                 )
         ax.set_xticks(range(len(rows)), [r.strategy for r in rows], rotation=25, ha="right", fontsize=8)
         for tick, row in zip(ax.get_xticklabels(), rows):
