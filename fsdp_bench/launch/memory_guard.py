@@ -5,7 +5,10 @@ line with the numbers, instead of swapping the machine to a halt or waking the O
 A CPU rank holds its model state and activations in host memory: its need is the predicted peak
 (`analysis.fit.predict_peak_bytes`, the same prediction the report checks against measurements)
 plus what one rank process costs before any model exists (torch, gloo, the interpreter). A CUDA
-rank keeps those in device memory and costs the host only its fixed part.
+rank keeps those in device memory and costs the host only its fixed part; a CUDA case predicted
+over its GPU's memory is only announced (`device_memory_note`): an OOM on the GPU ends that one
+case as `oom` and the sweep goes on (the reference plan provokes one on purpose), while host memory
+exhausted takes the whole machine down.
 """
 
 from __future__ import annotations
@@ -81,4 +84,28 @@ def memory_refusal(cases: Iterable[Case], available_bytes: int | None, *, nnodes
         f"({1 if case.simulate else ranks_here} process(es) x ({per_rank}{RANK_FIXED_BYTES / GIB:.1f} GiB "
         f"per process)) but only {available_bytes / GIB:.1f} GiB is available; use a smaller model, batch "
         f"size or --bench-nproc, or pass --bench-allow-memory-overcommit to run it anyway"
+    )
+
+
+def device_memory_note(cases: Iterable[Case], device_bytes: int | None) -> str | None:
+    """One line naming the CUDA cases whose predicted peak (with fit's margin) exceeds the GPU's
+    memory, so a user sees before they run which ones will likely end as `oom`; None otherwise."""
+    from fsdp_bench.analysis.fit import FIT_MARGIN
+
+    if not device_bytes:
+        return None
+    over = [
+        (case, peak)
+        for case in cases
+        if case.device == "cuda"
+        for peak in [predicted_rank_peak_bytes(case)]
+        if peak and peak * (1 + FIT_MARGIN) > device_bytes
+    ]
+    if not over:
+        return None
+    names = ", ".join(f"{case.id} ({peak / GIB:.1f} GiB)" for case, peak in over[:5])
+    more = f" and {len(over) - 5} more" if len(over) > 5 else ""
+    return (
+        f"fsdp-bench: {len(over)} case(s) predicted over the GPU's {device_bytes / GIB:.1f} GiB "
+        f"(peak + {FIT_MARGIN:.0%} margin): {names}{more}; they will likely end as oom"
     )

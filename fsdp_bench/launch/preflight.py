@@ -8,9 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from fsdp_bench.analysis.duration import Calibration, estimate_gpu_name, estimate_line, estimate_sweep, slow_cpu_line
-from fsdp_bench.launch.memory_guard import available_host_bytes, memory_refusal
+from fsdp_bench.launch.memory_guard import available_host_bytes, device_memory_note, memory_refusal
 from fsdp_bench.launch.session import SessionError, SweepSession
 from fsdp_bench.plan.case import Case
+from fsdp_bench.plan.options import visible_gpu_memory_bytes
 
 
 @dataclass
@@ -45,6 +46,9 @@ def run_preflight(session: SweepSession, cases: list[Case], *, collect_only: boo
     if refusal is not None and not collect_only:
         return Preflight(refusal=refusal)
     lines = [estimate_line(estimate)]
+    note = device_memory_note(cases, visible_gpu_memory_bytes() if any(c.device == "cuda" for c in cases) else None)
+    if note is not None:
+        lines.append(note)
     if refusal is not None:  # --collect-only launches nothing; say what a run would do
         lines.append(f"{refusal} (when run without --collect-only)")
     return Preflight(lines=lines)

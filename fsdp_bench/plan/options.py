@@ -274,6 +274,22 @@ def visible_gpu_name() -> str | None:
     return names[0] if names else None
 
 
+def visible_gpu_memory_bytes() -> int | None:
+    """The first visible NVIDIA GPU's total memory from nvidia-smi (no torch), or None."""
+    if count_cuda_devices() == 0:
+        return None
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+        return int(float(out.stdout.split()[0]) * 2**20) if out.returncode == 0 else None  # MiB
+    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
+        return None
+
+
 def resolve_device(device: str) -> str:
     if device == "auto":
         return "cuda" if count_cuda_devices() > 0 else "cpu"
