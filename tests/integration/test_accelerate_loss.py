@@ -22,6 +22,9 @@ from fsdp_bench.plan.case import Case  # noqa: E402
 from fsdp_bench.worker import strategies  # noqa: E402
 from fsdp_bench.worker.loop import run  # noqa: E402
 
+# A path that moves with torch/accelerate versions: .ci/run also runs it under the GPU machine's set.
+pytestmark = pytest.mark.versions
+
 _BASE = {
     "model": "llama3_tiny",
     "precision": "bf16",

@@ -15,6 +15,9 @@ from fsdp_bench.plan.case import Case  # noqa: E402
 from fsdp_bench.worker.loop import run  # noqa: E402
 from tests.sweep_helpers import SMALL, case_results, child_env, processes_of, pytest_cmd, run_dirs, write_sweep_project  # noqa: E402
 
+# A path that moves with torch/accelerate versions: .ci/run also runs it under the GPU machine's set.
+pytestmark = pytest.mark.versions
+
 CASE = dict(strategy="fsdp2", nproc=1, steps=2, warmup=1, seq_len=32)
 
 

@@ -12,6 +12,9 @@ from torch.utils.flop_counter import FlopCounterMode
 from fsdp_bench.analysis.flops import sdpa_backward_flops, sdpa_forward_flops
 from fsdp_bench.worker.probes import _sdpa_flop_mapping
 
+# A path that moves with torch/accelerate versions: .ci/run also runs it under the GPU machine's set.
+pytestmark = pytest.mark.versions
+
 # (batch, query heads, key/value heads, query length, key length, q/k head size, value head size)
 SHAPES = {"gqa": (2, 8, 2, 16, 16, 4, 4), "mha": (2, 4, 4, 16, 16, 8, 8), "mqa_cross": (3, 6, 1, 5, 7, 4, 2)}
 
