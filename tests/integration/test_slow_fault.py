@@ -1,0 +1,46 @@
+"""The `slow` fault (FSDP_BENCH_FAULTS=slow@measure:RANK) makes a case really slower: inside every
+measured step the rank sleeps 30% of the step's own time, so each recorded step time is at least
+1.3x its compute. Warmup steps stay untouched.
+
+Whether `visualize.py --compare` then claims the slowed run as a regression depends on the
+machine's run-to-run noise; that is measured by scripts/measure_verdict_noise.py (numbers in
+docs/verdicts.md), not asserted here, and the verdict rule itself is unit-tested with known
+noise in tests/integration/test_compare_noise.py."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from fsdp_bench.plan.case import Case  # noqa: E402
+from fsdp_bench.plan.faults import SLOW_FRACTION  # noqa: E402
+from fsdp_bench.worker import loop  # noqa: E402
+
+
+def test_each_measured_step_sleeps_its_share_inside_the_timed_region(monkeypatch):
+    real_sleep = loop.time.sleep
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        real_sleep(seconds)
+
+    monkeypatch.setenv("FSDP_BENCH_FAULTS", "slow@measure:0")
+    monkeypatch.setattr(loop.time, "sleep", sleep)
+    record = loop.run(Case(strategy="ddp", nproc=1, steps=3, warmup=2, seq_len=16, probes=False))
+    assert record["status"] == "ok"
+    steps = record["step_times_s"]
+    assert len(slept) == len(steps) == 3  # one sleep per measured step, none in warmup
+    for step, pause in zip(steps, slept):
+        compute = pause / SLOW_FRACTION
+        assert step >= compute + pause  # the sleep is inside the timed step
+    assert SLOW_FRACTION == 0.3
+
+
+def test_without_the_fault_nothing_sleeps(monkeypatch):
+    slept: list[float] = []
+    monkeypatch.delenv("FSDP_BENCH_FAULTS", raising=False)
+    monkeypatch.setattr(loop.time, "sleep", slept.append)
+    record = loop.run(Case(strategy="ddp", nproc=1, steps=2, warmup=1, seq_len=16, probes=False))
+    assert record["status"] == "ok" and slept == []
