@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from fsdp_bench.plan.case import CaseError
-from fsdp_bench.plan.options import writable_dir
+from fsdp_bench.plan.option_values import writable_dir
 from fsdp_bench.report.writer import write_report
 from fsdp_bench.results.layout import RunLayout
 from fsdp_bench.results.load import newest_finished_run

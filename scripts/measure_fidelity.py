@@ -119,7 +119,7 @@ def main() -> None:
     # or torchrun is stopped instead of left behind.
     signal.signal(signal.SIGTERM, _interrupt)
 
-    from fsdp_bench.plan.options import count_cuda_devices
+    from fsdp_bench.plan.devices import count_cuda_devices
 
     device = "cuda" if count_cuda_devices() > 0 else "cpu"  # the bare loop picks the same way
     shape = {"batch_size": args.batch_size, "seq_len": args.seq_len, "steps": args.steps, "warmup": args.warmup}

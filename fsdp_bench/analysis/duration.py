@@ -296,7 +296,7 @@ def estimate_gpu_name(named: str | None, cases) -> str:
     """Whose published figures estimate the CUDA cases: --bench-gpu-name (checked at configure),
     else the visible GPU when the peak table knows it, else the default (H100 SXM). nvidia-smi
     runs only for CUDA cases."""
-    from fsdp_bench.plan.options import visible_gpu_name
+    from fsdp_bench.plan.devices import visible_gpu_name
 
     if named is not None:
         return named

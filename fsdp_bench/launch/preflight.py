@@ -11,7 +11,7 @@ from fsdp_bench.analysis.duration import Calibration, estimate_gpu_name, estimat
 from fsdp_bench.launch.memory_guard import available_host_bytes, device_memory_note, memory_refusal
 from fsdp_bench.launch.session import SessionError, SweepSession
 from fsdp_bench.plan.case import Case
-from fsdp_bench.plan.options import visible_gpu_memory_bytes
+from fsdp_bench.plan.devices import visible_gpu_memory_bytes
 
 
 @dataclass

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import subprocess
-import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
@@ -28,15 +26,33 @@ from fsdp_bench.plan.case import (
     Grid,
     check_unique_ids,
     expand_grid,
-    parse_mesh,
 )
 from fsdp_bench.plan.catalog import DEFAULT_STRATEGIES, PRECISIONS, STRATEGIES
 from fsdp_bench.plan.catalog import strategy as catalog_strategy
-from fsdp_bench.plan.flavors import MODEL_FLAVORS, hf_path_problem, is_hf_path
+from fsdp_bench.plan.devices import count_cuda_devices, max_cpu_ranks, resolve_device, resolve_nproc
+from fsdp_bench.plan.flavors import MODEL_FLAVORS
 from fsdp_bench.plan.nodes import Launch, LaunchError, validate_launch
+from fsdp_bench.plan.option_values import (  # the option table's value parsers
+    _data_folder,
+    _existing_run,
+    _grace,
+    _mesh,
+    _models,
+    _names,
+    _non_negative_float_value,
+    _non_negative_floats,
+    _non_negative_int,
+    _on_off,
+    _positive_float,
+    _positive_gib,
+    _positive_int,
+    _split,
+    _switch,
+    _text,
+    _writable_dir,
+)
 from fsdp_bench.plan.suites import SUITES, SuiteSettings, suite_cases
-from fsdp_bench.plan.text_data import usable_text_problem
-from fsdp_bench.results.layout import RunLayout, foreign_entries
+from fsdp_bench.results.layout import foreign_entries
 
 _CASE_DEFAULTS = {f.name: f.default for f in fields(Case) if f.name != "strategy"}
 CPU_TARGET_CI_PCT = 2.0  # --bench-target-ci-pct's default on CPU
@@ -239,277 +255,6 @@ class Sweep:
             ]
         check_unique_ids(cases)
         return cases
-
-
-# --- device discovery without torch -------------------------------------------------------------
-
-
-def count_cuda_devices() -> int:
-    """Visible NVIDIA GPUs, read without importing torch or touching CUDA."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        return len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"])
-    gpus = Path("/proc/driver/nvidia/gpus")
-    if gpus.is_dir():
-        return len(list(gpus.iterdir()))
-    try:
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return 0
-    return sum(line.startswith("GPU ") for line in out.stdout.splitlines()) if out.returncode == 0 else 0
-
-
-def visible_gpu_name() -> str | None:
-    """The first visible NVIDIA GPU's name from nvidia-smi (no torch, no CUDA context), or None
-    (also when CUDA_VISIBLE_DEVICES hides every GPU, which nvidia-smi itself ignores)."""
-    if count_cuda_devices() == 0:
-        return None
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True, timeout=10
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    names = [line.strip() for line in out.stdout.splitlines() if line.strip()] if out.returncode == 0 else []
-    return names[0] if names else None
-
-
-def visible_gpu_memory_bytes() -> int | None:
-    """The first visible NVIDIA GPU's total memory from nvidia-smi (no torch), or None."""
-    if count_cuda_devices() == 0:
-        return None
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-        )
-        return int(float(out.stdout.split()[0]) * 2**20) if out.returncode == 0 else None  # MiB
-    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
-        return None
-
-
-def resolve_device(device: str) -> str:
-    if device == "auto":
-        return "cuda" if count_cuda_devices() > 0 else "cpu"
-    return device
-
-
-def resolve_nproc(nproc: int | None, device: str) -> int:
-    if nproc is not None:
-        return nproc
-    return max(1, count_cuda_devices()) if device == "cuda" else 2
-
-
-# --- parsing ----------------------------------------------------------------------------------
-
-
-def _split(option: str, raw: str) -> list[str]:
-    items = [s.strip() for s in raw.split(",") if s.strip()]
-    if not items:
-        raise CaseError(f"{option}: empty list")
-    return items
-
-
-def _int_at_least(option: str, text: str, minimum: int, noun: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = minimum - 1
-    if value < minimum:
-        raise CaseError(f"{option}: {text!r} is not a {noun}")
-    return value
-
-
-def _positive_int(option: str, text: str) -> int:
-    return _int_at_least(option, text, 1, "positive integer")
-
-
-def _non_negative_int(option: str, text: str) -> int:
-    return _int_at_least(option, text, 0, "non-negative integer")
-
-
-def _positive_float(option: str, text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value > 0:
-        raise CaseError(f"{option}: {text!r} is not a positive number of seconds")
-    return value
-
-
-def _non_negative_float_value(option: str, text: str) -> float:
-    values = _non_negative_floats(option, text)
-    if len(values) != 1:
-        raise CaseError(f"{option}: expected one number, got {text!r}")
-    return values[0]
-
-
-def _names(option: str, raw: str, known: Mapping[str, Any] | tuple[str, ...]) -> tuple[str, ...]:
-    names = _split(option, raw)
-    for name in names:
-        if name not in known:
-            raise CaseError(f"{option}: unknown value {name!r}; choose from {', '.join(known)}")
-    return tuple(dict.fromkeys(names))
-
-
-def parse_models(option: str, raw: str) -> tuple[str, ...]:
-    """Comma-separated model names the sweep accepts (flavors or readable hf:PATH); CaseError otherwise."""
-    return _models(option, raw)
-
-
-def _models(option: str, raw: str) -> tuple[str, ...]:
-    names = _split(option, raw)
-    for name in names:
-        if name not in MODEL_FLAVORS and not is_hf_path(name):
-            raise CaseError(f"{option}: unknown model {name!r}; choose from {', '.join(MODEL_FLAVORS)} or hf:PATH")
-        if is_hf_path(name) and (problem := hf_path_problem(name)):
-            raise CaseError(f"{option}: {problem}")
-    return tuple(dict.fromkeys(names))
-
-
-def _on_off(option: str, raw: str) -> tuple[bool, ...]:
-    values = {"on": True, "off": False, "true": True, "false": False, "1": True, "0": False}
-    out = []
-    for item in _split(option, raw):
-        if item.lower() not in values:
-            raise CaseError(f"{option}: {item!r} is not on or off")
-        out.append(values[item.lower()])
-    return tuple(dict.fromkeys(out))
-
-
-def _non_negative_floats(option: str, raw: str) -> tuple[float, ...]:
-    out = []
-    for item in _split(option, raw):
-        try:
-            value = float(item)
-        except ValueError:
-            value = -1.0
-        if not value >= 0:
-            raise CaseError(f"{option}: {item!r} is not a non-negative number")
-        out.append(value)
-    return tuple(dict.fromkeys(out))
-
-
-def _data_folder(option: str, raw: str) -> str:
-    """A folder with usable text, read through once now (as the ranks will), so a folder of
-    malformed or empty files is one line before any case launches; '' is not 'synthetic'."""
-    if not raw.strip():
-        raise CaseError(f"{option}: empty value (leave the option out for synthetic tokens)")
-    _check_path_length(option, raw)
-    problem = usable_text_problem(raw)
-    if problem:
-        raise CaseError(f"{option}: {problem}")
-    return str(Path(raw).expanduser().resolve())
-
-
-PATH_MAX_BYTES, NAME_MAX_BYTES = 4095, 255  # Linux's PATH_MAX (less its NUL) and NAME_MAX
-
-
-def _check_path_length(option: str, raw: str) -> None:
-    """Refuse a path the kernel would refuse (ENAMETOOLONG) before anything is created."""
-    full = os.fsencode(os.path.abspath(os.path.expanduser(raw)))
-    if len(full) > PATH_MAX_BYTES:
-        raise CaseError(f"{option}: path is {len(full)} bytes long; at most {PATH_MAX_BYTES} are allowed")
-    longest = max(full.split(b"/"), key=len)
-    if len(longest) > NAME_MAX_BYTES:
-        raise CaseError(
-            f"{option}: a folder name in the path is {len(longest)} bytes; at most {NAME_MAX_BYTES} are allowed"
-        )
-
-
-def _can_write_in(folder: Path) -> bool:
-    """Really try: os.access says yes to root on a read-only mount or /proc."""
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".fsdp-bench-probe-", dir=folder)
-    except OSError:
-        return False
-    os.close(fd)
-    os.unlink(tmp)
-    return True
-
-
-_TRUE, _FALSE = ("on", "true", "yes", "1"), ("off", "false", "no", "0")
-
-
-def _switch(option: str, text: str) -> bool:
-    value = text.strip().lower()
-    if value in _TRUE:
-        return True
-    if value in _FALSE:
-        return False
-    raise CaseError(f"{option}: {text!r} is not on/off (give the flag alone to turn it on)")
-
-
-def _writable_dir(option: str, raw: str) -> Path:
-    if not raw.strip():
-        raise CaseError(f"{option}: empty value")
-    _check_path_length(option, raw)
-    path = Path(raw)
-    probe = path
-    while not probe.exists() and probe != probe.parent:
-        if probe.is_symlink():  # a dangling link: mkdir would fail later
-            raise CaseError(f"{option}: {str(probe)!r} is a broken symbolic link")
-        probe = probe.parent
-    if not probe.is_dir():
-        raise CaseError(f"{option}: {raw!r} is not a folder ({str(probe)!r} is a file)")
-    if not _can_write_in(probe):
-        raise CaseError(f"{option}: {raw!r} is not writable (cannot create files in {str(probe)!r})")
-    return path
-
-
-def writable_dir(option: str, raw: str) -> Path:
-    """`raw` as a folder that exists or can be created and written; CaseError otherwise."""
-    return _writable_dir(option, raw)
-
-
-def _mesh(option: str, raw: str) -> str:
-    try:
-        replicate, shard = parse_mesh(raw)
-    except CaseError as exc:
-        raise CaseError(f"{option}: {exc}") from None
-    return f"{replicate}x{shard}"
-
-
-def _text(option: str, raw: str) -> str:
-    if not raw.strip():
-        raise CaseError(f"{option}: empty value")
-    return raw.strip()
-
-
-def _existing_run(option: str, raw: str) -> Path:
-    _check_path_length(option, raw)
-    path = Path(raw)
-    if not path.is_dir():
-        raise CaseError(f"{option}: {raw!r} does not exist or is not a folder")
-    cases = RunLayout(path).cases_dir
-    if not cases.is_dir():
-        raise CaseError(f"{option}: {raw!r} is not a run folder (no cases/ inside)")
-    if not _can_write_in(cases):
-        raise CaseError(f"{option}: {raw!r} is not writable")
-    return path
-
-
-def _positive_gib(option: str, text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0 < value < float("inf"):
-        raise CaseError(f"{option}: {text!r} is not a positive number of GiB")
-    return value
-
-
-def _grace(option: str, text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0 <= value <= 3600:
-        raise CaseError(f"{option}: {text!r} is not a number of seconds between 0 and 3600")
-    return value
 
 
 # option name (without --bench-) -> (Sweep field, parser, help)
@@ -771,16 +516,6 @@ def parse_sweep(raw: Mapping[str, str | None], *, no_report: bool = False, plan_
     except CaseError as exc:
         raise CaseError(f"--bench-* options: {exc}") from None
     return sweep
-
-
-def max_cpu_ranks() -> int:
-    """The most gloo ranks a CPU case may have: one per core, but at least 4.
-
-    A CPU rank is one process with one thread; more ranks than cores only time-slice, so their
-    timings mean little, and each rank costs a few hundred MB of RAM for torch alone. 4 stays
-    allowed on small machines because 4-rank functional checks (a 2x2 hybrid mesh) need it.
-    """
-    return max(4, os.cpu_count() or 1)
 
 
 def _check_launch(sweep: Sweep) -> Sweep:

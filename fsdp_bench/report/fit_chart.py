@@ -16,7 +16,7 @@ from typing import Any
 from fsdp_bench.analysis.fit import WORLD_SIZES, calibrate_from_results, fit_table, gib_text
 from fsdp_bench.plan.case import CaseError
 from fsdp_bench.plan.catalog import STRATEGIES
-from fsdp_bench.plan.options import parse_models
+from fsdp_bench.plan.option_values import parse_models
 from fsdp_bench.report.charts.style import pyplot, save_figure
 from fsdp_bench.results.load import load_run
 from fsdp_bench.results.metrics import M

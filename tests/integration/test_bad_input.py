@@ -10,7 +10,8 @@ import sys
 import pytest
 
 from fsdp_bench.plan.case import CaseError
-from fsdp_bench.plan.options import max_cpu_ranks, parse_sweep
+from fsdp_bench.plan.devices import max_cpu_ranks
+from fsdp_bench.plan.options import parse_sweep
 from tests.sweep_helpers import PROJECT_ROOT, child_env, pytest_cmd, write_sweep_project
 
 BAD_OPTIONS = [
