@@ -22,10 +22,20 @@ Head: the final norm (3 x hidden), log_softmax's output (vocab, fp32), the token
 (int64). The loss's backward then holds two vocab-wide fp32 tensors (the gradient of the
 log-probabilities and of the logits): `loss_temp`.
 Activation checkpointing keeps each block's input only and recomputes one block at a time.
+
+Under bf16/fp16 (`dtype_bytes` 2) the same tensors are kept at 2 bytes, except what stays fp32
+(checked the same way on CPU, and against an H100's allocator in results/reference):
+- SDPA's log-sum-exp, one per head and token, is fp32 whatever the inputs;
+- Hugging Face's RMSNorm upcasts its input to fp32 and keeps that copy (+2 bytes x hidden per norm);
+- under autocast (DDP: parameters stay fp32, so the residual stream is fp32) every norm keeps its
+  fp32 input (+2 bytes x hidden per LayerNorm, +4 per RMSNorm, whose normalized value is fp32
+  too), and autocast keeps a 2-byte copy of every weight a matmul reads (the head once);
+- the linear stack keeps its input's low-precision copy; its data stays fp32.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -51,102 +61,124 @@ class Activations:
         return sum(self.per_layer) + self.outside
 
 
-def _llama_layer(c: Mapping[str, Any], seq_len: int) -> tuple[int, int]:
-    """(per token per layer, per-sequence extras): fp32 elements."""
+@dataclass(frozen=True)
+class _Layer:
+    """One block's saved tensors per token, as counted for fp32, and what of them stays fp32."""
+
+    per_token: int  # elements per token
+    per_seq: int = 0  # elements per sequence, shared by the layers (rotary cos and sin)
+    lse: int = 0  # of per_token: SDPA's log-sum-exp, fp32 at any precision
+    norms: int = 0  # norms per block (their inputs stay fp32 under autocast)
+    separate_inputs: int = 0  # projections reading one input separately: autocast keeps a copy each
+
+
+def _llama_layer(c: Mapping[str, Any], seq_len: int) -> _Layer:
     h, inter, heads = c["hidden_size"], c["intermediate_size"], c["num_attention_heads"]
     head_dim = c.get("head_dim") or h // heads
     kv = (c.get("num_key_value_heads") or heads) * head_dim
     per_token = 6 * h + 2 * heads * head_dim + 2 * kv + 4 * inter + 2 + heads
-    return per_token, 2 * seq_len * head_dim  # cos and sin, shared by the layers
+    return _Layer(per_token, 2 * seq_len * head_dim, lse=heads, norms=2, separate_inputs=3)  # q/k/v, gate/up
 
 
-def _gpt2_layer(c: Mapping[str, Any], seq_len: int) -> tuple[int, int]:
+def _gpt2_layer(c: Mapping[str, Any], seq_len: int) -> _Layer:
     h, heads = c["n_embd"], c["n_head"]
     inter = c.get("n_inner") or 4 * h
     gelu = 5 if c.get("activation_function", "gelu_new") == "gelu_new" else 2
     per_token = 8 * h + 4 + gelu * inter
     if c.get("attn_pdrop", 0.1) > 0:  # math attention: scores, softmax, dropout noise
-        per_token += 3 * heads * seq_len + 2 * h
-    else:
-        per_token += heads
-    return per_token, 0
+        return _Layer(per_token + 3 * heads * seq_len + 2 * h, norms=2)
+    return _Layer(per_token + heads, lse=heads, norms=2)
 
 
-def _dims(flavor: ModelFlavor) -> dict[str, Any]:
-    """hidden, vocab, layers, embedding dropout and the per-layer counts of the flavor."""
+# Bytes per hidden element each norm keeps beyond its low-precision count: Hugging Face's RMSNorm
+# keeps an fp32 copy of its input; under autocast every norm's input is fp32 (and RMSNorm's
+# normalized value too).
+_NORM_FP32_EXTRA = {("rms", False): 2, ("rms", True): 4, ("ln", False): 0, ("ln", True): 2}
+
+
+def _dims(flavor: ModelFlavor, seq_len: int) -> dict[str, Any]:
+    """hidden, vocab, layers, embedding dropout, norm kind and the per-layer counts of the flavor."""
     c = flavor.config
     if not flavor.takes_tokens:
-        return {
-            "h": c["dim"],
-            "vocab": 0,
-            "layers": c["n_layers"],
-            "embd_drop": 0,
-            "layer": (c["dim"], 0),
-            "norm": (0, 0),
-            "positions": False,
-        }
+        return {"h": c["dim"], "vocab": 0, "layers": c["n_layers"], "embd_drop": 0, "layer": _Layer(c["dim"])}
+    common = {"embd_drop": 0, "norm": (2, 2), "positions": True, "norm_kind": "ln"}
     if not flavor.from_hf_config:  # the project's nanoGPT-style model
-        return {
-            "h": c["n_embd"],
-            "vocab": c["vocab_size"],
-            "layers": c["n_layer"],
-            "embd_drop": 0,
-            "layer": (16 * c["n_embd"] + 2 + c["n_head"], 0),
-            "norm": (2, 2),
-            "positions": True,
-        }
+        layer = _Layer(16 * c["n_embd"] + 2 + c["n_head"], lse=c["n_head"], norms=2)
+        return {**common, "h": c["n_embd"], "vocab": c["vocab_size"], "layers": c["n_layer"], "layer": layer}
     cfg = load_config_dict(flavor)
     if cfg["model_type"] == "gpt2":
         return {
+            **common,
             "h": cfg["n_embd"],
             "vocab": cfg["vocab_size"],
             "layers": cfg["n_layer"],
-            "cfg": cfg,
             "embd_drop": cfg["n_embd"] if cfg.get("embd_pdrop", 0.1) > 0 else 0,
-            "norm": (2, 2),
-            "positions": True,
-            "gpt2": True,
+            "layer": _gpt2_layer(cfg, seq_len),
         }
     if cfg["model_type"] in LLAMA_STYLE:
         return {
+            **common,
             "h": cfg["hidden_size"],
             "vocab": cfg["vocab_size"],
             "layers": cfg["num_hidden_layers"],
-            "cfg": cfg,
-            "embd_drop": 0,
             "norm": (3, 1),
             "positions": False,
+            "norm_kind": "rms",
+            "layer": _llama_layer(cfg, seq_len),
         }
     raise ValueError(f"no activation model for Hugging Face model_type {cfg['model_type']!r}")
 
 
+def _matmul_weights(flavor: ModelFlavor, vocab: int, h: int) -> int:
+    """Elements of the weights a forward's matmuls read: every block's matrices and the head."""
+    from fsdp_bench.analysis.comm_model import model_units
+
+    blocks = sum(math.prod(s) for u in model_units(flavor) if not u.is_root for s in u.shapes if len(s) == 2)
+    return blocks + vocab * h
+
+
 def estimate_activations(
-    flavor: ModelFlavor, batch_size: int, seq_len: int, *, act_ckpt: bool = False, dtype_bytes: int = 4
+    flavor: ModelFlavor,
+    batch_size: int,
+    seq_len: int,
+    *,
+    act_ckpt: bool = False,
+    dtype_bytes: int = 4,
+    autocast: bool = False,
 ) -> Activations:
     """The saved activations of one micro-batch (batch_size x seq_len tokens) on one rank.
 
-    `dtype_bytes` scales what the blocks keep (2 under bf16/fp16 compute); the log-probabilities
-    and the loss's gradients stay fp32 (the loss upcasts the logits)."""
-    d = _dims(flavor)
+    `dtype_bytes` 2: bf16/fp16 compute, with what stays fp32 counted at 4 (the module doc);
+    `autocast`: low precision by autocast over fp32 parameters (DDP) rather than by casting the
+    parameters (FSDP's mixed precision). The log-probabilities and the loss's gradients are fp32."""
+    d = _dims(flavor, seq_len)
     tokens = batch_size * seq_len
-    if "cfg" in d:
-        d["layer"] = (_gpt2_layer if d.get("gpt2") else _llama_layer)(d["cfg"], seq_len)
-    per_token, per_seq = d["layer"]
-    layer = per_token * tokens * dtype_bytes
-    if not flavor.takes_tokens:  # the linear stack: input and target; each block keeps its ReLU output
-        return Activations(tuple([layer] * d["layers"]), 2 * layer, 0)
+    low = dtype_bytes < 4
+    layer_def: _Layer = d["layer"]
     h, vocab = d["h"], d["vocab"]
+    norm_extra = _NORM_FP32_EXTRA[d.get("norm_kind", "ln"), autocast] if low else 0
+    fp32_extra = (4 - dtype_bytes) * layer_def.lse + norm_extra * h * layer_def.norms
+    if autocast and low:
+        fp32_extra += layer_def.separate_inputs * h * dtype_bytes
+    layer = (layer_def.per_token * dtype_bytes + fp32_extra) * tokens
+    weight_copies = _matmul_weights(flavor, vocab, h) * dtype_bytes if autocast and low else 0
+    if not flavor.takes_tokens:  # the linear stack: input and target (fp32 data); each block its ReLU output
+        input_copy = h * tokens * dtype_bytes if low else 0
+        weight_copies -= h * h * dtype_bytes if weight_copies else 0  # the first block's: no input gradient
+        return Activations(tuple([layer] * d["layers"]), 2 * h * tokens * 4 + input_copy + weight_copies, 0)
     widths, extras = d["norm"]  # final norm: hidden-wide tensors kept, per-token statistics
     outside = (
-        (per_seq + (d["embd_drop"] + widths * h + extras) * tokens) * dtype_bytes
+        layer_def.per_seq * (4 if autocast else dtype_bytes)  # rotary cos/sin follow the parameters' dtype
+        + ((d["embd_drop"] + widths * h + extras) * dtype_bytes + norm_extra * h) * tokens
         + vocab * tokens * 4  # log_softmax's output, fp32
         + 2 * tokens * INT64
         + (seq_len * INT64 if d["positions"] else 0)
+        + weight_copies
     )  # ids, targets, positions
     loss_temp = 2 * vocab * tokens * 4
     if act_ckpt:  # each block keeps its input; backward rebuilds one block at a time
         return Activations(
-            tuple([h * tokens * dtype_bytes] * d["layers"]),
+            tuple([h * tokens * (4 if autocast else dtype_bytes)] * d["layers"]),
             outside,
             loss_temp,
             recompute=layer,

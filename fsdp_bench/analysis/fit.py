@@ -111,45 +111,46 @@ def predict_peak_bytes(
     optimizer_impl: str = "auto",
     device: str = "cpu",
     act_ckpt: bool = False,
+    precision: str = "fp32",
 ) -> dict[str, Any]:
     """The peak of one rank, from its parts, and the phase of the step where it falls.
 
-    forward/backward: parameters (own shards), AdamW state, DDP's buckets, the gathered units,
-    every activation of the micro-batch, the loss's two vocab-wide gradients (the top of
-    backward), and with gradient accumulation the gradients of the earlier micro-batches.
-    optimizer step: parameters, gradients, AdamW state, DDP's buckets and the step's temporaries.
-    `act_bytes_per_sample` (a calibration) replaces the counted activations, loss included."""
+    Top of backward: parameters (own shards), AdamW state, DDP's buckets, the gathered units, the
+    micro-batch's activations, the loss's two vocab-wide gradients, with accumulation the earlier
+    gradients. Optimizer step: parameters, gradients, AdamW state, buckets, the step's temporaries.
+    `act_bytes_per_sample` (a calibration) replaces the counted activations, loss included; bf16/fp16
+    `precision` keeps activations and gathered parameters at 2 bytes (DDP: autocast, fp32 states)."""
     units = model_units(flavor)
     states = allocated_model_state_bytes(strategy, units, world_size, mesh=mesh)
-    acts = estimate_activations(flavor, batch_size, seq_len, act_ckpt=act_ckpt)
+    compute_bytes = 2 if precision in ("bf16", "fp16") else 4
+    row = catalog_strategy(strategy)
+    acts = estimate_activations(
+        flavor, batch_size, seq_len, act_ckpt=act_ckpt, dtype_bytes=compute_bytes, autocast=row.autocasts
+    )
     act, loss_temp = acts.total + acts.recompute, acts.loss_temp
     if act_bytes_per_sample is not None:
         act, loss_temp = act_bytes_per_sample * batch_size, 0
     parts = {
-        "params": states["params"],
-        "grads": states["grads"],
-        "optimizer": states["optimizer"],
+        **{key: states[key] for key in ("params", "grads", "optimizer")},
         "buckets": bucket_bytes(strategy, units),
-        "gathered": gathered_bytes(strategy, units, world_size, mesh=mesh),
+        "gathered": gathered_bytes(strategy, units, world_size, compute_bytes, mesh=mesh),
         "activations": act,
         "loss_temp": loss_temp,
         "optimizer_temp": optimizer_temp_bytes(
             strategy, units, world_size, impl=optimizer_impl, device=device, mesh=mesh
         ),
     }
+    if row.offload and device == "cuda":  # they live on the host: not the GPU's peak
+        parts.update(params=0, grads=0, optimizer=0, optimizer_temp=0)
     phases = _phase_bytes(parts, grad_accum)
     if acts.per_layer and act_bytes_per_sample is None:
         # with accumulation the earlier micro-batches' (sharded) gradients are alive in every block's backward
         earlier_grads = parts["grads"] if grad_accum > 1 else 0
         inside = parts["params"] + parts["optimizer"] + earlier_grads
-        inside += _block_backward_bytes(strategy, units, world_size, acts, mesh=mesh)
+        inside += _block_backward_bytes(strategy, units, world_size, acts, mesh=mesh, dtype_bytes=compute_bytes)
         phases["backward"] = max(phases["backward"], inside)
     phase = max(phases, key=phases.get)
-    return {
-        "peak_bytes": phases[phase],
-        "phase": phase,
-        "parts_bytes": parts,
-        "phases_bytes": phases,
+    return {"peak_bytes": phases[phase], "phase": phase, "parts_bytes": parts, "phases_bytes": phases} | {
         "model_state_bytes": states["total"],
         "gathered_bytes": parts["gathered"],
         "activation_bytes": act,
@@ -158,12 +159,14 @@ def predict_peak_bytes(
 
 def _phase_bytes(parts: dict[str, float], grad_accum: int) -> dict[str, float]:
     """The bytes alive at the top of backward and in the optimizer step, from the peak's parts."""
-    kept = parts["params"] + parts["optimizer"]
-    # with accumulation the earlier micro-batches' gradients (and DDP's buckets) are alive
-    earlier = parts["grads"] + parts["buckets"] if grad_accum > 1 else 0
+    # DDP's buckets are allocated when it wraps the model and live as long (seen on an H100:
+    # max_memory_allocated was above every tracked tensor by their size at the top of backward)
+    kept = parts["params"] + parts["optimizer"] + parts["buckets"]
+    # with accumulation the earlier micro-batches' gradients are alive
+    earlier = parts["grads"] if grad_accum > 1 else 0
     return {
         "backward": kept + parts["gathered"] + parts["activations"] + parts["loss_temp"] + earlier,
-        "optimizer step": kept + parts["buckets"] + parts["grads"] + parts["optimizer_temp"],
+        "optimizer step": kept + parts["grads"] + parts["optimizer_temp"],
     }
 
 
@@ -222,13 +225,20 @@ def largest_batch(
     act_bytes_per_sample: float | None = None,
     limit: int = 1 << 16,
     margin: float = FIT_MARGIN,
+    precision: str = "fp32",
 ) -> int:
     """The largest per-device batch whose predicted peak, plus `margin`, fits `device_bytes`
     (0: not even 1)."""
 
     def fits(bs: int) -> bool:
         peak = predict_peak_bytes(
-            strategy, flavor, world_size, bs, seq_len=seq_len, act_bytes_per_sample=act_bytes_per_sample
+            strategy,
+            flavor,
+            world_size,
+            bs,
+            seq_len=seq_len,
+            act_bytes_per_sample=act_bytes_per_sample,
+            precision=precision,
         )["peak_bytes"]
         return peak * (1 + margin) <= device_bytes
 
@@ -264,6 +274,7 @@ def fit_table(
     batch_size: int,
     world_sizes: Sequence[int] = WORLD_SIZES,
     calibration: Mapping[str, float] | None = None,
+    precision: str = "fp32",
 ) -> list[dict[str, Any]]:
     """One row per (model, strategy, world size)."""
     rows = []
@@ -273,7 +284,15 @@ def fit_table(
         per_sample = (calibration or {}).get(model)
         for strategy in strategies:
             for n in world_sizes:
-                p = predict_peak_bytes(strategy, flavor, n, batch_size, seq_len=length, act_bytes_per_sample=per_sample)
+                p = predict_peak_bytes(
+                    strategy,
+                    flavor,
+                    n,
+                    batch_size,
+                    seq_len=length,
+                    act_bytes_per_sample=per_sample,
+                    precision=precision,
+                )
                 rows.append(
                     {
                         "model": model,
@@ -281,6 +300,7 @@ def fit_table(
                         "world_size": n,
                         "seq_len": length,
                         "batch_size": batch_size,
+                        "precision": precision,
                         "model_state_gib": p["model_state_bytes"] / GIB,
                         "gathered_gib": p["gathered_bytes"] / GIB,
                         "activation_gib": p["activation_bytes"] / GIB,
@@ -296,6 +316,7 @@ def fit_table(
                             device_memory_gib * GIB,
                             seq_len=length,
                             act_bytes_per_sample=per_sample,
+                            precision=precision,
                         ),
                         "activation_source": "measured" if per_sample is not None else "estimate",
                     }

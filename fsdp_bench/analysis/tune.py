@@ -99,6 +99,7 @@ def predict_case(case: Case) -> Prediction:
         optimizer_impl=case.optimizer_impl,
         device=case.device,
         act_ckpt=case.act_ckpt,
+        precision=case.precision,
     )["peak_bytes"]
     tokens = case.batch_size * case.grad_accum * case.seq_len
     volume = comm_volume(

@@ -51,6 +51,10 @@ def predicted_rank_peak_bytes(case: Case) -> float | None:
             seq_len=case.seq_len,
             mesh=mesh,
             grad_accum=case.grad_accum,
+            optimizer_impl=case.optimizer_impl,
+            device=case.device,
+            act_ckpt=case.act_ckpt,
+            precision=case.precision,
         )["peak_bytes"]
     except (KeyError, ValueError, TypeError, ZeroDivisionError):
         return None

@@ -73,6 +73,12 @@ class Strategy:
         return self.family != "ddp"
 
     @property
+    def autocasts(self) -> bool:
+        """bf16/fp16 comes from autocast over fp32 parameters (DDP); FSDP paths cast the
+        parameters themselves (mixed-precision policy), so what the forward keeps differs."""
+        return self.family == "ddp"
+
+    @property
     def uses_fsdp_knobs(self) -> bool:
         """Prefetch settings apply (FSDP1 and FSDP2 paths the suite configures itself)."""
         return self.family in ("fsdp1", "fsdp2")

@@ -60,6 +60,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device-memory-gib", type=float, default=80.0)
     parser.add_argument("--seq-len", type=int, default=1024)
     parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument(
+        "--precision", choices=("fp32", "bf16", "fp16"), default="fp32", help="compute precision (as --bench-precision)"
+    )
     parser.add_argument("--calibrate", type=Path, default=None, help="run folder whose ok cases give activation bytes")
     parser.add_argument("--out", type=Path, default=Path("fit"))
     args = parser.parse_args(argv)
@@ -79,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
             batch_size=args.batch_size,
             world_sizes=[int(n) for n in args.world_sizes.split(",")],
             calibration=calibration,
+            precision=args.precision,
         )
     except ValueError as exc:  # e.g. a Hugging Face model_type without a shape model
         parser.error(str(exc))

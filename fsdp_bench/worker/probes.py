@@ -232,6 +232,7 @@ def predicted_memory(case: Case, world_size: int, rank: int) -> dict[str, Any]:
         optimizer_impl=case.optimizer_impl,
         device=case.device,
         act_ckpt=case.act_ckpt,
+        precision=case.precision,
     )
     return {
         "peak_bytes": p["peak_bytes"],
@@ -310,7 +311,8 @@ def _probe_breakdown(
         # above (read by storage, not by MemTracker) still stands.
         record["memory_breakdown_bytes"] = None
         record["memory_breakdown_null_reason"] = refusal
-        record["memory"]["method"] = f"unavailable: {refusal}"
+        if device.type == "cpu":  # on CUDA the allocator's peak stands without the breakdown
+            record["memory"]["method"] = f"unavailable: {refusal}"
 
 
 def run_probes(

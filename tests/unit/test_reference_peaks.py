@@ -1,0 +1,65 @@
+"""The peak-memory model against an H100's allocator: every case of the committed GPU reference
+runs (results/reference/) whose record has `max_memory_allocated`, predicted again from its case
+file. Pure: no GPU needed, the measurements are on disk."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fsdp_bench.analysis.fit import predict_peak_bytes
+from fsdp_bench.plan.case import Case, parse_mesh
+from fsdp_bench.plan.flavors import flavor_for
+
+REFERENCE = Path(__file__).resolve().parents[2] / "results" / "reference"
+RECORDS = sorted(REFERENCE.glob("*/*/*/cases/*/rank-0.json"))
+
+
+def _measured_and_predicted(path: Path) -> tuple[Case, int, int]:
+    record = json.loads(path.read_text())
+    case = Case.from_dict(json.loads((path.parent / "case.json").read_text()))
+    predicted = predict_peak_bytes(
+        case.strategy,
+        flavor_for(case.model),
+        record["world_size"],
+        case.batch_size,
+        seq_len=case.seq_len,
+        mesh=parse_mesh(case.mesh) if case.mesh else None,
+        grad_accum=case.grad_accum,
+        optimizer_impl=case.optimizer_impl,
+        device=case.device,
+        act_ckpt=case.act_ckpt,
+        precision=case.precision,
+    )["peak_bytes"]
+    return case, record["memory"]["peak_allocated_bytes"], predicted
+
+
+def _measured_cases() -> list[Path]:
+    """Finished CUDA cases (FSDP1's records say its MemTracker breakdown is unavailable; the
+    allocator's peak is there all the same)."""
+    records = {p: json.loads(p.read_text()) for p in RECORDS}
+    return [
+        p
+        for p, r in records.items()
+        if r.get("status") == "ok" and r["device"].startswith("cuda") and r["memory"].get("peak_allocated_bytes")
+    ]
+
+
+def test_the_reference_runs_are_there():
+    assert len(_measured_cases()) >= 29, RECORDS
+
+
+@pytest.mark.parametrize("path", _measured_cases(), ids=lambda p: f"{p.parents[2].name}/{p.parent.name}")
+def test_predicted_peak_against_the_gpu_allocator(path):
+    case, measured, predicted = _measured_and_predicted(path)
+    error = predicted / measured - 1
+    if case.warmup + case.steps == 1:
+        # One step in all: AdamW's state is created inside it, after backward's peak, so the
+        # model (which counts it, as in every later step) is above by that state alone.
+        pytest.skip(f"a single step: AdamW state not alive at its backward ({error:+.1%})")
+    if case.compile:
+        # Inductor chooses what to save (and recomputes pointwise work): the eager count is an
+        # upper bound. Measured: +8% to +14% on llama3_1b, -1% on gpt_124m (H100, bf16).
+        assert -0.05 <= error <= 0.15, (measured, predicted)
+    else:
+        assert abs(error) <= 0.05, (measured, predicted)
