@@ -23,13 +23,18 @@ from pathlib import Path
 import pytest
 
 
-def _mount(*args: str) -> None:
-    """mount(8), skipping the test with its own words when this machine does not allow it."""
+def _try_mount(*args: str) -> str | None:
+    """mount(8): None when it worked, else the first line it said."""
     if shutil.which("mount") is None:
         pytest.skip("no mount(8) on this machine: cannot make a real read-only folder or full disk")
     proc = subprocess.run(["mount", *args], capture_output=True, text=True, timeout=30)
-    if proc.returncode != 0:
-        said = (proc.stderr.strip().splitlines() or ["no message"])[0]
+    return None if proc.returncode == 0 else (proc.stderr.strip().splitlines() or ["no message"])[0]
+
+
+def _mount(*args: str) -> None:
+    """mount(8), skipping the test with its own words when this machine does not allow it."""
+    said = _try_mount(*args)
+    if said is not None:
         pytest.skip(f"mounting needs root with CAP_SYS_ADMIN here ({said})")
 
 
@@ -37,12 +42,24 @@ def _umount(path: Path) -> None:
     subprocess.run(["umount", "-l", str(path)], capture_output=True, timeout=30, check=False)
 
 
+def _bind_read_only(folder: Path, tries: int = 50) -> None:
+    """A bind mount and its remount to ro are two system calls (util-linux 2.38); a file the
+    sweep opens for writing in between makes the remount EBUSY. Then detach and try again."""
+    for _ in range(tries):
+        said = _try_mount("--bind", "-o", "ro", str(folder), str(folder))
+        if said is None:
+            return
+        _umount(folder)  # the half-done rw bind, if the bind itself succeeded
+        if "busy" not in said:
+            pytest.skip(f"mounting needs root with CAP_SYS_ADMIN here ({said})")
+    pytest.fail(f"{folder}: the read-only bind mount stayed busy {tries} times")
+
+
 @contextlib.contextmanager
 def read_only_bind(folder: Path) -> Iterator[None]:
     """`folder` read-only (EROFS) from now until the block ends; its contents are kept."""
-    _mount("--bind", str(folder), str(folder))
+    _bind_read_only(folder)
     try:
-        _mount("-o", "remount,bind,ro", str(folder))
         probe = folder / ".write-probe"
         try:
             probe.write_text("")
