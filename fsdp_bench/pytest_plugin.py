@@ -172,12 +172,8 @@ def bench_run(request: pytest.FixtureRequest, benchmark: Any):
             if opening:
                 _write_live(config, opening)
             result = state.session.run(case)
-        except DiskFull as exc:  # stop the sweep cleanly; the finished cases stay, resumable
-            state.interrupted = True
-            pytest.exit(f"fsdp-bench: {exc}", returncode=3)
-        except SessionError as exc:  # the run folder is unusable: one line, and no further case
-            state.interrupted = True
-            pytest.exit(f"fsdp-bench: {exc}", returncode=4)
+        except SessionError as exc:  # a full disk, an unusable run folder: one line, no further case
+            _stop_sweep(state, benchmark, exc)
         line = state.progress.finish_case(request.node.nodeid, case.id, result)
         if line:
             _write_live(config, line)
@@ -196,6 +192,16 @@ def bench_run(request: pytest.FixtureRequest, benchmark: Any):
         return result
 
     return _run
+
+
+def _stop_sweep(state: BenchState, benchmark: Any, exc: SessionError) -> None:
+    """End the session with one line. DiskFull (3) leaves the finished cases resumable; any
+    other SessionError (4) means the run folder itself is unusable. The benchmark fixture is
+    marked skipped first: it timed nothing, and its "fixture was not used" warning would add a
+    warnings summary around the one line."""
+    state.interrupted = True
+    benchmark.skipped = True
+    pytest.exit(f"fsdp-bench: {exc}", returncode=3 if isinstance(exc, DiskFull) else 4)
 
 
 def _run_tune(config: pytest.Config, state: BenchState, request: Any) -> dict[str, Any]:
