@@ -174,6 +174,9 @@ def bench_run(request: pytest.FixtureRequest, benchmark: Any):
             result = state.session.run(case)
         except SessionError as exc:  # a full disk, an unusable run folder: one line, no further case
             _stop_sweep(state, benchmark, exc)
+        except KeyboardInterrupt:  # the case timed nothing: no "fixture was not used" warning around the stop
+            benchmark.skipped = True
+            raise
         line = state.progress.finish_case(request.node.nodeid, case.id, result)
         if line:
             _write_live(config, line)

@@ -140,4 +140,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt as exc:  # the running case or torchrun was stopped on the way out
+        print(f"measure_fidelity.py: interrupted ({exc or 'SIGINT received'}); no result", file=sys.stderr)
+        raise SystemExit(130) from None

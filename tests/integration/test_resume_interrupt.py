@@ -79,6 +79,8 @@ def test_interrupt_kills_the_running_case_and_keeps_finished_results(interrupted
     assert list(interrupted["results_after_interrupt"]) == [IDS[0]]
     assert interrupted["results_after_interrupt"][IDS[0]]["status"] == "ok"
     assert f"--bench-resume {interrupted['run']}" in interrupted["out"]
+    # seen on an H100 run stopped by `timeout`: pytest-benchmark's warning around the stop lines
+    assert "Benchmark fixture was not used" not in interrupted["out"]
 
 
 @pytest.fixture(scope="module")
