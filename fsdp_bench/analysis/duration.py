@@ -23,18 +23,18 @@ sweep for a GPU can be planned on a machine without one:
   30-50% for tuned, compiled runs; small eager cases reach less), so GPU estimates lean long.
 The fixed cost per case on CPU is 5 s: 3.5 s measured on the quiet 2-core VM (launch 2.0 s,
 setup 1.0 s of which torch._dynamo's import is most, exit 0.1 s, pytest's share 0.4 s; see
-scripts/measure_sweep_cost.py), about twice that when the machine is loaded. On CUDA 20 s is
-assumed (CUDA context, NCCL, a GPU-sized model's build). The overhead per micro-step (50 ms on
+scripts/measure_sweep_cost.py), about twice that when the machine is loaded. On CUDA 20 s were
+measured on an H100 for GPT-2 124M (CUDA context, NCCL, the model's build), plus SETUP_S_PER_PARAM
+for larger models. The overhead per micro-step (50 ms on
 CPU; tiny models' steps take 10-70 ms) was read off tiny sweeps (gpt_tiny, 2 gloo ranks) on the
 same VM. A sweep adds SESSION_S once: pytest's own start and the report at its end (1.8 s and
 1.3-1.7 s measured on the VM, docs/metrics.md "What a sweep costs"). A model between tiny and GPT-2 runs faster than 10 GFLOP/s on CPU (gpt_small: 0.41 s
 measured for a 1.5 s estimate), so estimates for such models err long too.
 
-Costs assumed, not measured (no GPU was at hand when they were written; correct them from a run's
-case_time figures): torch.compile adds COMPILE_S per case (every case is a fresh process, so
-every case compiles); an offloaded strategy pays OFFLOAD_S_PER_PARAM per parameter and step (host
-AdamW plus the copies over PCIe, about 0.75 s for GPT-2 124M); writing a memory snapshot or a
-profiler trace adds ARTIFACT_S.
+torch.compile adds COMPILE_S per case (every case is a fresh process, so every case compiles;
+measured on an H100); an offloaded strategy pays OFFLOAD_S_PER_PARAM per parameter and step
+(host AdamW plus the copies over PCIe: 0.25 s for GPT-2 124M on the H100 machine). Assumed, not
+measured: writing a memory snapshot or a profiler trace adds ARTIFACT_S.
 
 Calibrated at the start of a sweep (`Calibration`, from the facts the env.json reader measures
 in its own process while pytest collects, so no extra torch import): a 0.25 s single-thread
@@ -69,10 +69,17 @@ from fsdp_bench.plan.flavors import flavor_for
 CPU_FLOPS = 10e9  # per rank, see the module docstring
 DEFAULT_GPU_NAME = "H100 SXM"  # whose figures a CUDA estimate uses when no GPU is named or visible
 CUDA_PEAK_FRACTION = 0.25  # assumed model FLOPs utilization on one GPU, see the module docstring
+# CUDA figures from the H100 reference runs (results/reference/NVIDIA-H100-80GB-HBM3, launch +
+# setup + exit of each case): 19.7-21.2 s per GPT-2 124M case, 44 s per llama3_1b case (its
+# build: SETUP_S_PER_PARAM); compile 10 s (a compiled case's training stage less an eager one's,
+# both models); GPT-2 124M at batch 4 stepped in 0.040-0.094 s against 0.014 s of FLOPs at 25%.
 CASE_FIXED_S = {"cpu": 5.0, "cuda": 20.0}  # start-up and teardown of one case's process tree
-MICRO_STEP_OVERHEAD_S = {"cpu": 0.05, "cuda": 0.01}  # Python, collectives and optimizer per micro-step
-COMPILE_S = {"cpu": 30.0, "cuda": 60.0}  # torch.compile of the blocks, forward and backward, per case
-OFFLOAD_S_PER_PARAM = 6e-9  # host AdamW (~5 ns) + params and grads over PCIe (~1 ns), per step
+SETUP_S_PER_PARAM = {"cpu": 0.0, "cuda": 2e-8}  # building and placing the model, beyond CASE_FIXED_S
+MICRO_STEP_OVERHEAD_S = {"cpu": 0.05, "cuda": 0.04}  # Python, kernel launches, collectives per micro-step
+COMPILE_S = {"cpu": 30.0, "cuda": 10.0}  # torch.compile of the blocks, forward and backward, per case
+# host AdamW and the copies over PCIe, per parameter and step: on the H100 reference machine (16
+# cores) fsdp2_offload stepped GPT-2 124M 0.245 s slower than fsdp2 (bs4, bf16): 2 ns per parameter
+OFFLOAD_S_PER_PARAM = 2e-9
 ARTIFACT_S = 10.0  # writing one memory snapshot pickle or one profiler trace
 RECOMPUTE = 8 / 6  # activation checkpointing: forward twice, then backward
 SESSION_S = 5.0  # pytest's start and the table and charts at the end, once per sweep
@@ -198,7 +205,8 @@ def fixed_seconds(case: Case, calibration: Calibration = FIXED) -> float:
     device = _device(case)
     artifacts = ARTIFACT_S * (case.profile + (case.memory_snapshot and device == "cuda"))
     scale = calibration.fixed_scale if device == "cpu" else 1.0
-    return CASE_FIXED_S[device] * scale + (COMPILE_S[device] if case.compile else 0.0) + artifacts
+    setup = SETUP_S_PER_PARAM[device] * case_params(case) if SETUP_S_PER_PARAM[device] else 0.0
+    return CASE_FIXED_S[device] * scale + setup + (COMPILE_S[device] if case.compile else 0.0) + artifacts
 
 
 @dataclass(frozen=True)
