@@ -1,0 +1,180 @@
+"""The GPU reference tables, built from the committed run folders of `scripts/gpu_reference.sh`
+(results/reference/<gpu-name>/partN_NAME/<run>/ and each part's log): what the README and
+docs/gpu-reference.md print, so every number there comes from those files (a test holds them).
+
+    python -m fsdp_bench.report.reference results/reference/NVIDIA-H100-80GB-HBM3
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from fsdp_bench.analysis.fit import predict_peak_bytes
+from fsdp_bench.plan.case import Case, parse_mesh
+from fsdp_bench.plan.flavors import flavor_for
+from fsdp_bench.results.load import load_run
+from fsdp_bench.results.metrics import M
+
+GIB = 1 << 30
+# One pytest run of a part: "== RUN: pytest ...", its estimate, and pytest's last line "... in 93.71s".
+_RUN = re.compile(r"^== (?P<run>[\w.-]+): pytest ", re.M)
+_ESTIMATE = re.compile(r"estimated duration (?P<m>\d+)m(?P<s>\d+)s for (?P<planned>\d+) case")
+_TOOK = re.compile(r"^\d+ (?:passed|deselected|failed|xfailed).* in (?P<s>[\d.]+)s", re.M)
+
+
+def run_folders(gpu_dir: Path) -> list[Path]:
+    """Every run folder of every part, in part order."""
+    return sorted(p.parent for p in gpu_dir.glob("part*/*/sweep.json"))
+
+
+def predicted_peak_gib(case: Case, world_size: int) -> float:
+    """This commit's prediction for a recorded case (the records keep the one of their run)."""
+    return (
+        predict_peak_bytes(
+            case.strategy,
+            flavor_for(case.model),
+            world_size,
+            case.batch_size,
+            seq_len=case.seq_len,
+            mesh=parse_mesh(case.mesh) if case.mesh else None,
+            grad_accum=case.grad_accum,
+            optimizer_impl=case.optimizer_impl,
+            device=case.device,
+            act_ckpt=case.act_ckpt,
+            precision=case.precision,
+        )["peak_bytes"]
+        / GIB
+    )
+
+
+def case_rows(run_dir: Path) -> list[dict[str, Any]]:
+    """One row per finished case of a run folder: what it reached and what was predicted."""
+    rows = []
+    for result in load_run(run_dir)[0]:
+        metrics, case = result.get("metrics") or {}, Case.from_dict(result["case"])
+        if result["status"] != "ok" or not metrics.get(M.peak_allocated_gib):
+            continue
+        world = result["ranks"][0]["world_size"] if result.get("ranks") else case.nproc
+        predicted = predicted_peak_gib(case, world)
+        rows.append(
+            {
+                "run": f"{run_dir.parent.name}/{run_dir.name}",
+                "case": case,
+                "trained": metrics.get(M.params_changed) is True and not case.simulate,
+                "tokens": metrics.get(M.tokens_per_s_per_device),
+                "mfu": metrics.get(M.mfu_pct),
+                "cv": metrics.get(M.step_time_cv_pct),
+                "steps": metrics.get(M.steps_measured),
+                "allocated": metrics[M.peak_allocated_gib],
+                "predicted": predicted,
+                "error_pct": 100 * (predicted / metrics[M.peak_allocated_gib] - 1),
+            }
+        )
+    return rows
+
+
+def part_timings(gpu_dir: Path) -> list[dict[str, Any]]:
+    """Each pytest run of each part's log: its estimate, what it took, whether it was stopped."""
+    out = []
+    for log in sorted(gpu_dir.glob("part*/part*.log")):
+        text = log.read_text(errors="replace")
+        starts = list(_RUN.finditer(text))
+        for k, start in enumerate(starts):
+            block = text[start.end() : starts[k + 1].start() if k + 1 < len(starts) else len(text)]
+            estimate, took = _ESTIMATE.search(block), _TOOK.search(block)
+            if estimate and took:
+                out.append(
+                    {
+                        "key": f"{log.parent.name}/{start['run']}",
+                        "estimated_s": 60 * int(estimate["m"]) + int(estimate["s"]),
+                        "planned": int(estimate["planned"]),
+                        "took_s": float(took["s"]),
+                        "interrupted": "\ninterrupted; " in block,
+                    }
+                )
+    return out
+
+
+def _num(value: float | None, digits: int = 1) -> str:
+    return "" if value is None else f"{value:,.{digits}f}"
+
+
+def _what(case: Case) -> str:
+    extras = [case.precision] + ["compile"] * case.compile + ["act-ckpt"] * case.act_ckpt
+    extras += [f"sim ws{case.nproc}"] * bool(case.simulate) + [f"mesh {case.mesh}"] * bool(case.mesh)
+    return f"{case.strategy} {case.model} bs{case.batch_size} x{case.seq_len} ({', '.join(extras)})"
+
+
+def cases_table(rows: Iterable[dict[str, Any]]) -> str:
+    lines = [
+        "| run | case | tokens/s/device | MFU % | step CV % (steps) | peak allocated GiB | predicted GiB | error % |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in rows:
+        tokens = _num(r["tokens"], 0) + ("" if r["trained"] else " (not trained)")
+        lines.append(
+            f"| {r['run']} | {_what(r['case'])} | {tokens} | {_num(r['mfu'])} | {_num(r['cv'])} ({r['steps']:.0f}) "
+            f"| {r['allocated']:.2f} | {r['predicted']:.2f} | {r['error_pct']:+.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def summary_table(gpu_dir: Path) -> str:
+    """One row per run folder: its best trained case, the CV and prediction-error ranges, minutes."""
+    timings = {t["key"]: t for t in part_timings(gpu_dir)}
+    lines = [
+        "| run | ok cases | best tokens/s/device (case) | MFU % | step CV % | peak predicted vs allocated | minutes: measured / estimated |",
+        "| --- | ---: | --- | ---: | ---: | ---: | ---: |",
+    ]
+    for run_dir in run_folders(gpu_dir):
+        rows = case_rows(run_dir)
+        if not rows:
+            continue
+        trained = [r for r in rows if r["trained"] and r["tokens"]]
+        best = max(trained, key=lambda r: r["tokens"]) if trained else None
+        cvs, errors = [r["cv"] for r in rows if r["cv"] is not None], [r["error_pct"] for r in rows]
+        t = timings.get(f"{run_dir.parent.name}/{run_dir.name}")
+        minutes = f"{t['took_s'] / 60:.1f} / {t['estimated_s'] / 60:.1f}" if t else ""
+        if t and t["interrupted"]:
+            minutes += f" (stopped after {len(rows)} of {t['planned']})"
+        what = (
+            f"{_num(best['tokens'], 0)} ({best['case'].strategy} bs{best['case'].batch_size})"
+            if best
+            else "none trained"
+        )
+        lines.append(
+            f"| {run_dir.parent.name}/{run_dir.name} | {len(rows)} | {what} | {_num(best['mfu']) if best else ''} "
+            f"| {min(cvs):.1f}-{max(cvs):.1f} | {min(errors):+.1f}% to {max(errors):+.1f}% | {minutes} |"
+        )
+    return "\n".join(lines)
+
+
+def fidelity_lines(gpu_dir: Path) -> str:
+    """The suite-vs-bare-loop lines of part 4's reports."""
+    out = []
+    for path in sorted(gpu_dir.glob("part4_*/fidelity-*.txt")):
+        text = path.read_text()
+        case = re.search(r"^case: (.+)$", text, re.M)
+        ratio = re.search(r"suite median step time: .+$", text, re.M)
+        if case and ratio:
+            out.append(f"- {case[1]}: {ratio[0]}")
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1 or not Path(args[0]).is_dir():
+        print("usage: python -m fsdp_bench.report.reference results/reference/<gpu-name>", file=sys.stderr)
+        return 2
+    gpu_dir = Path(args[0])
+    print(summary_table(gpu_dir), "", fidelity_lines(gpu_dir), "", sep="\n")
+    print(cases_table(row for run_dir in run_folders(gpu_dir) for row in case_rows(run_dir)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
