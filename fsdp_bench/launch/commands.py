@@ -10,6 +10,7 @@ from pathlib import Path
 
 from fsdp_bench.plan.case import Case
 from fsdp_bench.plan.nodes import Launch, LaunchError
+from fsdp_bench.plan.options import CASE_TIMEOUT_S
 
 
 def ranks_per_node(world_size: int, nnodes: int) -> int:
@@ -62,7 +63,7 @@ def build_command(
     *,
     python: str = sys.executable,
     launch: Launch = Launch(),
-    join_timeout_s: float = 600.0,
+    join_timeout_s: float = CASE_TIMEOUT_S,
     repeat: int | None = None,
 ) -> list[str]:
     """The command line for one case on this node.

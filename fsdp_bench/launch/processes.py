@@ -26,9 +26,10 @@ import time
 from pathlib import Path
 
 import fsdp_bench
+from fsdp_bench.plan.options import KILL_GRACE_S
 from fsdp_bench.results.layout import CaseDir
 
-TORCHRUN_GRACE_S = 30.0  # how long torchrun gets to stop its workers after SIGTERM
+TORCHRUN_GRACE_S = KILL_GRACE_S  # how long torchrun gets to stop its workers after SIGTERM (--bench-kill-grace)
 PROJECT_ROOT = Path(fsdp_bench.__file__).resolve().parent.parent
 
 

@@ -98,6 +98,10 @@ def fingerprint_differences(stored: Mapping[str, Any], now: Mapping[str, Any]) -
     ]
 
 
+CASE_TIMEOUT_S = 600.0  # one case's whole process tree, unless --bench-timeout says otherwise
+KILL_GRACE_S = 30.0  # SIGTERM to torchrun, then this long before SIGKILL
+
+
 @dataclass(frozen=True, kw_only=True)
 class Sweep:
     """A validated sweep: the grid axes, the shared case settings and how to run them."""
@@ -112,8 +116,8 @@ class Sweep:
     steps: int = _CASE_DEFAULTS["steps"]
     warmup: int = _CASE_DEFAULTS["warmup"]
     seq_len: int = _CASE_DEFAULTS["seq_len"]
-    timeout_s: float = 600.0
-    kill_grace_s: float = 30.0  # SIGTERM to torchrun, then this long before SIGKILL
+    timeout_s: float = CASE_TIMEOUT_S
+    kill_grace_s: float = KILL_GRACE_S
     results_dir: Path = Path("results")
     resume: Path | None = None
     report: bool = True
