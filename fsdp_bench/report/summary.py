@@ -187,6 +187,9 @@ def optimizer_timing_effect(df) -> list[str]:
     return lines
 
 
+LOW_PRECISIONS = ("bf16", "fp16")
+
+
 def loss_agreement(df) -> list[str]:
     if M.loss_max_abs_dev_vs_ddp not in df:
         return []
@@ -198,10 +201,18 @@ def loss_agreement(df) -> list[str]:
     if off.empty:
         return [f"Loss curves match ddp within {LOSS_MATCH_TOL:g} in all {len(ok)} comparable cases."]
     worst = off.sort_values(M.loss_max_abs_dev_vs_ddp, ascending=False).iloc[0]
-    return [
+    line = (
         f"Loss curves differ from ddp by more than {LOSS_MATCH_TOL:g} in {len(off)} of {len(ok)} cases "
         f"(largest: {worst['case_id']}, {worst[M.loss_max_abs_dev_vs_ddp]:.3g})."
-    ]
+    )
+    if "precision" in off and off["precision"].isin(LOW_PRECISIONS).any():
+        # Seen on an H100 at bf16: 0.77 apart after 4 steps, 0.08-0.37 after 25, in every FSDP case.
+        line += (
+            " At bf16/fp16 that is expected, not a sharding error: ddp runs under autocast over fp32"
+            " parameters (norms and softmax in fp32), FSDP casts the parameters and computes everything"
+            " in low precision. Loss parity is checked at --bench-precision fp32."
+        )
+    return [line]
 
 
 def failures(df) -> list[str]:
