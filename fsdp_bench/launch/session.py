@@ -286,6 +286,7 @@ class SweepSession:
                 _set_aside(run, case.id, with_dir=False)
             result = self._run_repeats(run, case)
         else:
+            check_free_space(run.root)
             if previous is not None:
                 _set_aside(run, case.id)
             result = self._launch(run, case)
@@ -330,16 +331,17 @@ class SweepSession:
         if done is not None and done["status"] == "ok":
             return done
         self.check_run_dir()
+        check_free_space(run.root)
         # Only node 0 resumes; another node must never move node 0's (live) folder.
         if self.launch.owns_results and (run.case_dir(case.id, repeat=repeat).path.exists() or done is not None):
             _set_aside(run, case.id, repeat=repeat)
         return self._launch(run, case, repeat)
 
     def _launch(self, run: RunLayout, case: Case, repeat: int | None = None) -> dict[str, Any]:
-        """The case (or one repeat of it) in its own torchrun; `on_launch` hears of each."""
+        """The case (or one repeat of it) in its own torchrun (free space checked, any earlier
+        attempt set aside by the caller); `on_launch` hears of each."""
         from fsdp_bench.launch.runner import run_case
 
-        check_free_space(run.root)
         result = run_case(
             case,
             run.root,
