@@ -138,6 +138,25 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if reporter is not None:
         for line in preflight.lines:
             reporter.write_line(line)
+    if not (config.option.collectonly or state.sweep.tune):
+        _plan_repeats(config, state, cases)
+
+
+def _plan_repeats(config: pytest.Config, state: BenchState, cases: list[Case]) -> None:
+    """With --bench-repeats N > 1, the repeats run round-robin over the cases (launch.rounds);
+    each launched repeat gets a live line, and the ETA counts the launches left."""
+    if state.sweep.repeats < 2:
+        return
+    state.session.plan_rounds(cases)
+    state.progress.launches_left = state.session.launches_left
+
+    def on_launch(case: Case, repeat: int | None, result: dict[str, Any]) -> None:
+        if repeat is not None:
+            line = state.progress.finish_repeat(case.id, repeat, state.sweep.repeats, result)
+            if line:
+                _write_live(config, line)
+
+    state.session.on_launch = on_launch
 
 
 def _write_live(config: pytest.Config, line: str) -> None:

@@ -21,12 +21,16 @@ from fsdp_bench.results.metrics import M, label
 @dataclass
 class Progress:
     """How far the sweep is: cases done of those collected, since when, and which node ids
-    already had their outcome printed on a live line."""
+    already had their outcome printed on a live line. With repeats, the ETA counts launches
+    (one per repeat; interleaved, the first case's line comes after most of the sweep's repeats):
+    `launched` so far, and `launches_left` (the session's rounds) still to come."""
 
     total: int = 0
     done: int = 0
     started: float | None = None
     shown: set[str] = field(default_factory=set)
+    launched: int = 0
+    launches_left: Callable[[], int | None] | None = None
 
     def start(self) -> bool:
         """True the first time (the caller then prints the sweep's opening line)."""
@@ -41,7 +45,26 @@ class Progress:
             return None
         self.done += 1
         self.shown.add(node_id)
-        return progress_line(self.done, max(self.total, self.done), case_id, result, time.monotonic() - self.started)
+        total, elapsed = max(self.total, self.done), time.monotonic() - self.started
+        eta = self._eta_by_launches(elapsed) if self.done < total else None
+        return progress_line(self.done, total, case_id, result, elapsed, eta_s=eta)
+
+    def finish_repeat(self, case_id: str, repeat: int, planned: int, result: dict[str, Any]) -> str | None:
+        """One launched repeat's live line (`[repeat r/N] case-id ...`), counted for the ETA."""
+        self.launched += 1
+        if self.started is None:
+            return None
+        elapsed = time.monotonic() - self.started
+        eta = self._eta_by_launches(elapsed)
+        line = progress_line(repeat, planned, case_id, result, elapsed, eta_s=eta or 0.0)
+        return "[repeat " + line[1:]
+
+    def _eta_by_launches(self, elapsed_s: float) -> float | None:
+        """Elapsed time per launch so far times the launches left; None without repeats' rounds."""
+        left = self.launches_left() if self.launches_left is not None else None
+        if left is None or not self.launched:
+            return None
+        return elapsed_s / self.launched * left
 
 
 @dataclass
@@ -86,8 +109,11 @@ class BenchState:
         )
 
 
-def progress_line(i: int, total: int, case_id: str, result: dict[str, Any], elapsed_s: float) -> str:
-    """`[i/N] case-id  status  step 0.123 s  1,234 tok/s/dev  peak alloc 51.2 MiB  elapsed 1m02s  ETA 3m10s`."""
+def progress_line(
+    i: int, total: int, case_id: str, result: dict[str, Any], elapsed_s: float, *, eta_s: float | None = None
+) -> str:
+    """`[i/N] case-id  status  step 0.123 s  1,234 tok/s/dev  peak alloc 51.2 MiB  elapsed 1m02s  ETA 3m10s`.
+    The ETA is `eta_s` when given (shown when > 0), else the elapsed time per case times the cases left."""
     metrics = result.get("metrics") or {}
     status = result.get("status", "?")
     if status == "ok" and metrics.get(M.params_changed) is False:
@@ -96,8 +122,10 @@ def progress_line(i: int, total: int, case_id: str, result: dict[str, Any], elap
     if result.get("status") == "ok":
         parts += _measured_parts(metrics)
     parts.append(f"elapsed {format_duration(elapsed_s)}")
-    if i < total:
-        parts.append(f"ETA {format_duration(elapsed_s / i * (total - i))}")
+    if eta_s is None:
+        eta_s = elapsed_s / i * (total - i) if i < total else 0.0
+    if eta_s > 0:
+        parts.append(f"ETA {format_duration(eta_s)}")
     return "  ".join(parts)
 
 

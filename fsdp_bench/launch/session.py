@@ -1,5 +1,6 @@
 """The sweep as the parent runs it: one run folder per pytest session, locked while in use, each
-case run once in its own torchrun, earlier attempts set aside on resume (no torch, no pytest).
+case (or each repeat of it, round-robin over the cases: launch.rounds) run in its own torchrun,
+earlier attempts set aside on resume (no torch, no pytest).
 
 The plugin owns one `SweepSession`; pytest calls `run(case)` per collected case.
 """
@@ -11,6 +12,7 @@ import math
 import os
 import shutil
 import stat
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +84,9 @@ class SweepSession:
         self._lock_fd: int | None = None
         self._identity: tuple[tuple[int, int], tuple[int, int]] | None = None  # (run folder, .lock) dev+inode
         self._torch_env = None  # the env.json torch half, read while pytest collects
+        self._rounds = None  # the sweep's repeats in round-robin order (plan_rounds), launch.rounds
+        # told of every launch (the case or one repeat, its result): the live lines and the ETA
+        self.on_launch: Callable[[Case, int | None, dict[str, Any]], None] | None = None
 
     def start_environment(self) -> None:
         """Start reading the torch half of env.json now, so it is ready by the first case."""
@@ -246,9 +251,32 @@ class SweepSession:
                 f"{run.root}: {_os_error_line(exc)}; stopping (resume later with --bench-resume {run.root})"
             ) from None
 
-    def _run(self, run: RunLayout, case: Case) -> dict[str, Any]:
-        from fsdp_bench.launch.runner import run_case
+    def plan_rounds(self, cases: list[Case]) -> None:
+        """With --bench-repeats N > 1: the sweep's repeats run round-robin over these cases (the
+        collected ones, in order; launch.rounds says why). Cases a resume keeps are left out."""
+        from fsdp_bench.launch.rounds import RepeatRounds
 
+        if self.sweep.repeats < 2:
+            return
+        ids = [case.id for case in cases]
+        kept = self.kept_on_resume(ids)
+        todo = [(case.id, case) for case in cases if case.id not in kept]
+        done = set()
+        if self.sweep.resume is not None and self.launch.owns_results:
+            run = RunLayout(self.sweep.resume)
+            done = {
+                (cid, r)
+                for cid, _ in todo
+                for r in range(1, self.sweep.repeats + 1)
+                if (_load_or_none(run.result_file(cid, repeat=r)) or {}).get("status") == "ok"
+            }
+        self._rounds = RepeatRounds(todo, self.sweep.repeats, kept=done)
+
+    def launches_left(self) -> int | None:
+        """Repeats the planned rounds will still launch; None without rounds (no repeats)."""
+        return None if self._rounds is None else self._rounds.launches_left()
+
+    def _run(self, run: RunLayout, case: Case) -> dict[str, Any]:
         repeats = self.sweep.repeats
         previous = self._previous_result(run, case, repeats) if self.launch.owns_results else None
         if previous is not None and previous["status"] == "ok":
@@ -261,9 +289,7 @@ class SweepSession:
             check_free_space(run.root)
             if previous is not None:
                 _set_aside(run, case.id)
-            result = run_case(
-                case, run.root, timeout_s=self.sweep.timeout_s, grace_s=self.sweep.kill_grace_s, launch=self.launch
-            )
+            result = self._launch(run, case)
         self.results.append(result)
         return result
 
@@ -284,36 +310,49 @@ class SweepSession:
         return result
 
     def _run_repeats(self, run: RunLayout, case: Case, repeats: int | None = None) -> dict[str, Any]:
-        """Each repeat in its own fresh torchrun and folder; an ok repeat from an earlier attempt
-        is kept, others are set aside and run again; the first repeat that is not ok ends the case."""
+        """The case's repeats, merged into its result: from the sweep's round-robin rounds when
+        they hold the case (the other cases' pending repeats in between run first), otherwise
+        back to back (the tuner's rounds, a case outside the plan)."""
         from fsdp_bench.analysis.repeats import merge_repeats
-        from fsdp_bench.launch.runner import run_case
+        from fsdp_bench.launch.rounds import RepeatRounds
 
-        planned = repeats or self.sweep.repeats
-        results = []
-        for repeat in range(1, planned + 1):
-            done = _load_or_none(run.result_file(case.id, repeat=repeat)) if self.launch.owns_results else None
-            if done is None or done["status"] != "ok":
-                check_free_space(run.root)
-                # Only node 0 resumes; another node must never move node 0's (live) folder.
-                if self.launch.owns_results and (
-                    run.case_dir(case.id, repeat=repeat).path.exists() or done is not None
-                ):
-                    _set_aside(run, case.id, repeat=repeat)
-                done = run_case(
-                    case,
-                    run.root,
-                    timeout_s=self.sweep.timeout_s,
-                    grace_s=self.sweep.kill_grace_s,
-                    launch=self.launch,
-                    repeat=repeat,
-                )
-            results.append(done)
-            if done["status"] != "ok":
-                break
-        merged = merge_repeats(results, planned=planned)
+        rounds = self._rounds
+        if repeats is not None or rounds is None or not rounds.holds(case.id):
+            rounds = RepeatRounds([(case.id, case)], repeats or self.sweep.repeats)
+        results = rounds.run_through(case.id, lambda c, r: self._repeat_result(run, c, r))
+        merged = merge_repeats(results, planned=rounds.planned)
         write_json_atomic(run.result_file(case.id, self.launch.node_rank), merged)
         return merged
+
+    def _repeat_result(self, run: RunLayout, case: Case, repeat: int) -> dict[str, Any]:
+        """One repeat: kept when an earlier attempt left it ok, else (the earlier attempt set
+        aside) launched in its own fresh torchrun and folder."""
+        done = _load_or_none(run.result_file(case.id, repeat=repeat)) if self.launch.owns_results else None
+        if done is not None and done["status"] == "ok":
+            return done
+        self.check_run_dir()
+        check_free_space(run.root)
+        # Only node 0 resumes; another node must never move node 0's (live) folder.
+        if self.launch.owns_results and (run.case_dir(case.id, repeat=repeat).path.exists() or done is not None):
+            _set_aside(run, case.id, repeat=repeat)
+        return self._launch(run, case, repeat)
+
+    def _launch(self, run: RunLayout, case: Case, repeat: int | None = None) -> dict[str, Any]:
+        """The case (or one repeat of it) in its own torchrun (free space checked, any earlier
+        attempt set aside by the caller); `on_launch` hears of each."""
+        from fsdp_bench.launch.runner import run_case
+
+        result = run_case(
+            case,
+            run.root,
+            timeout_s=self.sweep.timeout_s,
+            grace_s=self.sweep.kill_grace_s,
+            launch=self.launch,
+            repeat=repeat,
+        )
+        if self.on_launch is not None:
+            self.on_launch(case, repeat, result)
+        return result
 
     @staticmethod
     def _previous_result(run: RunLayout, case: Case, repeats: int = 1) -> dict[str, Any] | None:
