@@ -10,7 +10,7 @@ from pathlib import Path
 
 from fsdp_bench.plan.case import Case
 from fsdp_bench.plan.nodes import Launch, LaunchError
-from fsdp_bench.plan.options import CASE_TIMEOUT_S
+from fsdp_bench.plan.sweep import CASE_TIMEOUT_S
 
 
 def ranks_per_node(world_size: int, nnodes: int) -> int:

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 import fsdp_bench
-from fsdp_bench.plan.options import KILL_GRACE_S
+from fsdp_bench.plan.sweep import KILL_GRACE_S
 from fsdp_bench.results.layout import CaseDir
 
 TORCHRUN_GRACE_S = KILL_GRACE_S  # how long torchrun gets to stop its workers after SIGTERM (--bench-kill-grace)

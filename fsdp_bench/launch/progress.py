@@ -14,7 +14,7 @@ from typing import Any
 from fsdp_bench.analysis.duration import format_duration
 from fsdp_bench.analysis.stats import NOISY_CV_PCT
 from fsdp_bench.launch.session import SessionError, SweepSession
-from fsdp_bench.plan.options import Sweep
+from fsdp_bench.plan.sweep import Sweep
 from fsdp_bench.results.metrics import M, label
 
 

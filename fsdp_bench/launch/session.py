@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from fsdp_bench.plan.case import Case
-from fsdp_bench.plan.options import Sweep, fingerprint_differences
+from fsdp_bench.plan.sweep import Sweep, fingerprint_differences
 from fsdp_bench.results.io import read_json, write_json_atomic
 from fsdp_bench.results.layout import RunLayout, create_run_dir, foreign_entries
 from fsdp_bench.results.load import load_case_result

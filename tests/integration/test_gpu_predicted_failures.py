@@ -273,7 +273,7 @@ def test_step_start_sample_is_outside_the_timed_region(monkeypatch):
 
 
 def test_suites_honour_simulated_world_sizes():
-    from fsdp_bench.plan.options import Sweep
+    from fsdp_bench.plan.sweep import Sweep
 
     plain = Sweep(device="cpu", nproc=1, suite="zero2-vs-zero3").cases()
     simulated = Sweep(device="cpu", nproc=1, suite="zero2-vs-zero3", simulate_world_sizes=(4, 8)).cases()

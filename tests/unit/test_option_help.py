@@ -6,7 +6,8 @@ from dataclasses import fields
 import pytest
 
 from fsdp_bench.plan.case import Case
-from fsdp_bench.plan.options import OPTIONS, SWITCH_OPTIONS, Sweep, default_text, option_help
+from fsdp_bench.plan.options import OPTIONS, SWITCH_OPTIONS, default_text, option_help
+from fsdp_bench.plan.sweep import Sweep
 
 
 @pytest.mark.parametrize("name", sorted(OPTIONS))
