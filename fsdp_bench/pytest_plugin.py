@@ -185,7 +185,7 @@ def bench_run(request: pytest.FixtureRequest, benchmark: Any):
         config = request.config
         state = config.stash[_STATE_KEY]
         if state.sweep.tune:
-            return _run_tune(config, state, case)
+            return _run_tune(config, state, case, benchmark)
         try:
             opening = state.opening_line()
             if opening:
@@ -226,17 +226,19 @@ def _stop_sweep(state: BenchState, benchmark: Any, exc: SessionError) -> None:
     pytest.exit(f"fsdp-bench: {exc}", returncode=3 if isinstance(exc, DiskFull) else 4)
 
 
-def _run_tune(config: pytest.Config, state: BenchState, request: Any) -> dict[str, Any]:
+def _run_tune(config: pytest.Config, state: BenchState, request: Any, benchmark: Any) -> dict[str, Any]:
     """A `--bench-tune` item: the tuner's loop (launch.tune.tune_item), one live line per case."""
     from fsdp_bench.launch.tune import TuneError, tune_item
 
     try:
         answer = tune_item(state, request, lambda line: _write_live(config, line))
-    except DiskFull as exc:
-        state.interrupted = True
-        pytest.exit(f"fsdp-bench: {exc}", returncode=3)
-    except (SessionError, TuneError) as exc:
+    except SessionError as exc:  # a full disk, a run folder gone read-only: one stop line, as in a sweep
+        _stop_sweep(state, benchmark, exc)
+    except TuneError as exc:
         raise pytest.UsageError(str(exc)) from None
+    except KeyboardInterrupt:
+        benchmark.skipped = True
+        raise
     if answer["pick"] is None:
         pytest.fail(f"tune {request.model}: no pick ({answer['stopped']})", pytrace=False)
     return answer

@@ -7,6 +7,7 @@ The plugin owns one `SweepSession`; pytest calls `run(case)` per collected case.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import math
 import os
@@ -242,10 +243,16 @@ class SweepSession:
     def run(self, case: Case) -> dict[str, Any]:
         """Run (or keep, on resume) one case. A run folder that went away or cannot be written
         any more stops the sweep (RunFolderGone, one line) instead of failing every case left."""
-        run = self.layout
         self.check_run_dir()
+        with self._stop_on_os_error():
+            return self._run(self.layout, case)
+
+    @contextlib.contextmanager
+    def _stop_on_os_error(self):
+        """An OSError writing into the run folder (read-only, full, gone) becomes RunFolderGone."""
+        run = self.layout
         try:
-            return self._run(run, case)
+            yield
         except OSError as exc:
             raise RunFolderGone(
                 f"{run.root}: {_os_error_line(exc)}; stopping (resume later with --bench-resume {run.root})"
@@ -303,9 +310,11 @@ class SweepSession:
         if merged is not None and merged["status"] == "ok" and len(merged.get(M.repeats) or []) >= repeats:
             result = merged
         else:
-            if merged is not None:
-                _set_aside(run, case.id, with_dir=False)
-            result = self._run_repeats(run, case, repeats)
+            self.check_run_dir()
+            with self._stop_on_os_error():
+                if merged is not None:
+                    _set_aside(run, case.id, with_dir=False)
+                result = self._run_repeats(run, case, repeats)
         self.results = [r for r in self.results if r.get("case_id") != case.id] + [result]
         return result
 

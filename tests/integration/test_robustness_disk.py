@@ -45,6 +45,28 @@ def _first_result(results: Path, sweep: subprocess.Popen, timeout_s: float) -> P
     pytest.fail(f"no case finished in {timeout_s:.0f} s (sweep exit {sweep.poll()})")
 
 
+def test_a_run_folder_made_read_only_mid_tune_is_one_stop_line(tmp_path):
+    """The tuner's loop stops the same way (it used to answer with a usage error)."""
+    require_mounts(tmp_path / "scratch")
+    results, log = tmp_path / "results", tmp_path / "sweep.log"
+    options = ("--bench-tune", "--bench-batch-sizes", "1,2,3", "--bench-strategies", "ddp,fsdp2")
+    sweep = _start_sweep(tmp_path / "project", results, *options, log=log)
+    try:
+        first = _first_result(results, sweep, timeout_s=240)
+        with read_only_bind(first.parent.parent):
+            code = sweep.wait(timeout=300)
+            text = log.read_text(errors="replace")
+    finally:
+        if sweep.poll() is None:
+            sweep.send_signal(signal.SIGKILL)
+            sweep.wait()
+    assert code == 4, text
+    assert "Traceback" not in text and "INTERNALERROR" not in text and "UsageError" not in text, text
+    stops = [ln for ln in text.splitlines() if all(w in ln for w in STOP_WORDS)]
+    assert len(stops) == 1, text
+    assert "warnings summary" not in text, text
+
+
 def test_a_run_folder_made_read_only_mid_sweep_is_one_stop_line(tmp_path):
     require_mounts(tmp_path / "scratch")
     results, log = tmp_path / "results", tmp_path / "sweep.log"
