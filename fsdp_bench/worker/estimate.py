@@ -48,7 +48,11 @@ def refusal(case: Case) -> str | None:
             "(post-accumulate-grad hooks need leaf tensors), the same refusal as the measured probe"
         )
     if family == "accelerate":
-        return "accelerate re-points its optimizer by data_ptr, which fake tensors do not have"
+        return (
+            "accelerate's prepare() moves the model with Module.to(), which cannot swap its parameters "
+            "under fake tensors ('_apply(): Couldn't swap Embedding.weight'); it would then re-point the "
+            "optimizer by data_ptr, which fake tensors do not have"
+        )
     if case.device != "cpu":
         return f"the estimator runs the {case.device} case's step on CPU fake tensors only (device='cpu')"
     return None
