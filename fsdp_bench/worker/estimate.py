@@ -41,13 +41,13 @@ METHOD = "fake tensors and a fake process group; one untracked step, then one tr
 
 def refusal(case: Case) -> str | None:
     """Why this case cannot be estimated under fake tensors (None: it can)."""
-    family = catalog_strategy(case.strategy).family
-    if family == "fsdp1":
+    row = catalog_strategy(case.strategy)
+    if row.layout == "fsdp1_flat":
         return (
             "FSDP1 cannot be traced: torch's MemTracker cannot follow its flat-parameter views "
             "(post-accumulate-grad hooks need leaf tensors), the same refusal as the measured probe"
         )
-    if family == "accelerate":
+    if row.prepares_optimizer:
         return (
             "accelerate's prepare() moves the model with Module.to(), which cannot swap its parameters "
             "under fake tensors ('_apply(): Couldn't swap Embedding.weight'); it would then re-point the "
