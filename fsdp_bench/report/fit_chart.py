@@ -3,6 +3,8 @@ world size), and the command that writes them.
 
     python -m fsdp_bench.fit --models gpt_124m,gpt_350m --device-memory-gib 80 --out fit/
     python -m fsdp_bench.fit --calibrate results/<run>   # activation bytes measured by a run
+    python -m fsdp_bench.fit --trace --models llama3_1b --strategies fsdp2 --world-sizes 512 \
+        --batch-size 1 --seq-len 2048     # the fake-tensor estimator's peak beside the fast model's
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import argparse
 import csv
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +21,7 @@ from fsdp_bench.plan.case import CaseError
 from fsdp_bench.plan.catalog import STRATEGIES
 from fsdp_bench.plan.option_values import parse_models
 from fsdp_bench.report.charts.style import pyplot, save_figure
+from fsdp_bench.report.trace import trace_cases, trace_line, trace_rows
 from fsdp_bench.results.load import load_run
 from fsdp_bench.results.metrics import M
 from fsdp_bench.results.schema import GIB
@@ -65,11 +69,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--calibrate", type=Path, default=None, help="run folder whose ok cases give activation bytes")
     parser.add_argument("--out", type=Path, default=Path("fit"))
+    parser.add_argument(
+        "--trace",
+        action="store_true",
+        help="per case, the fake-tensor estimator's peak (a subprocess) beside the fast model's",
+    )
     args = parser.parse_args(argv)
     try:
         models = parse_models("--models", args.models)
     except CaseError as exc:
         parser.error(str(exc))
+    if args.trace:
+        return print_trace(args, models)
     calibration = None
     if args.calibrate is not None:
         calibration = calibrate_from_results(load_run(args.calibrate)[0])
@@ -97,6 +108,31 @@ def main(argv: list[str] | None = None) -> int:
     for path in write_fit(rows, args.out):
         print(path)
     return 0
+
+
+def print_trace(args: argparse.Namespace, models: tuple[str, ...]) -> int:
+    """`--trace`: one line per case; bad input is one line on stderr and exit 2."""
+    try:
+        world_sizes = [int(n) for n in args.world_sizes.split(",")]
+        cases = trace_cases(
+            models,
+            args.strategies.split(","),
+            world_sizes,
+            batch_size=args.batch_size,
+            seq_len=args.seq_len,
+            precision=args.precision,
+        )
+    except (CaseError, ValueError) as exc:
+        message = (
+            str(exc) if isinstance(exc, CaseError) else f"--world-sizes: {args.world_sizes!r} is not a list of integers"
+        )
+        print(f"python -m fsdp_bench.fit --trace: error: {message}", file=sys.stderr)
+        return 2
+    failed = 0
+    for row in trace_rows(cases):
+        print(trace_line(row), flush=True)
+        failed += row["estimate"].get("status") == "failed"
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,95 @@
+"""The fake-tensor estimator (fsdp_bench.worker.estimate) against the measured peak of the same case,
+and its CLI (`python -m fsdp_bench.fit --trace`).
+
+The measured peak is rank 0's on the fake process group, in-process (test_peak_model's
+`_simulated_rank0`): MemTracker over a later training step of real tensors. Batch 2, seq 32.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from fsdp_bench.plan.case import Case
+from tests.integration.test_peak_model import CONFIGS, SMALL, _simulated_rank0
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+
+# The misses it had: -20 to -22% at 2 ranks (AdamW's state is made at the first step, and the fake
+# step was a first step), +0.8% from the SDPA mask transformers builds on fake position ids; DDP
+# did not run. Each case here took 2-9 s on 2 shared CPU cores.
+@pytest.mark.parametrize(
+    "name,strategy,n",
+    [
+        ("llama_odd_vocab", "fsdp2", 2),
+        ("mistral_gqa_tied", "fsdp2", 512),
+        ("gpt2_small_odd", "fsdp2_no_reshard", 2),
+        ("mistral_gqa_tied", "ddp", 2),
+        ("gpt_tiny", "fsdp2", 64),
+    ],
+)
+def test_fake_tensor_peak_within_2_percent_of_measured(name, strategy, n):
+    from fsdp_bench.worker.estimate import estimate_peak
+
+    case = Case(strategy=strategy, nproc=n, simulate=True, model=CONFIGS.get(name, name), **SMALL)
+    estimate = estimate_peak(case)
+    record = _simulated_rank0(case)
+    assert record["status"] == "ok"
+    measured = record["memory"]["peak_allocated_bytes"]
+    assert abs(estimate["probe_peak_bytes"] - measured) / measured <= 0.02, (estimate, measured)
+    buckets = estimate["ddp_bucket_bytes"]
+    assert (buckets > 0) == (strategy == "ddp")
+    # DDP's buckets, counted from the step's start (as a device allocator holds them), add at
+    # most their own size to the peak the CPU probe reads.
+    assert estimate["probe_peak_bytes"] <= estimate["peak_bytes"] <= estimate["probe_peak_bytes"] + buckets
+
+
+def _fit(*args: str) -> subprocess.CompletedProcess:
+    """The fit CLI in a fresh interpreter, which must not import torch itself."""
+    code = (
+        "import sys; from fsdp_bench.report.fit_chart import main; code = main(sys.argv[1:]); "
+        "assert 'torch' not in sys.modules, 'the CLI imported torch'; sys.exit(code)"
+    )
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300)
+
+
+def test_fit_trace_prints_the_fake_tensor_peak_beside_the_fast_model():
+    done = _fit(
+        "--trace",
+        "--models",
+        "gpt_tiny",
+        "--strategies",
+        "fsdp2,fsdp1_full_shard",
+        "--world-sizes",
+        "8",
+        "--batch-size",
+        "2",
+        "--seq-len",
+        "32",
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) == 2, done.stdout
+    assert lines[0].startswith("gpt_tiny fsdp2 ws8 batch 2 seq 32: fake-tensor peak ")
+    assert "fast model " in lines[0] and "% from the fake-tensor peak" in lines[0]
+    assert lines[1].startswith("gpt_tiny fsdp1_full_shard ws8 batch 2 seq 32: fake-tensor peak: none (FSDP1 ")
+
+
+@pytest.mark.parametrize(
+    "args,said",
+    [
+        (["--world-sizes", "2,x"], "--world-sizes: '2,x' is not a list of integers"),
+        (["--strategies", "fsdp3"], "unknown strategy 'fsdp3'"),
+        (["--batch-size", "0"], "batch_size"),
+    ],
+)
+def test_fit_trace_bad_input_is_one_line_and_exit_2(args, said):
+    done = _fit("--trace", "--models", "gpt_tiny", *args)
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert done.stderr.startswith("python -m fsdp_bench.fit --trace: error: ") and said in done.stderr
