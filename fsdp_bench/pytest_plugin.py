@@ -139,24 +139,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         for line in preflight.lines:
             reporter.write_line(line)
     if not (config.option.collectonly or state.sweep.tune):
-        _plan_repeats(config, state, cases)
-
-
-def _plan_repeats(config: pytest.Config, state: BenchState, cases: list[Case]) -> None:
-    """With --bench-repeats N > 1, the repeats run round-robin over the cases (launch.rounds);
-    each launched repeat gets a live line, and the ETA counts the launches left."""
-    if state.sweep.repeats < 2:
-        return
-    state.session.plan_rounds(cases)
-    state.progress.launches_left = state.session.launches_left
-
-    def on_launch(case: Case, repeat: int | None, result: dict[str, Any]) -> None:
-        if repeat is not None:
-            line = state.progress.finish_repeat(case.id, repeat, state.sweep.repeats, result)
-            if line:
-                _write_live(config, line)
-
-    state.session.on_launch = on_launch
+        state.plan_repeats(cases, lambda line: _write_live(config, line))
 
 
 def _write_live(config: pytest.Config, line: str) -> None:
@@ -249,35 +232,24 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     if state is None or state.session.run_dir is None:
         return
     state.interrupted |= exitstatus == pytest.ExitCode.INTERRUPTED  # Ctrl-C or SIGTERM
-    session = state.session
     terminalreporter.write_sep("-", "fsdp-bench")
-    try:
-        session.check_run_dir()
-    except SessionError as exc:  # nothing to report into: writing would re-create the folder
-        terminalreporter.write_line(f"no report: {exc}")
+    head, writes_report = state.summary_head()
+    for line in head:
+        terminalreporter.write_line(line)
+    if not writes_report:
         return
-    if not session.launch.owns_results:
-        terminalreporter.write_line(f"results: {session.run_dir}")
-        terminalreporter.write_line(
-            f"node {session.launch.node_rank}: logs under "
-            f"{session.layout.node_root(session.launch.node_rank)}; "
-            "node 0 writes the results and the report"
-        )
-        return
-    hint = state.resume_hint()
-    if hint:
-        terminalreporter.write_line(hint)
     from fsdp_bench.report.terminal import closing_lines, report_sections
 
-    body, closing = [], closing_lines(session.run_dir, [])
+    run_dir = state.session.run_dir
+    body, closing = [], closing_lines(run_dir, [])
     if state.sweep.report:
         try:
-            body, closing = report_sections(session.run_dir, session.results)
+            body, closing = report_sections(run_dir, state.session.results)
         except KeyboardInterrupt:
             # Ctrl-C while charts are drawn: every file is written atomically, so nothing is
             # half-written; say how to finish instead of a traceback, and exit as interrupted.
             pytest.exit(
-                f"report interrupted; the results are safe. To write it: python visualize.py {session.run_dir}",
+                f"report interrupted; the results are safe. To write it: python visualize.py {run_dir}",
                 returncode=pytest.ExitCode.INTERRUPTED,
             )
     for line in body:

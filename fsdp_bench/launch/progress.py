@@ -14,6 +14,7 @@ from typing import Any
 from fsdp_bench.analysis.duration import format_duration
 from fsdp_bench.analysis.stats import NOISY_CV_PCT
 from fsdp_bench.launch.session import SessionError, SweepSession
+from fsdp_bench.plan.case import Case
 from fsdp_bench.plan.sweep import Sweep
 from fsdp_bench.results.metrics import M, label
 
@@ -96,6 +97,39 @@ class BenchState:
             return None
         what = "tuning (cases measured as the rounds decide)" if self.sweep.tune else f"{self.progress.total} case(s)"
         return f"fsdp-bench: {what}; run folder {self.session.ensure_run_dir()}"
+
+    def plan_repeats(self, cases: list[Case], write: Callable[[str], None]) -> None:
+        """With --bench-repeats N > 1 the repeats run round-robin over the cases (launch.rounds):
+        each launched repeat gets a live line through `write`, and the ETA counts launches left."""
+        if self.sweep.repeats < 2:
+            return
+        self.session.plan_rounds(cases)
+        self.progress.launches_left = self.session.launches_left
+
+        def on_launch(case: Case, repeat: int | None, result: dict[str, Any]) -> None:
+            if repeat is not None:
+                line = self.progress.finish_repeat(case.id, repeat, self.sweep.repeats, result)
+                if line:
+                    write(line)
+
+        self.session.on_launch = on_launch
+
+    def summary_head(self) -> tuple[list[str], bool]:
+        """The terminal summary's first lines, and whether this node writes the report after them
+        (not when the run folder is unusable, nor on a node other than 0)."""
+        session = self.session
+        try:
+            session.check_run_dir()
+        except SessionError as exc:  # nothing to report into: writing would re-create the folder
+            return [f"no report: {exc}"], False
+        if not session.launch.owns_results:
+            node = session.launch.node_rank
+            return [
+                f"results: {session.run_dir}",
+                f"node {node}: logs under {session.layout.node_root(node)}; node 0 writes the results and the report",
+            ], False
+        hint = self.resume_hint()
+        return ([hint] if hint else []), True
 
     def resume_hint(self) -> str | None:
         """How to finish the run, when it was interrupted or some case is not ok."""
