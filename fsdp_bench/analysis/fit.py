@@ -21,6 +21,7 @@ from typing import Any
 from fsdp_bench.analysis.activations import Activations, estimate_activations
 from fsdp_bench.analysis.comm_model import Unit, model_units, padded_numel
 from fsdp_bench.analysis.model_state import allocated_model_state_bytes, shard_size
+from fsdp_bench.plan.case import Case
 from fsdp_bench.plan.catalog import strategy as catalog_strategy
 from fsdp_bench.plan.flavors import ModelFlavor, flavor_for
 from fsdp_bench.results.metrics import M
@@ -155,6 +156,27 @@ def predict_peak_bytes(
         "gathered_bytes": parts["gathered"],
         "activation_bytes": act,
     }
+
+
+def predict_case_peak(
+    case: Case, world_size: int | None = None, *, mesh: tuple[int, int] | None = None
+) -> dict[str, Any]:
+    """predict_peak_bytes for one case: its strategy, model, batch, sequence, accumulation,
+    optimizer, device, activation checkpointing and precision, at `world_size` (default: its
+    ranks) and the hybrid `mesh` the caller resolved."""
+    return predict_peak_bytes(
+        case.strategy,
+        flavor_for(case.model),
+        world_size or case.nproc,
+        case.batch_size,
+        seq_len=case.seq_len,
+        mesh=mesh,
+        grad_accum=case.grad_accum,
+        optimizer_impl=case.optimizer_impl,
+        device=case.device,
+        act_ckpt=case.act_ckpt,
+        precision=case.precision,
+    )
 
 
 def _phase_bytes(parts: dict[str, float], grad_accum: int) -> dict[str, float]:

@@ -38,7 +38,7 @@ from typing import Any
 
 from fsdp_bench.analysis.comm_model import CommVolume, comm_volume, model_units
 from fsdp_bench.analysis.duration import MICRO_STEP_OVERHEAD_S, case_flops_per_token, rank_flops
-from fsdp_bench.analysis.fit import FIT_MARGIN, predict_peak_bytes
+from fsdp_bench.analysis.fit import FIT_MARGIN, predict_case_peak
 from fsdp_bench.plan.case import Case, parse_mesh
 from fsdp_bench.plan.catalog import strategy as catalog_strategy
 from fsdp_bench.plan.flavors import flavor_for
@@ -88,19 +88,7 @@ def wire_bytes(volume: CommVolume) -> float:
 def predict_case(case: Case) -> Prediction:
     flavor = flavor_for(case.model)
     mesh = parse_mesh(case.mesh) if case.mesh and catalog_strategy(case.strategy).hybrid else None
-    peak = predict_peak_bytes(
-        case.strategy,
-        flavor,
-        case.nproc,
-        case.batch_size,
-        seq_len=case.seq_len,
-        mesh=mesh,
-        grad_accum=case.grad_accum,
-        optimizer_impl=case.optimizer_impl,
-        device=case.device,
-        act_ckpt=case.act_ckpt,
-        precision=case.precision,
-    )["peak_bytes"]
+    peak = predict_case_peak(case, mesh=mesh)["peak_bytes"]
     tokens = case.batch_size * case.grad_accum * case.seq_len
     volume = comm_volume(
         case.strategy, model_units(flavor), world_size=case.nproc, grad_accum=case.grad_accum, mesh=mesh

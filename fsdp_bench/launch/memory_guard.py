@@ -16,9 +16,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from fsdp_bench.analysis.fit import predict_peak_bytes
+from fsdp_bench.analysis.fit import predict_case_peak
 from fsdp_bench.plan.case import Case, parse_mesh
-from fsdp_bench.plan.flavors import flavor_for
 from fsdp_bench.results.schema import GIB
 
 # One rank process before its model: torch + gloo + interpreter. The golden CPU runs
@@ -43,19 +42,7 @@ def predicted_rank_peak_bytes(case: Case) -> float | None:
     """One rank's predicted peak of model state and activations; None where there is no model."""
     mesh = parse_mesh(case.mesh) if case.mesh else None
     try:
-        return predict_peak_bytes(
-            case.strategy,
-            flavor_for(case.model),
-            case.nproc,
-            case.batch_size,
-            seq_len=case.seq_len,
-            mesh=mesh,
-            grad_accum=case.grad_accum,
-            optimizer_impl=case.optimizer_impl,
-            device=case.device,
-            act_ckpt=case.act_ckpt,
-            precision=case.precision,
-        )["peak_bytes"]
+        return predict_case_peak(case, mesh=mesh)["peak_bytes"]
     except (KeyError, ValueError, TypeError, ZeroDivisionError):
         return None
 

@@ -13,9 +13,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from fsdp_bench.analysis.fit import predict_peak_bytes
+from fsdp_bench.analysis.fit import predict_case_peak
 from fsdp_bench.plan.case import Case, parse_mesh
-from fsdp_bench.plan.flavors import flavor_for
 from fsdp_bench.results.load import load_run
 from fsdp_bench.results.metrics import M
 
@@ -33,22 +32,7 @@ def run_folders(gpu_dir: Path) -> list[Path]:
 
 def predicted_peak_gib(case: Case, world_size: int) -> float:
     """This commit's prediction for a recorded case (the records keep the one of their run)."""
-    return (
-        predict_peak_bytes(
-            case.strategy,
-            flavor_for(case.model),
-            world_size,
-            case.batch_size,
-            seq_len=case.seq_len,
-            mesh=parse_mesh(case.mesh) if case.mesh else None,
-            grad_accum=case.grad_accum,
-            optimizer_impl=case.optimizer_impl,
-            device=case.device,
-            act_ckpt=case.act_ckpt,
-            precision=case.precision,
-        )["peak_bytes"]
-        / GIB
-    )
+    return predict_case_peak(case, world_size, mesh=parse_mesh(case.mesh) if case.mesh else None)["peak_bytes"] / GIB
 
 
 def case_rows(run_dir: Path) -> list[dict[str, Any]]:

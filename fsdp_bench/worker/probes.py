@@ -215,25 +215,12 @@ def _units_and_mesh(case: Case, world_size: int, rank: int) -> dict[str, Any]:
 def predicted_memory(case: Case, world_size: int, rank: int) -> dict[str, Any]:
     """analysis.fit's predicted peak and allocated model state for this case, recorded before
     the measurement is known (fp32 AdamW model, estimated activations; see analysis.fit)."""
-    from fsdp_bench.analysis.fit import predict_peak_bytes
-    from fsdp_bench.plan.flavors import flavor_for
+    from fsdp_bench.analysis.fit import predict_case_peak
 
     found = _units_and_mesh(case, world_size, rank)
     if not found:
         return {"null_reason": f"no parameter-shape model for {case.model}"}
-    p = predict_peak_bytes(
-        case.strategy,
-        flavor_for(case.model),
-        world_size,
-        case.batch_size,
-        seq_len=case.seq_len,
-        mesh=found["mesh"],
-        grad_accum=case.grad_accum,
-        optimizer_impl=case.optimizer_impl,
-        device=case.device,
-        act_ckpt=case.act_ckpt,
-        precision=case.precision,
-    )
+    p = predict_case_peak(case, world_size, mesh=found["mesh"])
     return {
         "peak_bytes": p["peak_bytes"],
         "model_state_bytes": p["model_state_bytes"],

@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from fsdp_bench.analysis.fit import predict_peak_bytes
+from fsdp_bench.analysis.fit import predict_case_peak
 from fsdp_bench.plan.case import Case, parse_mesh
-from fsdp_bench.plan.flavors import flavor_for
 
 REFERENCE = Path(__file__).resolve().parents[2] / "results" / "reference"
 RECORDS = sorted(REFERENCE.glob("*/*/*/cases/*/rank-0.json"))
@@ -18,19 +17,8 @@ RECORDS = sorted(REFERENCE.glob("*/*/*/cases/*/rank-0.json"))
 def _measured_and_predicted(path: Path) -> tuple[Case, int, int]:
     record = json.loads(path.read_text())
     case = Case.from_dict(json.loads((path.parent / "case.json").read_text()))
-    predicted = predict_peak_bytes(
-        case.strategy,
-        flavor_for(case.model),
-        record["world_size"],
-        case.batch_size,
-        seq_len=case.seq_len,
-        mesh=parse_mesh(case.mesh) if case.mesh else None,
-        grad_accum=case.grad_accum,
-        optimizer_impl=case.optimizer_impl,
-        device=case.device,
-        act_ckpt=case.act_ckpt,
-        precision=case.precision,
-    )["peak_bytes"]
+    mesh = parse_mesh(case.mesh) if case.mesh else None
+    predicted = predict_case_peak(case, record["world_size"], mesh=mesh)["peak_bytes"]
     return case, record["memory"]["peak_allocated_bytes"], predicted
 
 
