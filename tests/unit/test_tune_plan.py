@@ -162,3 +162,24 @@ def test_one_tune_request_per_model():
     requests = tune_requests(cases)
     assert [r.id for r in requests] == ["tune-gpt_tiny", "tune-llama3_tiny"]
     assert all(len(r.cases) == 12 for r in requests)
+
+
+def test_the_leaders_unmeasured_neighbours_are_measured_before_stopping():
+    """A model that prices one axis wrong (a CPU llama3_tiny grid: accumulation 2 predicted slow,
+    measured 30% faster) must not hide the case one grid step from the pick."""
+    from fsdp_bench.analysis.tune import leader_neighbours
+
+    predictions = [predict_case(c) for c in _grid()]
+    model = StepModel(1e-12, 1e-6, 0.0, error=0.0)
+    ranked = rank_predictions(predictions, model)
+    pick = Case(strategy="ddp", model="gpt_tiny", batch_size=4, grad_accum=1, seq_len=32)
+    # The pick measured far beyond every prediction: nothing "could still beat it" by the model.
+    measured = {pick.id: _measured(pick.id, 1e12)}
+    planned = plan_round(ranked, measured, model, budget_gib=None, max_repeats=3)
+    wanted = {Case(strategy="ddp", model="gpt_tiny", batch_size=4, grad_accum=2, seq_len=32).id}
+    assert {c.id for c, r in planned} == wanted and {r for _, r in planned} == {1}
+    assert {p.case.id for p in leader_neighbours(ranked, measured, pick.id)} == wanted
+    # Once they are measured (slower), the lone leader is done.
+    for case_id in wanted:
+        measured[case_id] = _measured(case_id, 1.0)
+    assert plan_round(ranked, measured, model, budget_gib=None, max_repeats=3) == []
