@@ -125,17 +125,31 @@ def test_trace_has_a_profiler_step_per_profiled_step(results):
             assert rank["profile"]["steps_profiled"] == 2
 
 
+# HTA parses traces in a fork()ed multiprocessing pool; forked from pytest, whose threads (the
+# sweep's env.json reader, gloo, matplotlib) may hold a lock at that moment, a worker can wait on a
+# semaphore forever (CI hung 10 minutes here once). A fresh interpreter has no such threads.
+_HTA = """
+import json, sys
+from hta.trace_analysis import TraceAnalysis
+# HTA drops the last ProfilerStep by default (on GPUs its kernels may be cut off); ours ends synchronized
+a = TraceAnalysis(trace_dir=sys.argv[1], include_last_profiler_step=True)
+print(json.dumps({r: [int(i) for i in a.t.get_iterations(r)] for r in sorted(a.t.get_all_traces())}))
+"""
+
+
 def test_holistic_trace_analysis_finds_the_steps(results):
-    trace_analysis = pytest.importorskip(
+    import json
+    import subprocess
+    import sys
+
+    pytest.importorskip(
         "hta.trace_analysis", reason="HolisticTraceAnalysis is not installed: pip install -e '.[trace]'"
     )
-    # HTA drops the last ProfilerStep by default (on GPUs its kernels may be cut off); ours ends synchronized
-    analysis = trace_analysis.TraceAnalysis(
-        trace_dir=str(_trace_dir(results, "fsdp2")), include_last_profiler_step=True
+    proc = subprocess.run(
+        [sys.executable, "-c", _HTA, str(_trace_dir(results, "fsdp2"))], capture_output=True, text=True, timeout=300
     )
-    assert sorted(analysis.t.get_all_traces()) == [0, 1]
-    for rank in (0, 1):
-        assert [int(i) for i in analysis.t.get_iterations(rank)] == [1, 2]
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"0": [1, 2], "1": [1, 2]}
 
 
 def test_update_norms_and_params_changed(results):
