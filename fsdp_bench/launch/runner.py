@@ -18,6 +18,7 @@ from fsdp_bench.launch.commands import build_command, ranks_per_node
 from fsdp_bench.launch.outcome import Outcome, classify_outcome
 from fsdp_bench.launch.processes import TORCHRUN_GRACE_S, build_env, stop_case
 from fsdp_bench.plan.case import Case
+from fsdp_bench.plan.flavors import LAUNCH_CWD_ENV
 from fsdp_bench.plan.nodes import CASE_DEADLINE_ENV, Launch
 from fsdp_bench.results.io import read_json, utc_now, write_json_atomic
 from fsdp_bench.results.layout import CaseDir, RunLayout
@@ -162,6 +163,7 @@ def _case_env(
 ) -> dict[str, str]:
     out = build_env(env, grace_s=grace_s, device=case.device, ranks_per_node=ranks_per_node(case.nproc, launch.nnodes))
     out[CASE_DEADLINE_ENV] = str(timeout_s + grace_s)  # torchrun's own stop if this process is gone by then
+    out.setdefault(LAUNCH_CWD_ENV, os.getcwd())  # a relative hf:PATH, from the worker's case folder
     return out
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -197,10 +198,22 @@ def _weights_problem(folder: Path) -> str | None:
     return None
 
 
+# The folder a sweep was started from: the runner passes it to the workers, whose own working
+# directory is their case folder, so a relative `hf:PATH` means the same folder to both.
+LAUNCH_CWD_ENV = "FSDP_BENCH_LAUNCH_CWD"
+
+
+def hf_folder(model: str) -> Path:
+    """The folder of `hf:PATH`: `~` expanded, a relative PATH taken from where the sweep started."""
+    folder = Path(model[len(HF_PREFIX) :]).expanduser()
+    origin = os.environ.get(LAUNCH_CWD_ENV)
+    return Path(origin) / folder if origin and not folder.is_absolute() else folder
+
+
 def hf_path_problem(model: str) -> str | None:
     """Why `hf:PATH` cannot be used (None: it has a usable config.json and, if any, weights
     that look like weights). Pure: reads JSON only."""
-    folder = Path(model[len(HF_PREFIX) :]).expanduser()
+    folder = hf_folder(model)
     if not folder.is_dir():
         return f"{model}: {folder} is not a folder"
     config = folder / "config.json"
@@ -220,7 +233,7 @@ def flavor_for(model: str) -> ModelFlavor:
     """The named flavor, or one made on the fly for `hf:PATH` (its context read from config.json)."""
     if model in MODEL_FLAVORS:
         return MODEL_FLAVORS[model]
-    folder = Path(model[len(HF_PREFIX) :]).expanduser()
+    folder = hf_folder(model)
     data = json.loads((folder / "config.json").read_text())
     context = data.get("max_position_embeddings") or data.get("n_positions")
     return ModelFlavor(
