@@ -167,9 +167,9 @@ def bench_run(request: pytest.FixtureRequest, benchmark: Any):
     def _run(case: Case) -> dict[str, Any]:
         config = request.config
         state = config.stash[_STATE_KEY]
-        if state.sweep.tune:
-            return _run_tune(config, state, case, benchmark)
         try:
+            if state.sweep.tune:
+                return _run_tune(config, state, case)
             opening = state.opening_line()
             if opening:
                 _write_live(config, opening)
@@ -209,19 +209,14 @@ def _stop_sweep(state: BenchState, benchmark: Any, exc: SessionError) -> None:
     pytest.exit(f"fsdp-bench: {exc}", returncode=3 if isinstance(exc, DiskFull) else 4)
 
 
-def _run_tune(config: pytest.Config, state: BenchState, request: Any, benchmark: Any) -> dict[str, Any]:
+def _run_tune(config: pytest.Config, state: BenchState, request: Any) -> dict[str, Any]:
     """A `--bench-tune` item: the tuner's loop (launch.tune.tune_item), one live line per case."""
     from fsdp_bench.launch.tune import TuneError, tune_item
 
-    try:
+    try:  # a SessionError (full disk, run folder gone read-only) stops it as a sweep: bench_run
         answer = tune_item(state, request, lambda line: _write_live(config, line))
-    except SessionError as exc:  # a full disk, a run folder gone read-only: one stop line, as in a sweep
-        _stop_sweep(state, benchmark, exc)
     except TuneError as exc:
         raise pytest.UsageError(str(exc)) from None
-    except KeyboardInterrupt:
-        benchmark.skipped = True
-        raise
     if answer["pick"] is None:
         pytest.fail(f"tune {request.model}: no pick ({answer['stopped']})", pytrace=False)
     return answer
