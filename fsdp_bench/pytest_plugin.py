@@ -1,24 +1,24 @@
 """pytest integration, hooks only: `--bench-*` options, one parametrized test per case, the
 pytest-benchmark bridge, and the report at the end of the session. What the hooks share lives in
-`fsdp_bench.launch.progress.BenchState`; the terminal's closing lines in `fsdp_bench.report.terminal`.
+`fsdp_bench.launch.progress.BenchState`; what one item does in `fsdp_bench.launch.item`; the
+terminal's closing lines in `fsdp_bench.report.terminal`.
 
 Collection imports no torch: cases come from `fsdp_bench.plan`, which is pure Python.
 """
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from fsdp_bench.launch.bench_stats import record_benchmark_stats
 from fsdp_bench.launch.progress import BenchState, cases_to_run, check_inputs, sigterm_as_interrupt, write_live_line
-from fsdp_bench.launch.session import DiskFull, SessionError
+from fsdp_bench.launch.session import SessionError
 from fsdp_bench.plan.case import Case, CaseError, skip_reason
-from fsdp_bench.plan.catalog import optimizer_timing
 from fsdp_bench.plan.options import DISPLAY_OPTIONS, OPTIONS, SWITCH_OPTIONS, option_help, parse_sweep
-from fsdp_bench.results.metrics import M
+from fsdp_bench.results.records import CaseResult
 
 _STATE_KEY = pytest.StashKey[BenchState]()
 _CLOSING_KEY = pytest.StashKey[list]()  # the recommendation and the run's place: the terminal's last lines
@@ -162,64 +162,25 @@ def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config):
 
 @pytest.fixture
 def bench_run(request: pytest.FixtureRequest, benchmark: Any):
-    """Run a case in its own torchrun, record its timings, and turn its status into the test's."""
+    """Run a case in its own torchrun, record its timings, and turn its status into the test's
+    (launch.item says which)."""
+    from fsdp_bench.launch.item import run_item, stop_exit_code
+    from fsdp_bench.launch.tune import TuneError
 
-    def _run(case: Case) -> dict[str, Any]:
-        config = request.config
-        state = config.stash[_STATE_KEY]
+    def _run(case: Case) -> CaseResult | dict[str, Any]:
+        state, write = request.config.stash[_STATE_KEY], partial(_write_live, request.config)
         try:
-            if state.sweep.tune:
-                return _run_tune(config, state, case)
-            opening = state.opening_line()
-            if opening:
-                _write_live(config, opening)
-            result = state.session.run(case)
+            result, outcome = run_item(state, case, benchmark=benchmark, node_id=request.node.nodeid, write=write)
         except SessionError as exc:  # a full disk, an unusable run folder: one line, no further case
-            _stop_sweep(state, benchmark, exc)
-        except KeyboardInterrupt:  # the case timed nothing: no "fixture was not used" warning around the stop
-            benchmark.skipped = True
-            raise
-        line = state.progress.finish_case(request.node.nodeid, case.id, result)
-        if line:
-            _write_live(config, line)
-        record_benchmark_stats(benchmark, case, result)
-        status, reason = result["status"], result.get("reason", "")
-        if status == "skipped":
-            pytest.skip(reason)
-        if status == "oom":
-            pytest.xfail(f"OOM: {reason}")
-        if status != "ok":
-            tail = result.get("log_tail", "")[-1500:]
-            pytest.fail(f"{status.upper()}: {reason}\n--- log tail ---\n{tail}", pytrace=False)
-        if (result.get("metrics") or {}).get(M.params_changed) is False:
-            # It ran, but did not train: its speed must not read as a pass a user could pick.
-            pytest.xfail(optimizer_timing(case.optimizer_timing).not_trained_reason or "parameters never changed")
+            pytest.exit(f"fsdp-bench: {exc}", returncode=stop_exit_code(exc))
+        except TuneError as exc:
+            raise pytest.UsageError(str(exc)) from None
+        if outcome is not None:
+            kind, message = outcome
+            {"skip": pytest.skip, "xfail": pytest.xfail, "fail": partial(pytest.fail, pytrace=False)}[kind](message)
         return result
 
     return _run
-
-
-def _stop_sweep(state: BenchState, benchmark: Any, exc: SessionError) -> None:
-    """End the session with one line. DiskFull (3) leaves the finished cases resumable; any
-    other SessionError (4) means the run folder itself is unusable. The benchmark fixture is
-    marked skipped first: it timed nothing, and its "fixture was not used" warning would add a
-    warnings summary around the one line."""
-    state.interrupted = True
-    benchmark.skipped = True
-    pytest.exit(f"fsdp-bench: {exc}", returncode=3 if isinstance(exc, DiskFull) else 4)
-
-
-def _run_tune(config: pytest.Config, state: BenchState, request: Any) -> dict[str, Any]:
-    """A `--bench-tune` item: the tuner's loop (launch.tune.tune_item), one live line per case."""
-    from fsdp_bench.launch.tune import TuneError, tune_item
-
-    try:  # a SessionError (full disk, run folder gone read-only) stops it as a sweep: bench_run
-        answer = tune_item(state, request, lambda line: _write_live(config, line))
-    except TuneError as exc:
-        raise pytest.UsageError(str(exc)) from None
-    if answer["pick"] is None:
-        pytest.fail(f"tune {request.model}: no pick ({answer['stopped']})", pytrace=False)
-    return answer
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:

@@ -9,10 +9,11 @@ from typing import Any
 
 from fsdp_bench.analysis.stats import mean_across_ranks, slowest_rank_step_times, summarize_step_times
 from fsdp_bench.plan.catalog import is_baseline, sharding_word
+from fsdp_bench.results.records import RankRecord
 from fsdp_bench.results.schema import GIB
 
 
-def effective_sharding(ranks: Sequence[dict[str, Any]]) -> str | None:
+def effective_sharding(ranks: Sequence[RankRecord]) -> str | None:
     """The sharding the ranks really ran (FSDP1 at one rank runs NO_SHARD whatever it was asked
     for), when they all agree."""
     sharding = {r.get("effective_sharding") for r in ranks if isinstance(r, dict)}
@@ -21,7 +22,7 @@ def effective_sharding(ranks: Sequence[dict[str, Any]]) -> str | None:
     return sharding_word(str(sharding.pop()))  # records made before the words were the catalog's
 
 
-def case_metrics(case, ranks: Sequence[dict[str, Any]], simulation: dict[str, Any] | None = None) -> dict[str, Any]:
+def case_metrics(case, ranks: Sequence[RankRecord], simulation: dict[str, Any] | None = None) -> dict[str, Any]:
     """A case's headline metrics from its rank records (one run's, or every repeat's pooled), with
     a simulated case's modelled metrics on top: the one merge the runner and the repeats share."""
     metrics = (
@@ -40,7 +41,7 @@ def case_metrics(case, ranks: Sequence[dict[str, Any]], simulation: dict[str, An
 
 
 def aggregate_rank_metrics(
-    *, tokens_per_step: int, samples_per_step: int, world_size: int, ranks: Sequence[dict[str, Any]]
+    *, tokens_per_step: int, samples_per_step: int, world_size: int, ranks: Sequence[RankRecord]
 ) -> dict[str, Any]:
     """The case's headline metrics from its ranks' raw records.
 
@@ -83,19 +84,19 @@ def aggregate_rank_metrics(
     return metrics
 
 
-def _max_rank(ranks: Sequence[dict[str, Any]], key: str, sub: str) -> float | None:
+def _max_rank(ranks: Sequence[RankRecord], key: str, sub: str) -> float | None:
     values = [(r.get(key) or {}).get(sub) for r in ranks]
     values = [v for v in values if v is not None]
     return max(values) if values else None
 
 
-def _mean_rank(ranks: Sequence[dict[str, Any]], key: str, sub: str) -> float | None:
+def _mean_rank(ranks: Sequence[RankRecord], key: str, sub: str) -> float | None:
     values = [(r.get(key) or {}).get(sub) for r in ranks]
     values = [v for v in values if v is not None]
     return statistics.fmean(values) if values else None
 
 
-def aggregate_measurements(ranks: Sequence[dict[str, Any]], headline: dict[str, Any]) -> dict[str, Any]:
+def aggregate_measurements(ranks: Sequence[RankRecord], headline: dict[str, Any]) -> dict[str, Any]:
     """Memory breakdown, model state, FLOPs/MFU, profile and utilization metrics (schema 2).
 
     Memory figures are the largest rank's (the rank that runs out first); profile times are the
@@ -160,7 +161,7 @@ def _error_pct(predicted: float, measured: float | None) -> float | None:
     return 100.0 * (predicted - measured) / measured if measured else None
 
 
-def prediction_metrics(rank0: dict[str, Any], headline: dict[str, Any], measured_state: float | None) -> dict[str, Any]:
+def prediction_metrics(rank0: RankRecord, headline: dict[str, Any], measured_state: float | None) -> dict[str, Any]:
     """Predicted peak and model state (rank 0's `prediction`) beside the measured ones, with the
     signed error in % of the measurement (positive: the prediction is too high)."""
     pred = rank0.get("prediction") or {}
@@ -178,7 +179,7 @@ def prediction_metrics(rank0: dict[str, Any], headline: dict[str, Any], measured
     return out
 
 
-def _flops_metrics(rank0: dict[str, Any], headline: dict[str, Any]) -> dict[str, Any]:
+def _flops_metrics(rank0: RankRecord, headline: dict[str, Any]) -> dict[str, Any]:
     """FLOPs per token (formula and counter), achieved TFLOP/s, MFU and HFU from rank 0's record."""
     from fsdp_bench.analysis.flops import achieved_tflops_per_device, lookup_peak_tflops, utilization_pct
 

@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from fsdp_bench.results.records import CaseResult
+
 TIME_PARTS = ("launch", "setup", "train", "probes", "exit")
 PART_OF_STAGE = {
     "init": "setup",
@@ -39,7 +41,7 @@ def time_split_columns() -> list[str]:
     return [f"time_{part}_s" for part in TIME_PARTS]
 
 
-def case_time_split(result: Mapping[str, Any]) -> dict[str, float]:
+def case_time_split(result: CaseResult) -> dict[str, float]:
     """`time_<part>_s` for each part, or {} when the result lacks the timestamps (an old run, a
     case whose rank 0 never started). A case run as several repeats carries the sum of theirs."""
     if "time_split_s" in result:

@@ -25,6 +25,7 @@ from fsdp_bench.plan.case import Case
 from fsdp_bench.plan.catalog import strategy as catalog_strategy
 from fsdp_bench.plan.flavors import ModelFlavor, flavor_for
 from fsdp_bench.results.metrics import M
+from fsdp_bench.results.records import CaseResult
 from fsdp_bench.results.schema import GIB
 
 WORLD_SIZES = (1, 8, 64, 512)
@@ -346,7 +347,7 @@ def fit_table(
     return rows
 
 
-def calibrate_from_results(results: Iterable[Mapping[str, Any]]) -> dict[str, float]:
+def calibrate_from_results(results: Iterable[CaseResult]) -> dict[str, float]:
     """Activation bytes per sample by model, from ok cases' rank-0 MemTracker categories."""
     found: dict[str, float] = {}
     for result in results:

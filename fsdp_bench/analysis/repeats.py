@@ -25,16 +25,17 @@ from fsdp_bench.analysis.case_time import summed_time_split
 from fsdp_bench.analysis.stats import slowest_rank_step_times
 from fsdp_bench.plan.case import Case
 from fsdp_bench.results.metrics import M
+from fsdp_bench.results.records import CaseResult, RankRecord
 
 
-def repeat_step_times(result: dict[str, Any]) -> list[float]:
+def repeat_step_times(result: CaseResult) -> list[float]:
     """The slowest rank's per-step times of one repeat ([] when some rank has none)."""
     ranks = result.get("ranks") or []
     times = [r["step_times_s"] for r in ranks if r.get("step_times_s")]
     return slowest_rank_step_times(times) if times and len(times) == len(ranks) else []
 
 
-def _pooled_ranks(results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def _pooled_ranks(results: Sequence[CaseResult]) -> list[RankRecord]:
     """The first repeat's rank records, each rank's step times those of every repeat in turn."""
     pooled = []
     for i, rank in enumerate(results[0].get("ranks") or []):
@@ -43,7 +44,7 @@ def _pooled_ranks(results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return pooled
 
 
-def _summary(result: dict[str, Any], n: int) -> dict[str, Any]:
+def _summary(result: CaseResult, n: int) -> dict[str, Any]:
     return {
         "repeat": result.get("repeat", n),
         "status": result.get("status"),
@@ -53,7 +54,7 @@ def _summary(result: dict[str, Any], n: int) -> dict[str, Any]:
     }
 
 
-def merge_repeats(results: Sequence[dict[str, Any]], planned: int | None = None) -> dict[str, Any]:
+def merge_repeats(results: Sequence[CaseResult], planned: int | None = None) -> CaseResult:
     """The case's result from its repeats' results, in repeat order (see the module docstring);
     `planned`: how many repeats the sweep asked for (a failed one ends the case early)."""
     if not results:
@@ -80,7 +81,7 @@ def merge_repeats(results: Sequence[dict[str, Any]], planned: int | None = None)
     return merged
 
 
-def pooled_step_times(result: dict[str, Any]) -> list[float]:
+def pooled_step_times(result: CaseResult) -> list[float]:
     """Every measured step time of a case: all repeats' when it has several, else its one run's."""
     by_repeat = result.get("step_times_s_by_repeat")
     if by_repeat:

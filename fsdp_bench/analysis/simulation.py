@@ -24,6 +24,7 @@ from fsdp_bench.analysis.comm_model import CLUSTERS, GPUS_PER_NODE, comm_volume,
 from fsdp_bench.plan.case import Case, hybrid_mesh_shape
 from fsdp_bench.plan.catalog import strategy as catalog_strategy
 from fsdp_bench.plan.flavors import flavor_for
+from fsdp_bench.results.records import RankRecord
 
 
 def simulated_environment(case: Case) -> dict[str, str]:
@@ -38,7 +39,7 @@ def simulated_environment(case: Case) -> dict[str, str]:
     }
 
 
-def simulation_summary(case: Case, record: dict[str, Any]) -> dict[str, Any]:
+def simulation_summary(case: Case, record: RankRecord) -> dict[str, Any]:
     """Communication volume and predicted step times for a finished simulated record. Pure."""
     summary: dict[str, Any] = {
         "world_size": case.nproc,

@@ -45,6 +45,7 @@ from fsdp_bench.plan.case import Case, parse_mesh
 from fsdp_bench.plan.catalog import strategy as catalog_strategy
 from fsdp_bench.plan.flavors import flavor_for
 from fsdp_bench.results.metrics import M
+from fsdp_bench.results.records import CaseResult
 from fsdp_bench.results.schema import GIB
 
 PRIOR_BYTES_PER_S = {"cpu": 1e9, "cuda": 100e9}  # gloo over loopback / NVLink-class, before the probe
@@ -190,7 +191,7 @@ class Measured:
     case_seconds: float = 0.0  # wall time of every repeat run so far
 
 
-def measured_from_result(result: Mapping[str, Any]) -> Measured:
+def measured_from_result(result: CaseResult) -> Measured:
     """The tuner's view of a case result (merged over its repeats)."""
     metrics = result.get("metrics") or {}
     case = result.get("case") or {}

@@ -6,9 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from fsdp_bench.plan.case import Case
+from fsdp_bench.results.records import CaseResult
 
 
-def record_benchmark_stats(benchmark: Any, case: Case, result: dict[str, Any]) -> None:
+def record_benchmark_stats(benchmark: Any, case: Case, result: CaseResult) -> None:
     """Feed the case's measured per-step times to pytest-benchmark, so --benchmark-json,
     --benchmark-autosave and `pytest-benchmark compare` see real step times, not a re-timing
     of the parent waiting on torchrun."""

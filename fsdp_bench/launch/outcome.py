@@ -7,7 +7,8 @@ import re
 import signal
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+
+from fsdp_bench.results.records import RankRecord
 
 # torchrun's failure summary: "rank      : 1 (local_rank: 1)" then "exitcode  : -9 (pid: ...)".
 _RANK_EXIT_RE = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank[^)]*\)\s*exitcode\s*:\s*(-?\d+)")
@@ -38,7 +39,7 @@ def rank_signals(log_tail: str) -> dict[int, str]:
     return {int(rank): signal_name(-int(code)) for rank, code in _RANK_EXIT_RE.findall(log_tail) if int(code) < 0}
 
 
-def rank_failure_kind(record: dict[str, Any] | None) -> str:
+def rank_failure_kind(record: RankRecord | None) -> str:
     """What one rank's record says happened to it: ok, skipped, oom, error, died (no final
     record: killed by a signal), collective_timeout, peer_lost or terminated (stopped by SIGTERM)."""
     if record is None or record.get("status") in (None, "running"):
@@ -62,13 +63,11 @@ class Outcome:
     stage: str | None = None
 
 
-def _first(records: list[dict[str, Any]]) -> dict[str, Any]:
+def _first(records: list[RankRecord]) -> RankRecord:
     return min(records, key=lambda r: ((r.get("error") or {}).get("time_unix", float("inf")), r.get("rank", 0)))
 
 
-def _timed_out(
-    ranks: Sequence[dict[str, Any]], kinds: dict[str, list[dict[str, Any]]], timeout_s: float | None
-) -> Outcome:
+def _timed_out(ranks: Sequence[RankRecord], kinds: dict[str, list[RankRecord]], timeout_s: float | None) -> Outcome:
     stages = sorted({r.get("stage") or "?" for r in ranks})
     where = f"; ranks had reached: {', '.join(stages)}" if stages else ""
     limit = f" of {timeout_s:g}s" if timeout_s is not None else ""
@@ -78,7 +77,7 @@ def _timed_out(
     return Outcome("timeout", f"case exceeded its timeout{limit} and was stopped{where}{hung}")
 
 
-def _died(died: list[dict[str, Any]], returncode: int | None, log_tail: str) -> Outcome:
+def _died(died: list[RankRecord], returncode: int | None, log_tail: str) -> Outcome:
     """A rank left no final record: name the signal that ended it, as torchrun's summary says."""
     signals = rank_signals(log_tail)
     first = next((r for r in died if r["rank"] in signals), died[0])
@@ -99,7 +98,7 @@ def _died(died: list[dict[str, Any]], returncode: int | None, log_tail: str) -> 
     return Outcome("failed", f"rank {rank} {how}{at}", rank, stage)
 
 
-def _rank_outcome(status: str, first: dict[str, Any], what: str, why: str = "") -> Outcome:
+def _rank_outcome(status: str, first: RankRecord, what: str, why: str = "") -> Outcome:
     """ "rank R <what> at stage S[ why]: <its error message>" for the rank that decides the case."""
     message = (first.get("error") or {}).get("message", "")[:300]
     joiner = "" if what.startswith("'") else " "
@@ -111,7 +110,7 @@ def classify_outcome(
     *,
     returncode: int | None,
     timed_out: bool,
-    ranks: Sequence[dict[str, Any]],
+    ranks: Sequence[RankRecord],
     world_size: int,
     log_tail: str,
     timeout_s: float | None = None,
@@ -126,12 +125,12 @@ def classify_outcome(
     peer vanished, and ranks stopped by SIGTERM, are never the cause.
     """
     by_rank = {r.get("rank"): r for r in ranks}
-    kinds: dict[str, list[dict[str, Any]]] = {}
+    kinds: dict[str, list[RankRecord]] = {}
     for rank in range(world_size) if expected_ranks is None else expected_ranks:
         record = by_rank.get(rank)
         kinds.setdefault(rank_failure_kind(record), []).append(record or {"rank": rank, "stage": None})
 
-    def about(kind: str) -> dict[str, Any]:
+    def about(kind: str) -> RankRecord:
         return _first(kinds[kind])
 
     if timed_out:

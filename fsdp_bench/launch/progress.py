@@ -17,6 +17,7 @@ from fsdp_bench.launch.session import SessionError, SweepSession
 from fsdp_bench.plan.case import Case
 from fsdp_bench.plan.sweep import Sweep
 from fsdp_bench.results.metrics import M, label
+from fsdp_bench.results.records import CaseResult
 
 
 @dataclass
@@ -40,7 +41,7 @@ class Progress:
         self.started = time.monotonic()
         return True
 
-    def finish_case(self, node_id: str, case_id: str, result: dict[str, Any]) -> str | None:
+    def finish_case(self, node_id: str, case_id: str, result: CaseResult) -> str | None:
         """The case's live line (None before the sweep started)."""
         if self.started is None:
             return None
@@ -50,7 +51,7 @@ class Progress:
         eta = self._eta_by_launches(elapsed) if self.done < total else None
         return progress_line(self.done, total, case_id, result, elapsed, eta_s=eta)
 
-    def finish_repeat(self, case_id: str, repeat: int, planned: int, result: dict[str, Any]) -> str | None:
+    def finish_repeat(self, case_id: str, repeat: int, planned: int, result: CaseResult) -> str | None:
         """One launched repeat's live line (`[repeat r/N] case-id ...`), counted for the ETA."""
         self.launched += 1
         if self.started is None:
@@ -106,7 +107,7 @@ class BenchState:
         self.session.plan_rounds(cases)
         self.progress.launches_left = self.session.launches_left
 
-        def on_launch(case: Case, repeat: int | None, result: dict[str, Any]) -> None:
+        def on_launch(case: Case, repeat: int | None, result: CaseResult) -> None:
             if repeat is not None:
                 line = self.progress.finish_repeat(case.id, repeat, self.sweep.repeats, result)
                 if line:
@@ -144,7 +145,7 @@ class BenchState:
 
 
 def progress_line(
-    i: int, total: int, case_id: str, result: dict[str, Any], elapsed_s: float, *, eta_s: float | None = None
+    i: int, total: int, case_id: str, result: CaseResult, elapsed_s: float, *, eta_s: float | None = None
 ) -> str:
     """`[i/N] case-id  status  step 0.123 s  1,234 tok/s/dev  peak alloc 51.2 MiB  elapsed 1m02s  ETA 3m10s`.
     The ETA is `eta_s` when given (shown when > 0), else the elapsed time per case times the cases left."""

@@ -18,6 +18,8 @@ from collections import deque
 from collections.abc import Callable, Collection, Sequence
 from typing import Any, Generic, TypeVar
 
+from fsdp_bench.results.records import CaseResult
+
 K = TypeVar("K")  # what a case is to the rounds (the session uses `Case`)
 
 
@@ -53,7 +55,7 @@ class RepeatRounds(Generic[K]):
         """How many repeats the rounds will still launch (dropped and kept ones not counted)."""
         return sum(cid not in self._ended and (cid, r) not in self._kept for cid, r in self._queue)
 
-    def run_through(self, case_id: str, run_one: Callable[[K, int], dict[str, Any]]) -> list[dict[str, Any]]:
+    def run_through(self, case_id: str, run_one: Callable[[K, int], CaseResult]) -> list[CaseResult]:
         """Run the pending repeats in order until `case_id` has all of its own (or one that is
         not ok ended it); return its repeats' results, in repeat order, and forget them."""
         while case_id not in self._ended and any(cid == case_id for cid, _ in self._queue):

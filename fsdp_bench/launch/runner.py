@@ -22,13 +22,14 @@ from fsdp_bench.plan.flavors import LAUNCH_CWD_ENV
 from fsdp_bench.plan.nodes import CASE_DEADLINE_ENV, Launch
 from fsdp_bench.results.io import read_json, utc_now, write_json_atomic
 from fsdp_bench.results.layout import CaseDir, RunLayout
+from fsdp_bench.results.records import CaseResult, RankRecord
 from fsdp_bench.results.schema import SCHEMA_VERSION, ResultError
 
 LOG_TAIL_CHARS = 4000
 CLASSIFY_TAIL_CHARS = 64000  # torchrun's failure summary lists every failed rank; read enough
 
 
-def _read_ranks(work_dirs: Sequence[CaseDir], world_size: int) -> list[dict[str, Any]]:
+def _read_ranks(work_dirs: Sequence[CaseDir], world_size: int) -> list[RankRecord]:
     """Rank records found in any of the folders, by rank (each rank writes in one of them)."""
     ranks = []
     for rank in range(world_size):
@@ -46,7 +47,7 @@ def _read_ranks(work_dirs: Sequence[CaseDir], world_size: int) -> list[dict[str,
 REMOTE_RANK_WAIT_S = 60.0  # other nodes' ranks write their files just after the final barrier
 
 
-def _node_local_ranks(ranks: list[dict[str, Any]], local: int) -> list[int]:
+def _node_local_ranks(ranks: list[RankRecord], local: int) -> list[int]:
     """The global ranks one node ran. The c10d rendezvous, not --bench-node-rank, decides which
     they are, so they are the ones whose files are here; with none written, assume the first."""
     return sorted(r["rank"] for r in ranks) if ranks else list(range(local))
@@ -54,7 +55,7 @@ def _node_local_ranks(ranks: list[dict[str, Any]], local: int) -> list[int]:
 
 def _collect_ranks(
     case: Case, run: RunLayout, launch: Launch, repeat: int | None = None
-) -> tuple[list[dict[str, Any]], list[int], str]:
+) -> tuple[list[RankRecord], list[int], str]:
     """All rank records of a case this node can see, the ranks it expects, and a note.
 
     Node 0 of a multi-node case also reads the other nodes' folders; when those are not
@@ -109,7 +110,7 @@ def run_case(
     grace_s: float = TORCHRUN_GRACE_S,
     launch: Launch = Launch(),
     repeat: int | None = None,
-) -> dict[str, Any]:
+) -> CaseResult:
     """Run one case in a fresh torchrun and save its merged result; returns that result.
     With `repeat`, it is that repeat of the case, in the repeat's own folder and result file.
 
@@ -202,12 +203,12 @@ def _launch_and_wait(
 def _merged_result(
     case: Case,
     outcome: Outcome,
-    ranks: list[dict[str, Any]],
+    ranks: list[RankRecord],
     *,
     returncode: int | None,
     started: dict[str, Any],
     log_tail: str,
-) -> dict[str, Any]:
+) -> CaseResult:
     """The case's result file: status and why, timings of the launch, headline metrics, every rank."""
     result = {
         "schema_version": SCHEMA_VERSION,

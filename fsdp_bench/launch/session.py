@@ -23,6 +23,7 @@ from fsdp_bench.results.io import read_json, write_json_atomic
 from fsdp_bench.results.layout import RunLayout, create_run_dir, foreign_entries
 from fsdp_bench.results.load import load_case_result
 from fsdp_bench.results.metrics import M
+from fsdp_bench.results.records import CaseResult
 from fsdp_bench.results.schema import ResultError
 
 
@@ -79,7 +80,7 @@ class SweepSession:
     def __init__(self, sweep: Sweep) -> None:
         self.sweep = sweep
         self.run_dir: Path | None = None
-        self.results: list[dict[str, Any]] = []
+        self.results: list[CaseResult] = []
         self.launch = sweep.launch()
         self.store = None  # node 0's rendezvous store process in a multi-node sweep
         self._lock_fd: int | None = None
@@ -87,7 +88,7 @@ class SweepSession:
         self._torch_env = None  # the env.json torch half, read while pytest collects
         self._rounds = None  # the sweep's repeats in round-robin order (plan_rounds), launch.rounds
         # told of every launch (the case or one repeat, its result): the live lines and the ETA
-        self.on_launch: Callable[[Case, int | None, dict[str, Any]], None] | None = None
+        self.on_launch: Callable[[Case, int | None, CaseResult], None] | None = None
 
     def start_environment(self) -> None:
         """Start reading the torch half of env.json now, so it is ready by the first case."""
@@ -240,7 +241,7 @@ class SweepSession:
             self.store = None
         self.unlock_run_dir()
 
-    def run(self, case: Case) -> dict[str, Any]:
+    def run(self, case: Case) -> CaseResult:
         """Run (or keep, on resume) one case. A run folder that went away or cannot be written
         any more stops the sweep (RunFolderGone, one line) instead of failing every case left."""
         self.check_run_dir()
@@ -283,7 +284,7 @@ class SweepSession:
         """Repeats the planned rounds will still launch; None without rounds (no repeats)."""
         return None if self._rounds is None else self._rounds.launches_left()
 
-    def _run(self, run: RunLayout, case: Case) -> dict[str, Any]:
+    def _run(self, run: RunLayout, case: Case) -> CaseResult:
         repeats = self.sweep.repeats
         previous = self._previous_result(run, case, repeats) if self.launch.owns_results else None
         if previous is not None and previous["status"] == "ok":
@@ -300,7 +301,7 @@ class SweepSession:
         self.results.append(result)
         return result
 
-    def run_with_repeats(self, case: Case, repeats: int) -> dict[str, Any]:
+    def run_with_repeats(self, case: Case, repeats: int) -> CaseResult:
         """The case with at least `repeats` repeats (the tuner's rounds): a merged result that
         already has them is returned as is; one with fewer is set aside under .attempts/ (its ok
         repeats stay and are kept) and the missing repeats run. Always the repeat layout, so a
@@ -318,7 +319,7 @@ class SweepSession:
         self.results = [r for r in self.results if r.get("case_id") != case.id] + [result]
         return result
 
-    def _run_repeats(self, run: RunLayout, case: Case, repeats: int | None = None) -> dict[str, Any]:
+    def _run_repeats(self, run: RunLayout, case: Case, repeats: int | None = None) -> CaseResult:
         """The case's repeats, merged into its result: from the sweep's round-robin rounds when
         they hold the case (the other cases' pending repeats in between run first), otherwise
         back to back (the tuner's rounds, a case outside the plan)."""
@@ -333,7 +334,7 @@ class SweepSession:
         write_json_atomic(run.result_file(case.id, self.launch.node_rank), merged)
         return merged
 
-    def _repeat_result(self, run: RunLayout, case: Case, repeat: int) -> dict[str, Any]:
+    def _repeat_result(self, run: RunLayout, case: Case, repeat: int) -> CaseResult:
         """One repeat: kept when an earlier attempt left it ok, else (the earlier attempt set
         aside) launched in its own fresh torchrun and folder."""
         done = _load_or_none(run.result_file(case.id, repeat=repeat)) if self.launch.owns_results else None
@@ -346,7 +347,7 @@ class SweepSession:
             _set_aside(run, case.id, repeat=repeat)
         return self._launch(run, case, repeat)
 
-    def _launch(self, run: RunLayout, case: Case, repeat: int | None = None) -> dict[str, Any]:
+    def _launch(self, run: RunLayout, case: Case, repeat: int | None = None) -> CaseResult:
         """The case (or one repeat of it) in its own torchrun (free space checked, any earlier
         attempt set aside by the caller); `on_launch` hears of each."""
         from fsdp_bench.launch.runner import run_case
@@ -364,7 +365,7 @@ class SweepSession:
         return result
 
     @staticmethod
-    def _previous_result(run: RunLayout, case: Case, repeats: int = 1) -> dict[str, Any] | None:
+    def _previous_result(run: RunLayout, case: Case, repeats: int = 1) -> CaseResult | None:
         """Node R > 0 keeps no merged results and never resumes, so only node 0 asks this.
         With repeats, a case folder without a merged result holds the repeats done so far: kept."""
         path = run.result_file(case.id)
@@ -428,7 +429,7 @@ def _named_run_dir(session: SweepSession, path: Path, owner: bool) -> Path:
     return path
 
 
-def _load_or_none(path: Path) -> dict[str, Any] | None:
+def _load_or_none(path: Path) -> CaseResult | None:
     """A result file (of a case or one repeat), None when absent, a failed stand-in when unreadable."""
     if not path.exists():
         return None

@@ -356,12 +356,14 @@ def skip_reason(case: Case) -> str | None:
 
 @dataclass(frozen=True, kw_only=True)
 class Grid:
-    """The axes a sweep crosses; every other case field comes from `base`."""
+    """The axes a sweep crosses; every other case field comes from `base`. Every axis is named
+    by the caller: the defaults a user gets live on `plan.sweep.Sweep`, and a suite's own grids
+    say theirs (`plan.suites`), so no grid silently takes a third set."""
 
     strategies: tuple[str, ...]
     batch_sizes: tuple[int, ...]
-    grad_accums: tuple[int, ...] = (1,)
-    optimizer_timings: tuple[str, ...] = ("after_shard",)
+    grad_accums: tuple[int, ...]
+    optimizer_timings: tuple[str, ...]
     base: Mapping[str, Any] = field(default_factory=dict)
     knobs: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)  # more case fields to cross
 

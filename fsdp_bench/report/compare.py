@@ -17,6 +17,7 @@ from fsdp_bench.report.table import build_table
 from fsdp_bench.report.writer import load_report_inputs
 from fsdp_bench.results.io import write_text_atomic
 from fsdp_bench.results.metrics import M
+from fsdp_bench.results.records import CaseResult
 
 # Metric -> True when higher is better. These are the numbers a regression is judged on.
 COMPARED = {M.tokens_per_s_per_device: True, M.step_time_s_median: False, M.peak_allocated_gib: False, M.mfu_pct: True}
@@ -66,7 +67,7 @@ VERDICT_COLORS = {
 }
 
 
-def repeat_medians(result: dict[str, Any]) -> list[float]:
+def repeat_medians(result: CaseResult) -> list[float]:
     """A case's step-time median per repeat (one value without --bench-repeats)."""
     metrics = result.get("metrics") or {}
     medians = metrics.get("repeat_step_time_s_medians") or [metrics.get(M.step_time_s_median)]
@@ -85,9 +86,7 @@ def _timing_verdict(change, threshold_pct: float) -> str:
     return "regression" if change.change_pct > 0 else "faster"
 
 
-def judge_case(
-    b: dict[str, Any], n: dict[str, Any], threshold_pct: float, change=None
-) -> tuple[dict[str, Any], str | None]:
+def judge_case(b: CaseResult, n: CaseResult, threshold_pct: float, change=None) -> tuple[dict[str, Any], str | None]:
     """One case's row and, when it regressed, its one regression line. `change`: the step-time
     change with its run-to-run interval (analysis.run_noise); a timing regression needs that
     interval to exclude zero AND the change to pass the threshold. Memory is judged on the

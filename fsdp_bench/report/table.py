@@ -13,6 +13,7 @@ from fsdp_bench.plan.case import timing_order
 from fsdp_bench.plan.catalog import strategy_order
 from fsdp_bench.results.metrics import HIGHER_IS_BETTER, LOWER_IS_BETTER, M
 from fsdp_bench.results.metrics import label as metric_label
+from fsdp_bench.results.records import CaseResult, RankRecord
 from fsdp_bench.results.schema import GIB
 
 # The axes a person compares along, in sort order; the CSV starts with them.
@@ -72,7 +73,7 @@ REPORT_COLUMN_ORDER = (
 REPORT_COLUMNS = tuple((name, _CASE_LABELS.get(name) or metric_label(name)) for name in REPORT_COLUMN_ORDER)
 
 
-def flatten_case(result: Mapping[str, Any]) -> dict[str, Any]:
+def flatten_case(result: CaseResult) -> dict[str, Any]:
     """One comparison.csv row. Cases that did not finish keep their axes, status and reason, but
     no metrics: a half-measured number from a case that then failed would mislead."""
     case = dict(result.get("case") or {})
@@ -94,7 +95,7 @@ def flatten_case(result: Mapping[str, Any]) -> dict[str, Any]:
     return row
 
 
-def _median_ci_backfill(result: Mapping[str, Any], row: Mapping[str, Any]) -> dict[str, Any]:
+def _median_ci_backfill(result: CaseResult, row: Mapping[str, Any]) -> dict[str, Any]:
     """The median's confidence interval for runs recorded before it was a metric: from the
     slowest-rank step times, as the aggregate computes it."""
     from fsdp_bench.analysis.stats import slowest_rank_step_times, summarize_step_times
@@ -118,7 +119,7 @@ def _sorted(df):
     return keys.sort_values(by, kind="stable").drop(columns=["_s", "_t"]).reset_index(drop=True)
 
 
-def build_table(results: Iterable[Mapping[str, Any]]):
+def build_table(results: Iterable[CaseResult]):
     """The comparison DataFrame: lead columns first, then every metric any case has."""
     import pandas as pd
 
@@ -188,7 +189,7 @@ def _gib(value: Any) -> float | None:
     return value / GIB if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def flatten_rank(result: Mapping[str, Any], rank: Mapping[str, Any]) -> dict[str, Any]:
+def flatten_rank(result: CaseResult, rank: RankRecord) -> dict[str, Any]:
     """One per_rank.csv row: where this rank got to, its memory and its own step times."""
     from fsdp_bench.analysis.stats import summarize_step_times
 
@@ -236,7 +237,7 @@ def flatten_rank(result: Mapping[str, Any], rank: Mapping[str, Any]) -> dict[str
     return row
 
 
-def build_per_rank_table(results: Iterable[Mapping[str, Any]]):
+def build_per_rank_table(results: Iterable[CaseResult]):
     import pandas as pd
 
     rows = [flatten_rank(r, rank) for r in results for rank in (r.get("ranks") or []) if isinstance(rank, dict)]

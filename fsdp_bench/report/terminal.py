@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 from fsdp_bench.results.metrics import M
+from fsdp_bench.results.records import CaseResult
 
 
-def sweep_summary_lines(results: list[dict[str, Any]]) -> list[str]:
+def sweep_summary_lines(results: list[CaseResult]) -> list[str]:
     """Cases by status, the fastest trained case per group of like-for-like cases, and the
     recommendation."""
     from fsdp_bench.report.recommend import recommendation_lines
@@ -20,7 +20,7 @@ def sweep_summary_lines(results: list[dict[str, Any]]) -> list[str]:
     return summary_body_lines(results) + recommendation_lines(build_table(results))
 
 
-def summary_body_lines(results: list[dict[str, Any]]) -> list[str]:
+def summary_body_lines(results: list[CaseResult]) -> list[str]:
     """Cases by status, the fastest trained case per group of like-for-like cases, where the time went."""
     from fsdp_bench.report.cost import time_line
     from fsdp_bench.report.table import build_table
@@ -46,13 +46,13 @@ def closing_lines(run_dir: Path, recommendation: list[str], report: bool = False
     return [*recommendation, where]
 
 
-def report_lines(run_dir: Path, results: list[dict[str, Any]]) -> list[str]:
+def report_lines(run_dir: Path, results: list[CaseResult]) -> list[str]:
     """`report_sections` as one list (body, then the closing lines)."""
     body, closing = report_sections(run_dir, results)
     return body + closing
 
 
-def report_sections(run_dir: Path, results: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
+def report_sections(run_dir: Path, results: list[CaseResult]) -> tuple[list[str], list[str]]:
     """Write the run's report; return what to print in the fsdp-bench section (what was written,
     the sweep's summary) and the closing lines (`closing_lines`).
 

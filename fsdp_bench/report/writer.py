@@ -18,6 +18,7 @@ from fsdp_bench.report.table import build_per_rank_table, build_table
 from fsdp_bench.results.io import read_json, write_text_atomic
 from fsdp_bench.results.layout import RunLayout
 from fsdp_bench.results.load import load_run
+from fsdp_bench.results.records import CaseResult
 from fsdp_bench.results.schema import ResultError
 
 TABLE_FILES = ("comparison.csv", "per_rank.csv")
@@ -37,7 +38,7 @@ def load_environment(run_dir: Path) -> tuple[dict[str, Any] | None, str | None]:
     return data, None
 
 
-def load_report_inputs(run_dir: Path) -> tuple[list[dict[str, Any]], dict[str, Any] | None, list[str]]:
+def load_report_inputs(run_dir: Path) -> tuple[list[CaseResult], dict[str, Any] | None, list[str]]:
     """The readable case results, the environment, and one line per problem found."""
     run_dir = Path(run_dir)
     layout = RunLayout(run_dir)
@@ -45,7 +46,7 @@ def load_report_inputs(run_dir: Path) -> tuple[list[dict[str, Any]], dict[str, A
         raise ResultError(f"{run_dir}: not a folder")
     if not layout.cases_dir.is_dir():
         problems = [f"{layout.cases_dir}: missing; the run has no case results"]
-        results: list[dict[str, Any]] = []
+        results: list[CaseResult] = []
     else:
         results, problems = load_run(run_dir)
         if not results and not problems:

@@ -10,9 +10,10 @@ from fsdp_bench.results.io import read_json
 from fsdp_bench.results.layout import RunLayout, newest_run
 from fsdp_bench.results.migrate import migrate_case_result
 from fsdp_bench.results.schema import STATUSES, ResultError, check_field_types, check_schema
+from fsdp_bench.results.records import CaseResult
 
 
-def load_case_result(path: Path) -> dict[str, Any]:
+def load_case_result(path: Path) -> CaseResult:
     data = read_json(path)
     check_schema(path, data)
     for key in ("case_id", "case", "status"):
@@ -25,7 +26,7 @@ def load_case_result(path: Path) -> dict[str, Any]:
 
 
 
-def load_run(run_dir: Path) -> tuple[list[dict[str, Any]], list[str]]:
+def load_run(run_dir: Path) -> tuple[list[CaseResult], list[str]]:
     """Every readable case result of a run, and one line per file that could not be read."""
     layout = RunLayout(Path(run_dir))
     if not layout.root.is_dir():

@@ -13,6 +13,7 @@ import torch
 
 from fsdp_bench.plan.case import Case
 from fsdp_bench.results.layout import CaseDir
+from fsdp_bench.results.records import RankRecord
 
 
 class Terminated(SystemExit):
@@ -50,7 +51,7 @@ def classify_exception(exc: BaseException) -> str:
     return "failed"
 
 
-def install_cuda_oom_observer(case: Case, record: dict[str, Any], out_dir: Path, rank: int) -> None:
+def install_cuda_oom_observer(case: Case, record: RankRecord, out_dir: Path, rank: int) -> None:
     """On CUDA, catch the allocator's OOM at the moment it happens, before the stack unwinds and
     frees tensors: record the device's state then and dump the allocator snapshot (load it at
     https://pytorch.org/memory_viz; with `memory_snapshot` on it also holds allocation stacks).
@@ -102,7 +103,7 @@ def install_cuda_oom_observer(case: Case, record: dict[str, Any], out_dir: Path,
         record["oom_observer_error"] = f"{type(exc).__name__}: {exc}"
 
 
-def record_memory_at_failure(record: dict[str, Any]) -> None:
+def record_memory_at_failure(record: RankRecord) -> None:
     """The allocator's readings after an OOM or error: what was held when the rank gave up."""
     try:
         from fsdp_bench.worker.memory import read_memory

@@ -8,20 +8,20 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from fsdp_bench.plan.case import Case
 from fsdp_bench.results.layout import CaseDir
+from fsdp_bench.results.records import RankRecord
 from fsdp_bench.worker.record import StageTracker, new_record
 from fsdp_bench.worker.setup import Rank, build_rank, init_process_group, select_device
 
 
 def run(
-    case: Case, *, record: dict[str, Any] | None = None, out_dir: Path | None = None, stages: StageTracker | None = None
-) -> dict[str, Any]:
+    case: Case, *, record: RankRecord | None = None, out_dir: Path | None = None, stages: StageTracker | None = None
+) -> RankRecord:
     """Run one rank of `case`, filling and returning its record. Raises on failure.
 
     `out_dir` is the case folder: profiler traces and memory snapshots go there (None: not saved).
@@ -59,7 +59,7 @@ def run(
             dist.destroy_process_group()
 
 
-def _checkpoint_and_probes(setup: Rank, record: dict[str, Any], stages: StageTracker, *, out_dir: Path | None):
+def _checkpoint_and_probes(setup: Rank, record: RankRecord, stages: StageTracker, *, out_dir: Path | None):
     """After the timed steps: the optional checkpoint benchmark, then the untimed probe steps
     (their ProbeGuard is returned: it says whether the process group is still safe to use)."""
     from fsdp_bench.worker.probes import run_probes
@@ -87,7 +87,7 @@ def _checkpoint_and_probes(setup: Rank, record: dict[str, Any], stages: StageTra
     )
 
 
-def run_timed_steps(setup: Rank, record: dict[str, Any], stages: StageTracker, *, out_dir: Path | None) -> None:
+def run_timed_steps(setup: Rank, record: RankRecord, stages: StageTracker, *, out_dir: Path | None) -> None:
     """Warmup then measured optimizer steps, each timed between device synchronizations; then
     what the steps left behind (peaks, whether parameters changed, update norms, utilization)."""
     from fsdp_bench.worker.gpu_util import GpuUtilSampler
@@ -148,9 +148,7 @@ def run_timed_steps(setup: Rank, record: dict[str, Any], stages: StageTracker, *
     _record_after_steps(setup, record, out_dir, norms=norms, gpu_util=gpu_util, timeline=timeline)
 
 
-def _record_after_steps(
-    setup: Rank, record: dict[str, Any], out_dir: Path | None, *, norms, gpu_util, timeline
-) -> None:
+def _record_after_steps(setup: Rank, record: RankRecord, out_dir: Path | None, *, norms, gpu_util, timeline) -> None:
     record["update_norms"] = norms.norms
     if norms.reason:
         record["update_norms_null_reason"] = norms.reason
@@ -160,9 +158,7 @@ def _record_after_steps(
     _record_memory_after_steps(setup, record, out_dir)
 
 
-def _stop_measuring(
-    case: Case, device: torch.device, agreed: list[float], elapsed: float, record: dict[str, Any]
-) -> bool:
+def _stop_measuring(case: Case, device: torch.device, agreed: list[float], elapsed: float, record: RankRecord) -> bool:
     """Whether this was the last measured step, decided alike on every rank: the step's slowest
     rank time is agreed by an all_reduce (outside the timed region), so every rank sees the same
     times and reaches the same verdict after the same step (a rank that stopped alone would
@@ -182,7 +178,7 @@ def _stop_measuring(
     return reason is not None
 
 
-def _record_memory_after_steps(setup: Rank, record: dict[str, Any], out_dir: Path | None) -> None:
+def _record_memory_after_steps(setup: Rank, record: RankRecord, out_dir: Path | None) -> None:
     from fsdp_bench.worker.memory import allocator_health, dump_memory_snapshot, read_memory, stop_memory_history
 
     device = setup.device

@@ -26,6 +26,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from fsdp_bench.results.records import RankRecord
+
 STORE_PREFIX = "fsdp_bench/probe"
 AGREE_TIMEOUT = timedelta(seconds=120)
 
@@ -39,7 +41,7 @@ class ProbeGuard:
         device: torch.device,
         rank: int,
         world_size: int,
-        record: dict[str, Any],
+        record: RankRecord,
         fault: str | None = None,
     ) -> None:
         self.model = model

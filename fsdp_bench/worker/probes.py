@@ -18,6 +18,7 @@ from torch import nn
 
 from fsdp_bench.plan.case import PROFILED_STEPS, Case
 from fsdp_bench.results.layout import CaseDir
+from fsdp_bench.results.records import RankRecord
 from fsdp_bench.worker.probe_guard import ProbeGuard
 from fsdp_bench.worker.training import local_tensor
 
@@ -234,7 +235,7 @@ def predicted_memory(case: Case, world_size: int, rank: int) -> dict[str, Any]:
 
 
 def _probe_flops_and_state(
-    case: Case, model, optimizer, step: Callable[[], Any], *, record: dict[str, Any], guard: ProbeGuard, rank: int
+    case: Case, model, optimizer, step: Callable[[], Any], *, record: RankRecord, guard: ProbeGuard, rank: int
 ) -> None:
     """One step under FlopCounterMode that also reads the model state after optimizer.step()."""
     from fsdp_bench.analysis.flops import flops_per_token
@@ -277,7 +278,7 @@ def _probe_breakdown(
     optimizer,
     step: Callable[..., Any],
     *,
-    record: dict[str, Any],
+    record: RankRecord,
     guard: ProbeGuard,
     device: torch.device,
 ) -> None:
@@ -308,7 +309,7 @@ def run_probes(
     optimizer,
     train_step: Callable[..., Any],
     *,
-    record: dict[str, Any],
+    record: RankRecord,
     device: torch.device,
     rank: int,
     out_dir: Path | None,

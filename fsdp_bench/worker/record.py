@@ -12,10 +12,11 @@ from typing import Any
 from fsdp_bench.plan.case import Case
 from fsdp_bench.plan.faults import faults_for
 from fsdp_bench.results.io import utc_now, write_json_atomic
+from fsdp_bench.results.records import RankRecord
 from fsdp_bench.results.schema import GIB, SCHEMA_VERSION, STAGE_LABELS
 
 
-def new_record(case: Case, *, rank: int, world_size: int) -> dict[str, Any]:
+def new_record(case: Case, *, rank: int, world_size: int) -> RankRecord:
     return {
         "schema_version": SCHEMA_VERSION,
         "case_id": case.id,
@@ -43,7 +44,7 @@ class StageTracker:
     begins, so a rank killed by a signal still leaves the stage it reached and the steps it
     finished. Between stages only, never inside a timed step."""
 
-    def __init__(self, record: dict[str, Any], case: Case, rank: int, progress_file: Path | None = None) -> None:
+    def __init__(self, record: RankRecord, case: Case, rank: int, progress_file: Path | None = None) -> None:
         self.record = record
         self.rank = rank
         self.faults = faults_for(case.id, rank)

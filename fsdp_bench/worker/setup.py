@@ -16,6 +16,7 @@ import torch.distributed as dist
 from fsdp_bench.plan.case import Case
 from fsdp_bench.plan.catalog import PRECISIONS, optimizer_timing, sharding_word
 from fsdp_bench.plan.catalog import strategy as catalog_strategy
+from fsdp_bench.results.records import RankRecord
 from fsdp_bench.worker.record import StageTracker
 
 
@@ -73,7 +74,7 @@ def build_rank(
     device: torch.device,
     rank: int,
     world_size: int,
-    record: dict[str, Any] | None = None,
+    record: RankRecord | None = None,
     stages: StageTracker | None = None,
 ) -> Rank:
     """Data, model, strategy and optimizer for one rank, in the order the case says; what was
@@ -126,7 +127,7 @@ def build_rank(
 
 
 def _build_model(
-    case: Case, flavor, device: torch.device, record: dict[str, Any], stages: StageTracker
+    case: Case, flavor, device: torch.device, record: RankRecord, stages: StageTracker
 ) -> tuple[torch.nn.Module, dict[str, float]]:
     """The model (on meta for HF flavors) and when/at what RSS its construction started."""
     from fsdp_bench.worker.memory import rss_bytes
@@ -184,7 +185,7 @@ def _shard_and_build_optimizer(
     flavor,
     model: torch.nn.Module,
     device: torch.device,
-    record: dict[str, Any],
+    record: RankRecord,
     stages: StageTracker,
     started: dict[str, float],
 ):

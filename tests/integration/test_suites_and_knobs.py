@@ -113,6 +113,7 @@ def test_grad_sync_and_prefetch_collapse_where_they_do_not_apply():
             strategies=("ddp", "fsdp2"),
             batch_sizes=(2,),
             grad_accums=(1, 2),
+            optimizer_timings=("after_shard",),
             knobs={"grad_sync": ("every", "last"), "forward_prefetch": (0, 1)},
         )
     )

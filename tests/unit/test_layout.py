@@ -210,3 +210,44 @@ def test_family_questions_go_to_the_catalog_and_the_flavor_rows():
         if pattern.search(line.split("#")[0])
     ]
     assert not offenders, "\n".join(offenders)
+
+
+# argument names that hold a rank record or a case result (results.records), and untyped
+# annotations that would hide which one
+_RECORD_ARGS = {"result", "results", "record", "records", "rank", "ranks", "rank0", "merged", "first", "died", "b", "n"}
+_UNTYPED = re.compile(r"\b(dict|Mapping)\[str, Any\]")
+
+
+def test_rank_records_and_case_results_are_typed_outside_results():
+    """A function outside results/ takes a rank record or a case result as the RankRecord or
+    CaseResult that results.records declares, never as an untyped dict."""
+    offenders = [
+        f"{p.relative_to(PACKAGE)}:{node.lineno} {node.name}({arg.arg}: {ast.unparse(arg.annotation)})"
+        for p, node in _functions(m for m in _modules() if _layer(m) != "results")
+        for arg in [*node.args.args, *node.args.kwonlyargs]
+        if arg.arg in _RECORD_ARGS and arg.annotation is not None and _UNTYPED.search(ast.unparse(arg.annotation))
+    ]
+    assert not offenders, "\n".join(offenders)
+
+
+_RECORD_WRITE = re.compile(r"""\b(record|result|merged)\[["']([a-z_0-9]+)["']\]\s*=(?!=)""")
+
+
+def test_every_field_written_to_a_record_is_declared_in_results_records():
+    """A field the worker writes to a rank record, or the parent to a case result, is one that
+    results.records declares (with its type, which the loader checks)."""
+    from typing import get_type_hints
+
+    from fsdp_bench.results.records import CaseResult, RankRecord
+
+    declared = {"record": set(get_type_hints(RankRecord)), "result": set(get_type_hints(CaseResult))}
+    declared["merged"] = declared["result"]
+    writes = [
+        (f"{p.relative_to(PACKAGE)}:{i}", kind, field)
+        for p in _modules()
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        for kind, field in _RECORD_WRITE.findall(line)
+    ]
+    assert len({field for _, kind, field in writes if kind == "record"}) > 30  # the pattern still finds them
+    undeclared = [f"{where}: {kind}[{field!r}]" for where, kind, field in writes if field not in declared[kind]]
+    assert not undeclared, "\n".join(undeclared)

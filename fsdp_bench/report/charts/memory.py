@@ -26,6 +26,7 @@ from fsdp_bench.report.charts.style import (
 )
 from fsdp_bench.report.table import ok_rows
 from fsdp_bench.results.metrics import M
+from fsdp_bench.results.records import CaseResult
 from fsdp_bench.results.schema import GIB, STAGE_LABELS, STAGES
 
 # The stages a rank reads memory after, in the order it passes them.
@@ -39,7 +40,7 @@ BREAKDOWN = (
 )
 
 
-def _stage_series(result: dict[str, Any], kind: str) -> dict[str, float]:
+def _stage_series(result: CaseResult, kind: str) -> dict[str, float]:
     """stage -> the largest rank's memory (GiB) after that stage."""
     out: dict[str, float] = {}
     labels: dict[str, str] = {}
@@ -53,7 +54,7 @@ def _stage_series(result: dict[str, Any], kind: str) -> dict[str, float]:
     return out
 
 
-def _stage_kinds(results: list[dict[str, Any]]) -> list[tuple[str, str]]:
+def _stage_kinds(results: list[CaseResult]) -> list[tuple[str, str]]:
     names = (
         ("allocated", "allocated (allocator)"),
         ("reserved", "reserved (allocator)"),
@@ -171,7 +172,7 @@ def chart_memory_breakdown(run: RunData, path: Path) -> None:
     save_figure(fig, path)
 
 
-def _timeline(result: dict[str, Any]) -> list[dict[str, Any]]:
+def _timeline(result: CaseResult) -> list[dict[str, Any]]:
     """The timeline of the rank with the highest allocated peak."""
     best: list[dict[str, Any]] = []
     for rank in result.get("ranks") or []:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import statistics
 from pathlib import Path
-from typing import Any
 
 from fsdp_bench.analysis.stats import CONFIDENCE_PCT
 from fsdp_bench.plan.catalog import strategy_order
@@ -27,6 +26,7 @@ from fsdp_bench.report.charts.style import (
 )
 from fsdp_bench.report.table import ok_rows
 from fsdp_bench.results.metrics import M
+from fsdp_bench.results.records import CaseResult
 
 STEP_PARTS = (
     (M.compute_s_per_step, "compute", "#4C72B0"),
@@ -36,7 +36,7 @@ STEP_PARTS = (
 )
 
 
-def loss_curve(result: dict[str, Any]) -> list[float]:
+def loss_curve(result: CaseResult) -> list[float]:
     """Mean over ranks of the loss at each optimizer step (warmup included), as the metrics do."""
     curves = [r.get("losses") or [] for r in result.get("ranks") or []]
     curves = [c for c in curves if c]

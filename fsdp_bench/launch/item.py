@@ -1,0 +1,84 @@
+"""One bench item: run its case (or, with --bench-tune, the tuner) and say what the test's
+outcome is. The plugin's `bench_run` fixture is the one caller and turns the outcome into
+pytest's (only the plugin imports pytest); what it shares with the other hooks is
+`launch.progress.BenchState`.
+
+Outcomes: ok passes (None); `skipped` skips; `oom` is an expected failure (xfail: a result worth
+having); failed / timeout fail with the log's tail; a case that ran but never changed its
+parameters is an xfail, so its speed never reads as a pass a user could pick.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from fsdp_bench.launch.bench_stats import record_benchmark_stats
+from fsdp_bench.launch.progress import BenchState
+from fsdp_bench.launch.session import DiskFull, SessionError
+from fsdp_bench.plan.case import Case
+from fsdp_bench.plan.catalog import optimizer_timing
+from fsdp_bench.results.metrics import M
+from fsdp_bench.results.records import CaseResult
+
+LOG_TAIL_SHOWN_CHARS = 1500  # of a failed case's log, under its FAILED line
+Outcome = tuple[str, str] | None  # ("skip" | "xfail" | "fail", message), None: passed
+
+
+def run_item(
+    state: BenchState, case: Case, *, benchmark: Any, node_id: str, write: Callable[[str], None]
+) -> tuple[CaseResult | dict[str, Any], Outcome]:
+    """The case's result (a tuning item: the tuner's answer) and the test's outcome, after its
+    live line. A SessionError (a full disk, an unusable run folder) and Ctrl-C propagate, the
+    sweep marked interrupted and the benchmark fixture skipped first: it timed nothing, and its
+    "fixture was not used" warning would add a warnings summary around the one closing line."""
+    try:
+        if state.sweep.tune:
+            return _run_tune(state, case, write)
+        opening = state.opening_line()
+        if opening:
+            write(opening)
+        result = state.session.run(case)
+    except (SessionError, KeyboardInterrupt) as exc:
+        state.interrupted |= isinstance(exc, SessionError)
+        benchmark.skipped = True
+        raise
+    line = state.progress.finish_case(node_id, case.id, result)
+    if line:
+        write(line)
+    record_benchmark_stats(benchmark, case, result)
+    return result, test_outcome(case, result)
+
+
+def stop_exit_code(exc: SessionError) -> int:
+    """A full disk (3) leaves the finished cases resumable; any other SessionError (4) means the
+    run folder itself is unusable."""
+    return 3 if isinstance(exc, DiskFull) else 4
+
+
+def test_outcome(case: Case, result: CaseResult) -> Outcome:
+    """What the test says of a case's result (see the module docstring)."""
+    status, reason = result["status"], result.get("reason", "")
+    if status == "skipped":
+        return "skip", reason
+    if status == "oom":
+        return "xfail", f"OOM: {reason}"
+    if status != "ok":
+        tail = result.get("log_tail", "")[-LOG_TAIL_SHOWN_CHARS:]
+        return "fail", f"{status.upper()}: {reason}\n--- log tail ---\n{tail}"
+    if (result.get("metrics") or {}).get(M.params_changed) is False:
+        return "xfail", optimizer_timing(case.optimizer_timing).not_trained_reason or "parameters never changed"
+    return None
+
+
+test_outcome.__test__ = False  # a function named test_*, not a test
+
+
+def _run_tune(state: BenchState, request: Any, write: Callable[[str], None]) -> tuple[dict[str, Any], Outcome]:
+    """A `--bench-tune` item: the tuner's loop (launch.tune.tune_item), one live line per case.
+    A TuneError propagates (a usage error); no pick fails the item."""
+    from fsdp_bench.launch.tune import tune_item
+
+    answer = tune_item(state, request, write)
+    failed = ("fail", f"tune {request.model}: no pick ({answer['stopped']})") if answer["pick"] is None else None
+    return answer, failed
