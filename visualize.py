@@ -123,16 +123,23 @@ def compare_main(args: argparse.Namespace) -> int:
         f"beyond {args.threshold:g}%"
     )
     print(noise_sentence(comparison))
+    total = len(comparison.rows)
     for verdict in ("faster", "within noise", "inconclusive"):
         ids = [r["case_id"] for r in comparison.rows if r.get("verdict") == verdict]
         if ids:
-            print(f"{len(ids)} case(s) {verdict}: {', '.join(ids)}")
+            print(f"{len(ids)} case(s) {verdict}{_which(ids, total)}")
     noisy = [r["case_id"] for r in comparison.rows if r.get("noisy")]
     if noisy:
-        print(f"noisy (step-time CV > {NOISY_CV_PCT:g}%): {', '.join(noisy)}")
+        print(f"noisy (step-time CV > {NOISY_CV_PCT:g}%){_which(noisy, total)}")
     for line in comparison.regressions:
         print(f"REGRESSION {line}")
     return 1 if comparison.regressions else 0
+
+
+def _which(ids: list[str], total: int) -> str:
+    """': a, b, c' naming the cases, or ': all of them' when every compared case is one (a list of
+    every case id would fill the terminal and say nothing)."""
+    return ": all of them" if len(ids) == total > 3 else f": {', '.join(ids)}"
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import pytest
 from fsdp_bench.launch.session import RunBusy, SessionError, SweepSession
 from fsdp_bench.plan.options import parse_sweep
 from fsdp_bench.results.layout import RunLayout
+from tests.sweep_helpers import pytest_cmd
 
 
 def _session(tmp_path, **raw):
@@ -37,20 +38,7 @@ def test_resume_of_a_named_run_in_progress_is_a_usage_error(tmp_path):
     run_dir = named.ensure_run_dir()
     try:
         out = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pytest",
-                "-q",
-                "-p",
-                "no:cacheprovider",
-                "--co",
-                "--bench-device",
-                "cpu",
-                "--bench-resume",
-                str(run_dir),
-                "benchmarks",
-            ],
+            pytest_cmd("-q", "--co", "--bench-device", "cpu", "--bench-resume", str(run_dir), "benchmarks"),
             capture_output=True,
             text=True,
             timeout=120,
@@ -156,20 +144,7 @@ def test_a_rank_dies_with_its_parent(tmp_path):
 
 def _resume_collect(run_dir):
     return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "--co",
-            "--bench-device",
-            "cpu",
-            "--bench-resume",
-            str(run_dir),
-            "benchmarks",
-        ],
+        pytest_cmd("-q", "--co", "--bench-device", "cpu", "--bench-resume", str(run_dir), "benchmarks"),
         capture_output=True,
         text=True,
         timeout=120,
@@ -217,20 +192,7 @@ def test_two_models_with_one_case_id_are_refused_at_collection(tmp_path):
     with pytest.raises(CaseError, match="two different cases share the id"):
         parse_sweep({"device": "cpu", "model": f"{a},{b}"}).cases()
     out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "--co",
-            "--bench-device",
-            "cpu",
-            "--bench-model",
-            f"{a},{b}",
-            "benchmarks",
-        ],
+        pytest_cmd("-q", "--co", "--bench-device", "cpu", "--bench-model", f"{a},{b}", "benchmarks"),
         capture_output=True,
         text=True,
         timeout=120,
@@ -250,22 +212,9 @@ def test_resume_with_other_settings_is_refused_listing_the_differences(tmp_path)
     same = _session(tmp_path, steps="3", **{"batch-sizes": "1", "resume": str(run_dir), "timeout": "99"})
     same.check_same_settings(run_dir)  # how long a case may take is not what it measures
     out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "--co",
-            "--bench-device",
-            "cpu",
-            "--bench-steps",
-            "5",
-            "--bench-resume",
-            str(run_dir),
-            "benchmarks",
-        ],
+        pytest_cmd(
+            "-q", "--co", "--bench-device", "cpu", "--bench-steps", "5", "--bench-resume", str(run_dir), "benchmarks"
+        ),
         capture_output=True,
         text=True,
         timeout=120,
@@ -280,13 +229,8 @@ def test_a_full_disk_stops_the_sweep_before_launching_with_the_resume_hint(tmp_p
     results = tmp_path / "results"
     env = {**os.environ, "FSDP_BENCH_MIN_FREE_MIB": str(2**40)}  # more than any disk has
     out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
+        pytest_cmd(
             "-q",
-            "-p",
-            "no:cacheprovider",
             "benchmarks/test_strategy_sweep.py",
             "--bench-device",
             "cpu",
@@ -299,7 +243,7 @@ def test_a_full_disk_stops_the_sweep_before_launching_with_the_resume_hint(tmp_p
             "--bench-no-report",
             "--bench-results-dir",
             str(results),
-        ],
+        ),
         capture_output=True,
         text=True,
         timeout=120,
@@ -335,19 +279,7 @@ def test_ctrl_c_during_the_end_of_sweep_report_is_one_line_and_keeps_the_results
     options = [o for o in SMALL if o != "--bench-no-report"]
     options[options.index("--bench-nproc") + 1] = "1"
     out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            *options,
-            "--bench-batch-sizes",
-            "1",
-            "--bench-results-dir",
-            str(tmp_path / "results"),
-        ],
+        pytest_cmd("-q", *options, "--bench-batch-sizes", "1", "--bench-results-dir", str(tmp_path / "results")),
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -373,13 +305,8 @@ def test_a_second_sweep_with_a_named_run_in_use_is_a_usage_error(tmp_path):
     named.ensure_run_dir()
     try:
         out = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pytest",
+            pytest_cmd(
                 "-q",
-                "-p",
-                "no:cacheprovider",
                 "benchmarks/test_strategy_sweep.py",
                 "--bench-device",
                 "cpu",
@@ -392,7 +319,7 @@ def test_a_second_sweep_with_a_named_run_in_use_is_a_usage_error(tmp_path):
                 str(tmp_path),
                 "--bench-run-id",
                 "busy",
-            ],
+            ),
             capture_output=True,
             text=True,
             timeout=120,
