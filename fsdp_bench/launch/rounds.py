@@ -10,12 +10,15 @@ pytest still runs one item per case, in collection order: when the item of case 
 rounds run every pending repeat in order up to X's last one (the first item runs rounds 1..N-1 of
 all cases, then its own last repeat; each later item usually only its own last repeat), then hand
 back X's repeats for merging. A repeat that is not ok ends its case: its later repeats are dropped.
+
+The tuner's measuring rounds (launch.tune) use the same rounds over one round's batch, whose cases
+may ask for different numbers of repeats: round r runs every case that wants an r-th repeat.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
 from fsdp_bench.results.records import CaseResult
@@ -23,29 +26,47 @@ from fsdp_bench.results.records import CaseResult
 K = TypeVar("K")  # what a case is to the rounds (the session uses `Case`)
 
 
-def interleaved_order(case_ids: Sequence[str], repeats: int) -> list[tuple[str, int]]:
+Repeats = int | Mapping[str, int]  # one count for every case, or each case id's own
+
+
+def interleaved_order(case_ids: Sequence[str], repeats: Repeats) -> list[tuple[str, int]]:
     """(case id, repeat) in the order they run: repeat 1 of every case, then repeat 2 of every
-    case, ...; a case id named twice runs once, at its first place."""
-    if repeats < 1:
-        raise ValueError(f"repeats must be >= 1, not {repeats}")
+    case that wants a second, ...; a case id named twice runs once, at its first place.
+    `repeats`: one count for all, or a count per case id (every id named)."""
     unique = list(dict.fromkeys(case_ids))
-    return [(case_id, repeat) for repeat in range(1, repeats + 1) for case_id in unique]
+    counts = {cid: _count(repeats, cid) for cid in unique}
+    rounds = max(counts.values(), default=0)
+    return [(cid, repeat) for repeat in range(1, rounds + 1) for cid in unique if counts[cid] >= repeat]
+
+
+def _count(repeats: Repeats, case_id: str) -> int:
+    count = repeats if isinstance(repeats, int) else repeats[case_id]
+    if count < 1:
+        raise ValueError(f"repeats must be >= 1, not {count} ({case_id})")
+    return count
 
 
 class RepeatRounds(Generic[K]):
     """The sweep's pending repeats, in `interleaved_order`, and the results of those already run.
 
     `run_one(case, repeat)` runs (or, on resume, loads) one repeat and returns its result dict;
-    `kept` names the (case id, repeat) pairs already ok on disk, which load instead of launching
-    (they only make `launches_left` exact)."""
+    `repeats` is one count for every case or each case id's own; `kept` names the (case id,
+    repeat) pairs already ok on disk, which load instead of launching (they only make
+    `launches_left` exact)."""
 
-    def __init__(self, cases: Sequence[tuple[str, K]], repeats: int, kept: Collection[tuple[str, int]] = ()) -> None:
-        self.planned = repeats
+    def __init__(
+        self, cases: Sequence[tuple[str, K]], repeats: Repeats, kept: Collection[tuple[str, int]] = ()
+    ) -> None:
         self._cases = dict(cases)
+        self._planned = {cid: _count(repeats, cid) for cid in self._cases}
         self._queue = deque(interleaved_order([case_id for case_id, _ in cases], repeats))
         self._kept = frozenset(kept)
         self._results: dict[str, list[dict[str, Any]]] = {}
         self._ended: set[str] = set()
+
+    def planned(self, case_id: str) -> int:
+        """How many repeats `case_id` was planned with (a repeat that is not ok ends it sooner)."""
+        return self._planned[case_id]
 
     def holds(self, case_id: str) -> bool:
         """True while the rounds still owe `case_id` its results (a later `run_through` gives them)."""

@@ -13,10 +13,11 @@ import math
 import os
 import shutil
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from fsdp_bench.launch.rounds import RepeatRounds
 from fsdp_bench.plan.case import Case
 from fsdp_bench.plan.sweep import Sweep, fingerprint_differences
 from fsdp_bench.results.io import read_json, write_json_atomic
@@ -262,8 +263,6 @@ class SweepSession:
     def plan_rounds(self, cases: list[Case]) -> None:
         """With --bench-repeats N > 1: the sweep's repeats run round-robin over these cases (the
         collected ones, in order; launch.rounds says why). Cases a resume keeps are left out."""
-        from fsdp_bench.launch.rounds import RepeatRounds
-
         if self.sweep.repeats < 2:
             return
         ids = [case.id for case in cases]
@@ -301,36 +300,41 @@ class SweepSession:
         self.results.append(result)
         return result
 
-    def run_with_repeats(self, case: Case, repeats: int) -> CaseResult:
-        """The case with at least `repeats` repeats (the tuner's rounds): a merged result that
-        already has them is returned as is; one with fewer is set aside under .attempts/ (its ok
-        repeats stay and are kept) and the missing repeats run. Always the repeat layout, so a
-        case measured once and later again is one ordinary case with its repeats."""
+    def run_round(self, batch: Sequence[tuple[Case, int]]) -> Iterator[tuple[Case, CaseResult]]:
+        """The tuner's round: each (case, repeats) of `batch` with at least that many repeats,
+        yielded in batch order as each case is merged. A merged result that already has them is
+        yielded as is; one with fewer is set aside under .attempts/ (its ok repeats stay and are
+        kept) and the missing repeats run round-robin over the batch's cases (launch.rounds: the
+        first case's turn runs every case's earlier rounds, not its own repeats back to back).
+        Always the repeat layout, so a case measured once and later again is one ordinary case."""
+        if len({case.id for case, _ in batch}) < len(batch):
+            raise ValueError("run_round: a case named twice in one batch")
         run = self.layout
-        merged = _load_or_none(run.result_file(case.id))
-        if merged is not None and merged["status"] == "ok" and len(merged.get(M.repeats) or []) >= repeats:
-            result = merged
-        else:
-            self.check_run_dir()
-            with self._stop_on_os_error():
-                if merged is not None:
-                    _set_aside(run, case.id, with_dir=False)
-                result = self._run_repeats(run, case, repeats)
-        self.results = [r for r in self.results if r.get("case_id") != case.id] + [result]
-        return result
+        merged = {case.id: _load_or_none(run.result_file(case.id)) for case, _ in batch}
+        todo = [(case, n) for case, n in batch if not _has_repeats(merged[case.id], n)]
+        rounds = RepeatRounds([(case.id, case) for case, _ in todo], {case.id: n for case, n in todo})
+        for case, _ in batch:
+            result = merged[case.id]
+            if rounds.holds(case.id):
+                self.check_run_dir()
+                with self._stop_on_os_error():
+                    if run.result_file(case.id).exists():
+                        _set_aside(run, case.id, with_dir=False)
+                    result = self._run_repeats(run, case, rounds)
+            self.results = [r for r in self.results if r.get("case_id") != case.id] + [result]
+            yield case, result
 
-    def _run_repeats(self, run: RunLayout, case: Case, repeats: int | None = None) -> CaseResult:
-        """The case's repeats, merged into its result: from the sweep's round-robin rounds when
-        they hold the case (the other cases' pending repeats in between run first), otherwise
-        back to back (the tuner's rounds, a case outside the plan)."""
+    def _run_repeats(self, run: RunLayout, case: Case, rounds: RepeatRounds | None = None) -> CaseResult:
+        """The case's repeats, merged into its result: from `rounds` (the tuner's) or the sweep's
+        round-robin rounds when they hold the case (the other cases' pending repeats in between
+        run first), otherwise back to back (a case outside the plan)."""
         from fsdp_bench.analysis.repeats import merge_repeats
-        from fsdp_bench.launch.rounds import RepeatRounds
 
-        rounds = self._rounds
-        if repeats is not None or rounds is None or not rounds.holds(case.id):
-            rounds = RepeatRounds([(case.id, case)], repeats or self.sweep.repeats)
+        rounds = rounds if rounds is not None else self._rounds
+        if rounds is None or not rounds.holds(case.id):
+            rounds = RepeatRounds([(case.id, case)], self.sweep.repeats)
         results = rounds.run_through(case.id, lambda c, r: self._repeat_result(run, c, r))
-        merged = merge_repeats(results, planned=rounds.planned)
+        merged = merge_repeats(results, planned=rounds.planned(case.id))
         write_json_atomic(run.result_file(case.id, self.launch.node_rank), merged)
         return merged
 
@@ -437,6 +441,11 @@ def _load_or_none(path: Path) -> CaseResult | None:
         return load_case_result(path)
     except ResultError:
         return {"status": "failed"}
+
+
+def _has_repeats(merged: CaseResult | None, repeats: int) -> bool:
+    """True when a merged result is ok with at least `repeats` repeats (not run again)."""
+    return merged is not None and merged["status"] == "ok" and len(merged.get(M.repeats) or []) >= repeats
 
 
 def _set_aside(run: RunLayout, case_id: str, *, repeat: int | None = None, with_dir: bool = True) -> None:

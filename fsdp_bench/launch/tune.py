@@ -1,7 +1,8 @@
 """The tuner's driving loop (`--bench-tune`): predict, probe, measure in rounds through the
 sweep session, write the answer. Every decision is a pure function of `analysis.tune`; this
-module only runs cases (`SweepSession.run_with_repeats`, so each is an ordinary result in the
-run folder) and records what happened. No torch, no pytest.
+module only runs cases (`SweepSession.run_round`, so each is an ordinary result in the run
+folder, and a round's repeats run round-robin over its cases, never one case's back to back:
+launch.rounds says why) and records what happened. No torch, no pytest.
 
 Resumable like any sweep: the plan is a function of the measurements, so a resumed tuning
 replays the same rounds from the results already on disk (their cases are not run again) and
@@ -52,10 +53,10 @@ def _measure(
 ) -> None:
     by_id = {p.case.id: p for p in predictions}
     entry = {"round": len(log.rounds), "kind": kind, "runs": []}
-    for case, repeats in batch:
+    for case, _ in batch:
         if case.id not in log.predicted_step_s and case.id in by_id:
             log.predicted_step_s[case.id] = model.step_s(by_id[case.id])  # the prediction it was chosen on
-        result = session.run_with_repeats(case, repeats)
+    for case, result in session.run_round(batch):
         on_result(case, result)
         log.measured[case.id] = measured_from_result(result)
         m = log.measured[case.id]

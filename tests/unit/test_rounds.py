@@ -18,10 +18,24 @@ def test_the_order_is_round_robin_not_back_to_back():
         interleaved_order(["a"], 0)
 
 
+def test_cases_may_ask_for_different_repeat_counts():
+    """The tuner's rounds: round r runs every case that wants an r-th repeat."""
+    assert interleaved_order(["a", "b", "c"], {"a": 2, "b": 3, "c": 1}) == [
+        ("a", 1),
+        ("b", 1),
+        ("c", 1),
+        ("a", 2),
+        ("b", 2),
+        ("b", 3),
+    ]
+    with pytest.raises(ValueError, match="b"):
+        interleaved_order(["a", "b"], {"a": 1, "b": 0})
+
+
 class FakeRounds(RepeatRounds):
     """Rounds over cases named by one letter whose `run_one` records what it ran."""
 
-    def __init__(self, ids: str, repeats: int, fail=frozenset(), kept=()) -> None:
+    def __init__(self, ids: str, repeats: int | dict[str, int], fail=frozenset(), kept=()) -> None:
         super().__init__([(i, i) for i in ids], repeats, kept=kept)
         self.fail, self.ran = fail, []
 
@@ -30,7 +44,7 @@ class FakeRounds(RepeatRounds):
         return {"status": "failed" if (case, repeat) in self.fail else "ok", "repeat": repeat}
 
 
-def _rounds(ids: str, repeats: int, fail=frozenset(), kept=()) -> tuple[FakeRounds, list]:
+def _rounds(ids: str, repeats: int | dict[str, int], fail=frozenset(), kept=()) -> tuple[FakeRounds, list]:
     rounds = FakeRounds(ids, repeats, fail, kept)
     return rounds, rounds.ran
 
@@ -45,6 +59,15 @@ def test_each_item_runs_the_pending_repeats_up_to_its_own_last():
     assert [r["repeat"] for r in rounds.run_through("b", rounds.run_one)] == [1, 2, 3]
     assert [r["repeat"] for r in rounds.run_through("c", rounds.run_one)] == [1, 2, 3]
     assert ran[7:] == [("b", 3), ("c", 3)] and rounds.launches_left() == 0
+
+
+def test_a_batch_with_different_counts_runs_each_case_s_own_repeats_round_robin():
+    rounds, ran = _rounds("ab", {"a": 2, "b": 4})
+    assert rounds.planned("a") == 2 and rounds.planned("b") == 4
+    assert [r["repeat"] for r in rounds.run_through("a", rounds.run_one)] == [1, 2]
+    assert ran == [("a", 1), ("b", 1), ("a", 2)]
+    assert [r["repeat"] for r in rounds.run_through("b", rounds.run_one)] == [1, 2, 3, 4]
+    assert ran[3:] == [("b", 2), ("b", 3), ("b", 4)] and rounds.launches_left() == 0
 
 
 def test_items_in_another_order_keep_the_round_robin():
