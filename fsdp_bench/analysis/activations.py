@@ -55,6 +55,8 @@ class Activations:
     loss_temp: int  # the loss's backward: two vocab-wide gradients
     recompute: int = 0  # activation checkpointing: one block's activations rebuilt in backward
     logprobs: int = 0  # log_softmax's output (part of `outside`), freed when the loss's backward ends
+    final_norm: int = 0  # the final norm's saved tensors (part of `outside`), freed before the blocks' backward
+    stream_grad: int = 0  # backward's running gradient of the residual stream (one hidden-wide tensor)
 
     @property
     def total(self) -> int:
@@ -176,12 +178,17 @@ def estimate_activations(
         + weight_copies
     )  # ids, targets, positions
     loss_temp = 2 * vocab * tokens * 4
+    head = {
+        "logprobs": vocab * tokens * 4,
+        "final_norm": ((widths * h + extras) * dtype_bytes + norm_extra * h) * tokens,
+        "stream_grad": h * tokens * dtype_bytes,
+    }
     if act_ckpt:  # each block keeps its input; backward rebuilds one block at a time
         return Activations(
             tuple([h * tokens * (4 if autocast else dtype_bytes)] * d["layers"]),
             outside,
             loss_temp,
             recompute=layer,
-            logprobs=vocab * tokens * 4,
+            **head,
         )
-    return Activations(tuple([layer] * d["layers"]), outside, loss_temp, logprobs=vocab * tokens * 4)
+    return Activations(tuple([layer] * d["layers"]), outside, loss_temp, **head)

@@ -146,11 +146,7 @@ def predict_peak_bytes(
         parts.update(params=0, grads=0, optimizer=0, optimizer_temp=0)
     phases = _phase_bytes(parts, grad_accum)
     if acts.per_layer and act_bytes_per_sample is None:
-        # with accumulation the earlier micro-batches' (sharded) gradients are alive in every block's backward
-        earlier_grads = parts["grads"] if grad_accum > 1 else 0
-        inside = parts["params"] + parts["optimizer"] + earlier_grads
-        inside += _block_backward_bytes(strategy, units, world_size, acts, mesh=mesh, dtype_bytes=compute_bytes)
-        phases["backward"] = max(phases["backward"], inside)
+        phases = _with_block_moments(phases, parts, strategy, units, world_size, acts, grad_accum, mesh, compute_bytes)
     phase = max(phases, key=phases.get)
     return {"peak_bytes": phases[phase], "phase": phase, "parts_bytes": parts, "phases_bytes": phases} | {
         "model_state_bytes": states["total"],
@@ -180,6 +176,30 @@ def predict_case_peak(
     )
 
 
+def _with_block_moments(
+    phases: dict[str, float],
+    parts: dict[str, float],
+    strategy: str,
+    units: Sequence[Unit],
+    world_size: int,
+    acts: Activations,
+    grad_accum: int,
+    mesh: tuple[int, int] | None,
+    dtype_bytes: int,
+) -> dict[str, float]:
+    """`phases` with the moments inside the blocks of a sharded strategy (FSDP2): a block's
+    backward, and a block's forward all-gather copy-out. Which of them makes the peak changes with
+    the world size (the top of backward at a few ranks, the padded buffers at hundreds), so every
+    candidate is computed and the largest wins."""
+    # with accumulation the earlier micro-batches' (sharded) gradients are alive in every block
+    kept = parts["params"] + parts["optimizer"] + (parts["grads"] if grad_accum > 1 else 0)
+    block = {"mesh": mesh, "dtype_bytes": dtype_bytes}
+    backward = kept + _block_backward_bytes(strategy, units, world_size, acts, **block)
+    phases = {**phases, "backward": max(phases["backward"], backward)}
+    forward = _block_forward_bytes(strategy, units, world_size, acts, **block)
+    return {"forward": kept + forward, **phases} if forward else phases
+
+
 def _phase_bytes(parts: dict[str, float], grad_accum: int) -> dict[str, float]:
     """The bytes alive at the top of backward and in the optimizer step, from the peak's parts."""
     # DDP's buckets are allocated when it wraps the model and live as long (seen on an H100:
@@ -193,6 +213,21 @@ def _phase_bytes(parts: dict[str, float], grad_accum: int) -> dict[str, float]:
     }
 
 
+def _fsdp2_full_units(
+    strategy: str, units: Sequence[Unit], world_size: int, mesh: tuple[int, int] | None, dtype_bytes: int
+) -> tuple[int, list[int]] | None:
+    """FSDP2's padded unsharded bytes of the root and of each block (forward order); None where
+    the strategy does not gather dim-0 shards (no FSDP2, one rank, no blocks)."""
+    row = catalog_strategy(strategy)
+    shard = shard_size(strategy, world_size, mesh)
+    blocks = [u for u in units if not u.is_root]
+    if not row.shards_parameters or shard == 1 or row.layout != "fsdp2_dim0" or not blocks:
+        return None
+    full = [padded_numel(row.layout, b, shard, dtype_bytes) * dtype_bytes for b in blocks]
+    root = next((padded_numel(row.layout, u, shard, dtype_bytes) * dtype_bytes for u in units if u.is_root), 0)
+    return root, full
+
+
 def _block_backward_bytes(
     strategy: str,
     units: Sequence[Unit],
@@ -202,32 +237,80 @@ def _block_backward_bytes(
     mesh: tuple[int, int] | None = None,
     dtype_bytes: int = 4,
 ) -> int:
-    """The larger of the last two blocks' post-backward on a sharded strategy (FSDP2): the root
-    still gathered, the block gathered, the next block prefetched, the block's unsharded
-    gradients and the reduce-scatter's padded input; the loss's tensors and the blocks' own
-    activations are gone. Below the last block, the later block's reduce-scatter input is still
-    alive too (FSDP2 keeps it until the next reduce-scatter is issued), so without resharding
-    (everything gathered, no prefetch) the second-to-last block holds the peak. At hundreds of
-    ranks every parameter's dim 0 pads up to the group size, so these buffers, not the
-    activations, make the peak."""
-    row = catalog_strategy(strategy)
+    """The largest block's backward on FSDP2, at its end (its weight gradients made, before its
+    post-backward): the root gathered, the block gathered, the next block's all-gather output
+    (prefetched; without resharding everything stays gathered instead; at the block's pre-backward
+    copy-out, its own all-gather output instead, with none of its gradients yet), the reduce-scatter input
+    of the block above (FSDP2 keeps one until the next post-backward frees it before allocating
+    its own, so a block's own reduce-scatter never meets its unsharded parameters), the head's
+    unsharded gradients (the vocab matrix and the final norm, made before the blocks' backward),
+    the residual stream's gradient, the block's unsharded gradients, the sharded gradients the
+    blocks above already reduced (half the model's at 2 ranks: linear_tiny), and the activations of this
+    block and those below it (the loss's tensors and the final norm's are gone). Read off
+    torch's FSDPMemTracker at 512 simulated ranks (llama_odd_vocab, gpt2_small_odd): there every
+    dim 0 pads up to the group size, so these buffers, not the activations, make the peak; a
+    middle block (one reduce-scatter input above it) beats the last (none) and the first (fewer
+    activations), so every block is tried."""
+    found = _fsdp2_full_units(strategy, units, world_size, mesh, dtype_bytes)
+    if found is None:
+        return 0
+    root, full = found
     shard = shard_size(strategy, world_size, mesh)
     blocks = [u for u in units if not u.is_root]
-    if not row.shards_parameters or shard == 1 or row.layout != "fsdp2_dim0" or not blocks:
-        return 0
-    full = [padded_numel(row.layout, b, shard, dtype_bytes) * dtype_bytes for b in blocks]
-    root = next((padded_numel(row.layout, u, shard, dtype_bytes) * dtype_bytes for u in units if u.is_root), 0)
-    everything = gathered_bytes(strategy, units, world_size, mesh=mesh)
-    left = acts.total - acts.logprobs  # activations alive before the last block's backward
+    root_unit = next((u for u in units if u.is_root), None)
+    root_shapes = root_unit.shapes if root_unit else ()
+    head_grads = max((math.prod(s) for s in root_shapes if len(s) == 2), default=0)
+    head_grads += sum(math.prod(s) for s in root_shapes if len(s) == 1)
+    below = acts.total - acts.logprobs - acts.final_norm - sum(acts.per_layer)  # the embeddings' share
+    everything = root + sum(full)
     peak = 0
-    for k in range(len(blocks) - 1, max(len(blocks) - 3, -1), -1):  # the last block, then the one before
-        left -= acts.per_layer[k]
-        if row.reshard_after_forward:  # the root, this block, the one prefetched below it
-            gathered = root + full[k] + (full[k - 1] if k > 0 else 0)
-        else:
-            gathered = everything
-        reduce_scatter = full[k] + (full[k + 1] if k + 1 < len(blocks) else 0)
-        peak = max(peak, gathered + reduce_scatter + blocks[k].numel * dtype_bytes + left)
+    for k, block in enumerate(blocks):
+        below += acts.per_layer[k]
+        reduce_scatter = full[k + 1] if k + 1 < len(blocks) else 0
+        alive = reduce_scatter + head_grads * dtype_bytes + acts.stream_grad + below
+        if not catalog_strategy(strategy).reshard_after_forward:
+            peak = max(peak, everything + alive + block.numel * dtype_bytes)
+            continue
+        # the blocks above: their sharded gradients, made (counted with resharding only: without
+        # it, adding them put linear_tiny at 2 ranks at +9.6 %, against +1.9 % left out)
+        alive += sum(full[k + 1 :]) // shard
+        # the block's end (the one below prefetched), and its pre-backward copy-out: its
+        # all-gather output and unsharded parameters both alive, before any of its gradients
+        end = root + full[k] + (full[k - 1] if k > 0 else 0) + block.numel * dtype_bytes
+        peak = max(peak, end + alive, root + 2 * full[k] + alive)
+    return peak
+
+
+def _block_forward_bytes(
+    strategy: str,
+    units: Sequence[Unit],
+    world_size: int,
+    acts: Activations,
+    *,
+    mesh: tuple[int, int] | None = None,
+    dtype_bytes: int = 4,
+) -> int:
+    """The largest block's pre-forward on FSDP2, at its all-gather's copy-out: the block's
+    all-gather output and its unsharded parameters are both alive, and so is the previous unit's
+    all-gather output (FSDP2 keeps it until the next copy-out), beside the root and the block
+    (without resharding: every unit gathered so far) and the activations of the blocks before
+    it. At small world sizes the top of backward (every activation and the loss's tensors) is
+    larger; at hundreds of ranks the padded buffers outweigh the activations and, without
+    resharding, this moment of the last block is the step's peak (FSDPMemTracker, 512 simulated
+    ranks: +0 B on llama_odd_vocab and gpt2_small_odd), so both moments are modelled and the
+    caller takes the max."""
+    found = _fsdp2_full_units(strategy, units, world_size, mesh, dtype_bytes)
+    if found is None:
+        return 0
+    root, full = found
+    before = acts.total - acts.logprobs - acts.final_norm - sum(acts.per_layer)  # the embeddings' share
+    keeps_all = not catalog_strategy(strategy).reshard_after_forward
+    peak = 0
+    for k, size in enumerate(full):
+        gathered = root + (sum(full[: k + 1]) if keeps_all else size)
+        previous_all_gather = full[k - 1] if k > 0 else root
+        peak = max(peak, gathered + size + previous_all_gather + before)
+        before += acts.per_layer[k]
     return peak
 
 
