@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from fsdp_bench.results.records import CaseResult
 
@@ -61,7 +61,7 @@ class RepeatRounds(Generic[K]):
         self._planned = {cid: _count(repeats, cid) for cid in self._cases}
         self._queue = deque(interleaved_order([case_id for case_id, _ in cases], repeats))
         self._kept = frozenset(kept)
-        self._results: dict[str, list[dict[str, Any]]] = {}
+        self._results: dict[str, list[CaseResult]] = {}
         self._ended: set[str] = set()
 
     def planned(self, case_id: str) -> int:

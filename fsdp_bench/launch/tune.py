@@ -32,10 +32,11 @@ from fsdp_bench.analysis.tune import (
 from fsdp_bench.launch.session import SweepSession
 from fsdp_bench.plan.case import Case
 from fsdp_bench.results.io import write_json_atomic
+from fsdp_bench.results.records import CaseResult
 
 MAX_ROUNDS = 20  # a bound the schedule never reaches on a sane grid; guards a loop that would not end
 
-OnResult = Callable[[Case, dict[str, Any]], None]
+OnResult = Callable[[Case, CaseResult], None]
 
 
 class TuneError(RuntimeError):
