@@ -9,15 +9,15 @@ Collection imports no torch: cases come from `fsdp_bench.plan`, which is pure Py
 from __future__ import annotations
 
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from fsdp_bench.launch.progress import BenchState, cases_to_run, check_inputs, sigterm_as_interrupt, write_live_line
+from fsdp_bench.launch import progress
+from fsdp_bench.launch.progress import BenchState
 from fsdp_bench.launch.session import SessionError
 from fsdp_bench.plan.case import Case, CaseError, skip_reason
-from fsdp_bench.plan.options import DISPLAY_OPTIONS, OPTIONS, SWITCH_OPTIONS, option_help, parse_sweep
+from fsdp_bench.plan.options import OPTIONS, bench_option_specs, parse_sweep
 from fsdp_bench.results.records import CaseResult
 
 _STATE_KEY = pytest.StashKey[BenchState]()
@@ -26,26 +26,15 @@ _CLOSING_KEY = pytest.StashKey[list]()  # the recommendation and the run's place
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("fsdp-bench", "fsdp-bench sweep (benchmarks/)")
-    for name in OPTIONS:
-        # A switch is a plain flag: `--bench-profile` turns it on (an optional value would
-        # swallow a following test path).
-        switch = {"action": "store_const", "const": "on"} if name in SWITCH_OPTIONS else {}
-        group.addoption(
-            f"--bench-{name}",
-            dest=f"bench_{name.replace('-', '_')}",
-            default=None,
-            help=option_help(name).replace("%", "%%"),
-            **switch,
-        )
-    for name, help_text in DISPLAY_OPTIONS.items():
-        group.addoption(f"--bench-{name}", action="store_true", default=False, help=help_text)
+    for flag, kwargs in bench_option_specs():
+        group.addoption(flag, **kwargs)
 
 
 def pytest_configure(config: pytest.Config) -> None:
     raw = {name: config.getoption(f"bench_{name.replace('-', '_')}") for name in OPTIONS}
     try:
         sweep = parse_sweep(raw, no_report=config.getoption("bench_no_report"), plan_only=config.option.collectonly)
-        check_inputs(sweep)
+        progress.check_inputs(sweep)
     except (CaseError, ValueError) as exc:
         raise pytest.UsageError(str(exc)) from None
     try:
@@ -62,7 +51,7 @@ def pytest_configure(config: pytest.Config) -> None:
         # Its torch import overlaps collection; its facts are the preflight's interpreter check
         # and calibration, and (in a new run) env.json. Closed at unconfigure.
         state.session.start_environment()
-    config.add_cleanup(sigterm_as_interrupt())
+    config.add_cleanup(progress.sigterm_as_interrupt())
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -102,15 +91,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     state = config.stash.get(_STATE_KEY, None)
     if state is None:
         return
-    sweep = state.sweep
-    keep, drop = [], []
-    for item in items:
-        if "bench_case" not in getattr(item, "fixturenames", ()):
-            keep.append(item)
-            continue
-        suite = getattr(getattr(item, "module", None), "BENCH_SUITE", None)
-        named = any(Path(arg.split("::")[0]).resolve() == Path(str(item.fspath)).resolve() for arg in config.args)
-        (keep if sweep.runs_module(suite, named_on_command_line=named) else drop).append(item)
+    keep, drop = progress.split_items(state.sweep, items, config.args)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
@@ -127,7 +108,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     state = config.stash.get(_STATE_KEY, None)
     if state is None:
         return
-    cases = cases_to_run(session.items)
+    cases = progress.cases_to_run(session.items)
     state.progress.total = 0 if state.sweep.tune else len(cases)  # a tuning's count is not known ahead
     if not cases:
         return
@@ -139,13 +120,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         for line in preflight.lines:
             reporter.write_line(line)
     if not (config.option.collectonly or state.sweep.tune):
-        state.plan_repeats(cases, lambda line: _write_live(config, line))
-
-
-def _write_live(config: pytest.Config, line: str) -> None:
-    write_live_line(
-        config.pluginmanager.get_plugin("terminalreporter"), config.pluginmanager.get_plugin("capturemanager"), line
-    )
+        state.plan_repeats(cases, partial(progress.write_live_line, config.pluginmanager))
 
 
 @pytest.hookimpl(wrapper=True)
@@ -168,7 +143,7 @@ def bench_run(request: pytest.FixtureRequest, benchmark: Any):
     from fsdp_bench.launch.tune import TuneError
 
     def _run(case: Case) -> CaseResult | dict[str, Any]:
-        state, write = request.config.stash[_STATE_KEY], partial(_write_live, request.config)
+        state, write = request.config.stash[_STATE_KEY], partial(progress.write_live_line, request.config.pluginmanager)
         try:
             result, outcome = run_item(state, case, benchmark=benchmark, node_id=request.node.nodeid, write=write)
         except SessionError as exc:  # a full disk, an unusable run folder: one line, no further case
@@ -194,20 +169,18 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         terminalreporter.write_line(line)
     if not writes_report:
         return
-    from fsdp_bench.report.terminal import closing_lines, report_sections
+    from fsdp_bench.report.terminal import report_sections
 
     run_dir = state.session.run_dir
-    body, closing = [], closing_lines(run_dir, [])
-    if state.sweep.report:
-        try:
-            body, closing = report_sections(run_dir, state.session.results)
-        except KeyboardInterrupt:
-            # Ctrl-C while charts are drawn: every file is written atomically, so nothing is
-            # half-written; say how to finish instead of a traceback, and exit as interrupted.
-            pytest.exit(
-                f"report interrupted; the results are safe. To write it: python visualize.py {run_dir}",
-                returncode=pytest.ExitCode.INTERRUPTED,
-            )
+    try:
+        body, closing = report_sections(run_dir, state.session.results, write=state.sweep.report)
+    except KeyboardInterrupt:
+        # Ctrl-C while charts are drawn: every file is written atomically, so nothing is
+        # half-written; say how to finish instead of a traceback, and exit as interrupted.
+        pytest.exit(
+            f"report interrupted; the results are safe. To write it: python visualize.py {run_dir}",
+            returncode=pytest.ExitCode.INTERRUPTED,
+        )
     for line in body:
         terminalreporter.write_line(line)
     config.stash[_CLOSING_KEY] = closing

@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from fsdp_bench.analysis.duration import format_duration
@@ -207,10 +208,12 @@ def sigterm_as_interrupt() -> Callable[[], None]:
     return lambda: signal.signal(signal.SIGTERM, previous)
 
 
-def write_live_line(reporter: Any, capture: Any, line: str) -> None:
+def write_live_line(plugins: Any, line: str) -> None:
     """`line` on the terminal now, from inside a test (output capture suspended for it), on a line
     of its own, without making pytest reprint the module's name before the next test
-    (`write_line` forgets the current file, so the name came back after every line)."""
+    (`write_line` forgets the current file, so the name came back after every line). `plugins`:
+    pytest's plugin manager (its terminal reporter and capture manager)."""
+    reporter, capture = plugins.get_plugin("terminalreporter"), plugins.get_plugin("capturemanager")
     if reporter is None:
         return
 
@@ -239,6 +242,20 @@ def check_inputs(sweep: Sweep) -> None:
     min_free_mib()
     if sweep.gpu_name is not None:
         check_gpu_name(sweep.gpu_name)
+
+
+def split_items(sweep: Sweep, items: list, args: list[str]) -> tuple[list, list]:
+    """pytest items (kept, deselected): a bench item runs when its module is the sweep's (a suite
+    module only with --bench-suite or when its file is among `args`); other tests are kept."""
+    keep, drop = [], []
+    for item in items:
+        if "bench_case" not in getattr(item, "fixturenames", ()):
+            keep.append(item)
+            continue
+        suite = getattr(getattr(item, "module", None), "BENCH_SUITE", None)
+        named = any(Path(arg.split("::")[0]).resolve() == Path(str(item.fspath)).resolve() for arg in args)
+        (keep if sweep.runs_module(suite, named_on_command_line=named) else drop).append(item)
+    return keep, drop
 
 
 def cases_to_run(items: list) -> list:

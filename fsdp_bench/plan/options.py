@@ -272,6 +272,21 @@ SWITCH_OPTIONS = frozenset(
     {"profile", "memory-snapshot", "no-probes", "allow-slow-cpu", "allow-memory-overcommit", "tune"}
 )
 
+
+def bench_option_specs() -> list[tuple[str, dict[str, Any]]]:
+    """Every `--bench-*` option as pytest's addoption takes it: (flag, keyword arguments). A
+    switch is a plain flag: `--bench-profile` turns it on (an optional value would swallow a
+    following test path); a display flag is a boolean."""
+    specs = []
+    for name in OPTIONS:
+        switch = {"action": "store_const", "const": "on"} if name in SWITCH_OPTIONS else {}
+        kwargs = {"dest": f"bench_{name.replace('-', '_')}", "default": None, **switch}
+        specs.append((f"--bench-{name}", {**kwargs, "help": option_help(name).replace("%", "%%")}))
+    for name, help_text in DISPLAY_OPTIONS.items():
+        specs.append((f"--bench-{name}", {"action": "store_true", "default": False, "help": help_text}))
+    return specs
+
+
 # Flags about what the session writes and prints, not what the cases measure: not in Sweep's
 # fingerprint, so a resume may change them.
 DISPLAY_OPTIONS: dict[str, str] = {

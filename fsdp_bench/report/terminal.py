@@ -52,9 +52,10 @@ def report_lines(run_dir: Path, results: list[CaseResult]) -> list[str]:
     return body + closing
 
 
-def report_sections(run_dir: Path, results: list[CaseResult]) -> tuple[list[str], list[str]]:
+def report_sections(run_dir: Path, results: list[CaseResult], *, write: bool = True) -> tuple[list[str], list[str]]:
     """Write the run's report; return what to print in the fsdp-bench section (what was written,
-    the sweep's summary) and the closing lines (`closing_lines`).
+    the sweep's summary) and the closing lines (`closing_lines`). `write=False`
+    (--bench-no-report): nothing to print but where the run is.
 
     KeyboardInterrupt passes through (the caller turns it into one line); any other failure of
     the report is one line, since the results are safe on disk either way.
@@ -63,6 +64,8 @@ def report_sections(run_dir: Path, results: list[CaseResult]) -> tuple[list[str]
     from fsdp_bench.report.table import build_table
     from fsdp_bench.report.writer import write_report
 
+    if not write:
+        return [], closing_lines(run_dir, [])
     try:
         written, notes = write_report(run_dir)
     except KeyboardInterrupt:
