@@ -54,6 +54,8 @@ def gathered_bytes(
         return sum(full)
     root = next((f for u, f in zip(units, full) if u.is_root), 0)
     blocks = [f for u, f in zip(units, full) if not u.is_root]
+    if shard == 1:  # FSDP2 on one rank copies its shards straight into the unsharded parameters
+        return root  # (torch's world_size == 1 path): no all-gather output of the last block is kept
     return root + (blocks[-1] if blocks else 0)
 
 
@@ -114,6 +116,7 @@ def predict_peak_bytes(
     device: str = "cpu",
     act_ckpt: bool = False,
     precision: str = "fp32",
+    buckets_from_start: bool | None = None,
 ) -> dict[str, Any]:
     """The peak of one rank, from its parts, and the phase of the step where it falls.
 
@@ -121,7 +124,10 @@ def predict_peak_bytes(
     micro-batch's activations, the loss's two vocab-wide gradients, with accumulation the earlier
     gradients. Optimizer step: parameters, gradients, AdamW state, buckets, the step's temporaries.
     `act_bytes_per_sample` (a calibration) replaces the counted activations, loss included; bf16/fp16
-    `precision` keeps activations and gathered parameters at 2 bytes (DDP: autocast, fp32 states)."""
+    `precision` keeps activations and gathered parameters at 2 bytes (DDP: autocast, fp32 states).
+    `buckets_from_start`: DDP's buckets count from the step's start, as a device allocator holds
+    them (default: except on CPU, whose measured peak is MemTracker's: it sees a bucket from
+    backward's first write into it, so the first micro-batch's top of backward is without them)."""
     units = model_units(flavor)
     states = allocated_model_state_bytes(strategy, units, world_size, mesh=mesh)
     compute_bytes = 2 if precision in ("bf16", "fp16") else 4
@@ -144,9 +150,9 @@ def predict_peak_bytes(
     }
     if row.offload and device == "cuda":  # they live on the host: not the GPU's peak
         parts.update(params=0, grads=0, optimizer=0, optimizer_temp=0)
-    # a tracker (CPU's measured peak) sees DDP's buckets only from their first write in backward:
-    # at the top of the first micro-batch's backward they are not there yet
-    buckets_at_top = device != "cpu" or grad_accum > 1
+    if buckets_from_start is None:
+        buckets_from_start = device != "cpu"
+    buckets_at_top = buckets_from_start or grad_accum > 1  # an earlier micro-batch wrote them
     phases = _phase_bytes(parts, grad_accum, buckets_at_top=buckets_at_top)
     if acts.per_layer and act_bytes_per_sample is None:
         phases = _with_block_moments(phases, parts, strategy, units, world_size, acts, grad_accum, mesh, compute_bytes)
@@ -385,6 +391,7 @@ def largest_batch(
             seq_len=seq_len,
             act_bytes_per_sample=act_bytes_per_sample,
             precision=precision,
+            buckets_from_start=True,  # a device's budget: its allocator holds DDP's buckets throughout
         )["peak_bytes"]
         return peak * (1 + margin) <= device_bytes
 
@@ -438,6 +445,7 @@ def fit_table(
                     seq_len=length,
                     act_bytes_per_sample=per_sample,
                     precision=precision,
+                    buckets_from_start=True,  # a device's budget, as in largest_batch
                 )
                 rows.append(
                     {
