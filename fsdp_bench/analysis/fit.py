@@ -54,6 +54,8 @@ def gathered_bytes(
         return sum(full)
     root = next((f for u, f in zip(units, full) if u.is_root), 0)
     blocks = [f for u, f in zip(units, full) if not u.is_root]
+    if shard == 1:  # FSDP2 on one rank copies its shards straight into the unsharded parameters
+        return root  # (torch's world_size == 1 path): no all-gather output of the last block is kept
     return root + (blocks[-1] if blocks else 0)
 
 
@@ -114,6 +116,7 @@ def predict_peak_bytes(
     device: str = "cpu",
     act_ckpt: bool = False,
     precision: str = "fp32",
+    buckets_from_start: bool | None = None,
 ) -> dict[str, Any]:
     """The peak of one rank, from its parts, and the phase of the step where it falls.
 
@@ -121,7 +124,10 @@ def predict_peak_bytes(
     micro-batch's activations, the loss's two vocab-wide gradients, with accumulation the earlier
     gradients. Optimizer step: parameters, gradients, AdamW state, buckets, the step's temporaries.
     `act_bytes_per_sample` (a calibration) replaces the counted activations, loss included; bf16/fp16
-    `precision` keeps activations and gathered parameters at 2 bytes (DDP: autocast, fp32 states)."""
+    `precision` keeps activations and gathered parameters at 2 bytes (DDP: autocast, fp32 states).
+    `buckets_from_start`: DDP's buckets count from the step's start, as a device allocator holds
+    them (default: except on CPU, whose measured peak is MemTracker's: it sees a bucket from
+    backward's first write into it, so the first micro-batch's top of backward is without them)."""
     units = model_units(flavor)
     states = allocated_model_state_bytes(strategy, units, world_size, mesh=mesh)
     compute_bytes = 2 if precision in ("bf16", "fp16") else 4
@@ -144,7 +150,10 @@ def predict_peak_bytes(
     }
     if row.offload and device == "cuda":  # they live on the host: not the GPU's peak
         parts.update(params=0, grads=0, optimizer=0, optimizer_temp=0)
-    phases = _phase_bytes(parts, grad_accum)
+    if buckets_from_start is None:
+        buckets_from_start = device != "cpu"
+    buckets_at_top = buckets_from_start or grad_accum > 1  # an earlier micro-batch wrote them
+    phases = _phase_bytes(parts, grad_accum, buckets_at_top=buckets_at_top)
     if acts.per_layer and act_bytes_per_sample is None:
         phases = _with_block_moments(phases, parts, strategy, units, world_size, acts, grad_accum, mesh, compute_bytes)
     phase = max(phases, key=phases.get)
@@ -187,30 +196,70 @@ def _with_block_moments(
     mesh: tuple[int, int] | None,
     dtype_bytes: int,
 ) -> dict[str, float]:
-    """`phases` with the moments inside the blocks of a sharded strategy (FSDP2): a block's
-    backward, and a block's forward all-gather copy-out. Which of them makes the peak changes with
-    the world size (the top of backward at a few ranks, the padded buffers at hundreds), so every
-    candidate is computed and the largest wins."""
+    """`phases` with the moments inside the blocks: on FSDP2 a block's backward and a block's
+    forward all-gather copy-out, on DDP a block's backward. Which of them makes the peak changes
+    with the world size (the top of backward at a few ranks, the padded buffers at hundreds) and
+    the device (DDP's buckets), so every candidate is computed and the largest wins."""
     # with accumulation the earlier micro-batches' (sharded) gradients are alive in every block
     kept = parts["params"] + parts["optimizer"] + (parts["grads"] if grad_accum > 1 else 0)
     block = {"mesh": mesh, "dtype_bytes": dtype_bytes}
     backward = kept + _block_backward_bytes(strategy, units, world_size, acts, **block)
-    phases = {**phases, "backward": max(phases["backward"], backward)}
+    ddp = _ddp_block_backward_bytes(parts, units, acts, grad_accum)
+    phases = {**phases, "backward": max(phases["backward"], backward, ddp)}
     forward = _block_forward_bytes(strategy, units, world_size, acts, **block)
     return {"forward": kept + forward, **phases} if forward else phases
 
 
-def _phase_bytes(parts: dict[str, float], grad_accum: int) -> dict[str, float]:
-    """The bytes alive at the top of backward and in the optimizer step, from the peak's parts."""
-    # DDP's buckets are allocated when it wraps the model and live as long (seen on an H100:
-    # max_memory_allocated was above every tracked tensor by their size at the top of backward)
+def _phase_bytes(parts: dict[str, float], grad_accum: int, *, buckets_at_top: bool = True) -> dict[str, float]:
+    """The bytes alive at the top of backward and in the optimizer step, from the peak's parts.
+
+    DDP's buckets are allocated when it wraps the model and live as long (seen on an H100:
+    max_memory_allocated was above every tracked tensor by their size at the top of backward).
+    CPU's measured peak is MemTracker's, which sees a bucket only from backward's first write
+    into it (`buckets_at_top` False: the first micro-batch's top of backward is without them;
+    the moment inside the blocks' backward, with them, is `_ddp_block_backward_bytes`)."""
     kept = parts["params"] + parts["optimizer"] + parts["buckets"]
     # with accumulation the earlier micro-batches' gradients are alive
     earlier = parts["grads"] if grad_accum > 1 else 0
+    top = kept - (0 if buckets_at_top else parts["buckets"])
     return {
-        "backward": kept + parts["gathered"] + parts["activations"] + parts["loss_temp"] + earlier,
+        "backward": top + parts["gathered"] + parts["activations"] + parts["loss_temp"] + earlier,
         "optimizer step": kept + parts["grads"] + parts["optimizer_temp"],
     }
+
+
+def _head_grad_numel(units: Sequence[Unit]) -> int:
+    """The head's gradients, made before the blocks' backward: the vocab matrix (the root's
+    largest 2-D parameter; tied or not, its gradient is alive by then) and the root's 1-D ones."""
+    root_shapes = next((u.shapes for u in units if u.is_root), ())
+    return max((math.prod(s) for s in root_shapes if len(s) == 2), default=0) + sum(
+        math.prod(s) for s in root_shapes if len(s) == 1
+    )
+
+
+def _ddp_block_backward_bytes(
+    parts: dict[str, float], units: Sequence[Unit], acts: Activations, grad_accum: int, dtype_bytes: int = 4
+) -> float:
+    """DDP's largest moment inside the blocks' backward (0 for every other strategy): the buckets
+    (written by then), the head's gradients, the gradients of this block and those above (a
+    second copy beside the buckets: DDP's gradients are not bucket views; with accumulation every
+    gradient instead), the residual stream's gradient and the activations of this block and those
+    below (the loss's tensors and the final norm's are gone). On CPU, where the measured peak sees
+    the buckets only from their first write, this is DDP's backward peak on the Llama-style tiny
+    flavors (MemTracker: the last block's backward, 2,441,136 B on qwen2_tiny at 2 ranks, against
+    2,638,184 B for the top of backward with the buckets); every block is tried."""
+    if not parts["buckets"]:
+        return 0
+    blocks = [u for u in units if not u.is_root]
+    below = acts.total - acts.logprobs - acts.final_norm
+    made = _head_grad_numel(units)
+    peak = 0.0
+    for k in reversed(range(len(blocks))):
+        made += blocks[k].numel
+        grads = parts["grads"] if grad_accum > 1 else made * dtype_bytes
+        peak = max(peak, parts["params"] + parts["optimizer"] + parts["buckets"] + grads + acts.stream_grad + below)
+        below -= acts.per_layer[k]
+    return peak
 
 
 def _fsdp2_full_units(
@@ -257,10 +306,7 @@ def _block_backward_bytes(
     root, full = found
     shard = shard_size(strategy, world_size, mesh)
     blocks = [u for u in units if not u.is_root]
-    root_unit = next((u for u in units if u.is_root), None)
-    root_shapes = root_unit.shapes if root_unit else ()
-    head_grads = max((math.prod(s) for s in root_shapes if len(s) == 2), default=0)
-    head_grads += sum(math.prod(s) for s in root_shapes if len(s) == 1)
+    head_grads = _head_grad_numel(units)
     below = acts.total - acts.logprobs - acts.final_norm - sum(acts.per_layer)  # the embeddings' share
     everything = root + sum(full)
     peak = 0
@@ -345,6 +391,7 @@ def largest_batch(
             seq_len=seq_len,
             act_bytes_per_sample=act_bytes_per_sample,
             precision=precision,
+            buckets_from_start=True,  # a device's budget: its allocator holds DDP's buckets throughout
         )["peak_bytes"]
         return peak * (1 + margin) <= device_bytes
 
@@ -398,6 +445,7 @@ def fit_table(
                     seq_len=length,
                     act_bytes_per_sample=per_sample,
                     precision=precision,
+                    buckets_from_start=True,  # a device's budget, as in largest_batch
                 )
                 rows.append(
                     {

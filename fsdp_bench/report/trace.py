@@ -85,6 +85,7 @@ def trace_rows(cases: Iterable[Case], workdir: Path | None = None) -> Iterator[d
                 device=case.device,
                 act_ckpt=case.act_ckpt,
                 precision=case.precision,
+                buckets_from_start=True,  # as the estimate's peak_bytes counts DDP's buckets
             )
             yield {
                 "case": case,

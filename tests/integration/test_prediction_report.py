@@ -41,6 +41,7 @@ def test_prediction_section_flags_and_names_the_worst():
     text = "\n".join(prediction_section(df))
     assert "## Predicted vs measured" in text and "+30.0% **!**" in text and "+2.0% |" in text
     assert "Worst prediction error: +30.0% (peak) on b." in text
+    assert "Worst peak prediction error: +30.0% (b)" in text
     assert prediction_section(df.drop(columns=["predicted_peak_gib"])) == []
 
 
@@ -80,11 +81,36 @@ def test_prediction_table_in_html_flags_escapes_and_names_the_worst(tmp_path):
     assert "<script>" not in text and "&lt;script&gt;alert(1)&lt;/script&gt;|x" in section
     assert "<td class=flag>+4.0% !</td>" in section and "<td>+2.0%</td>" in section  # 1% model-state bar
     assert "<p>Worst prediction error: +4.0% (model state) on &lt;script&gt;" in section
+    assert "<p>Worst peak prediction error: +2.0% (a)</p>" in section  # the peak's own worst: not the hostile case
     assert section.count("<tr>") == 3  # header + the two ok cases; the failed one has no prediction
     md = render_markdown(page)
     assert "+4.0% **!**" in md and "&lt;script&gt;alert(1)&lt;/script&gt;\\|x" in md
     empty = Page(run_name="r", env=None, df=df.drop(columns=["predicted_peak_gib"]), summary=[], charts=[])
     assert "Predicted vs measured" not in render_html(empty)
+
+
+def test_worst_peak_error_line_from_the_golden_runs_records():
+    """Real records (tests/data/golden, CPU sweeps): the worst peak error among the cases that
+    trained, as the report's pages say it. The predictions are those the runs recorded; golden/base's
+    optimizer built before sharding without the fix (did not train, +12.2 %) is not its case."""
+    pytest.importorskip("pandas")
+    from pathlib import Path
+
+    from fsdp_bench.report.page import Page, prediction_section, render_html
+    from fsdp_bench.report.table import build_table
+    from fsdp_bench.results.load import load_run
+
+    golden = Path(__file__).resolve().parents[1] / "data" / "golden"
+    expected = {
+        "base": "Worst peak prediction error: -14.3% (fsdp2-gpt_tiny-ws2-bs1-ga1-opt_after-sl32)",
+        "new": "Worst peak prediction error: -17.7% (fsdp2-gpt_tiny-ws2-bs1-ga1-opt_after-sl32)",
+    }
+    for name, line in expected.items():
+        df = build_table(load_run(golden / name)[0])
+        section = prediction_section(df)
+        assert [x for x in section if x.startswith("Worst peak")] == [line]
+        html = render_html(Page(run_name=name, env=None, df=df, summary=[], charts=[]))
+        assert f"<p>{line}</p>" in html
 
 
 @pytest.mark.slow
