@@ -47,7 +47,7 @@ def run_item(
     if line:
         write(line)
     record_benchmark_stats(benchmark, case, result)
-    return result, test_outcome(case, result)
+    return result, item_outcome(case, result)
 
 
 def stop_exit_code(exc: SessionError) -> int:
@@ -56,7 +56,7 @@ def stop_exit_code(exc: SessionError) -> int:
     return 3 if isinstance(exc, DiskFull) else 4
 
 
-def test_outcome(case: Case, result: CaseResult) -> Outcome:
+def item_outcome(case: Case, result: CaseResult) -> Outcome:
     """What the test says of a case's result (see the module docstring)."""
     status, reason = result["status"], result.get("reason", "")
     if status == "skipped":
@@ -69,9 +69,6 @@ def test_outcome(case: Case, result: CaseResult) -> Outcome:
     if (result.get("metrics") or {}).get(M.params_changed) is False:
         return "xfail", optimizer_timing(case.optimizer_timing).not_trained_reason or "parameters never changed"
     return None
-
-
-test_outcome.__test__ = False  # a function named test_*, not a test
 
 
 def _run_tune(state: BenchState, request: Any, write: Callable[[str], None]) -> tuple[dict[str, Any], Outcome]:
