@@ -24,6 +24,20 @@ from dataclasses import dataclass
 
 from fsdp_bench.analysis.stats import CONFIDENCE, t_quantile
 
+# One run's interval misses what a fresh process tree changes: on the shared 2-core CPU machine one
+# repeat's median moved 4.9-28% (docs/verdicts.md), while a case's within-run interval is often
+# +-2%. Until a case has repeats, its tokens/s interval is widened by this much each way before two
+# cases are told apart: the recommendation, "Fastest strategy", the throughput chart and the tuner.
+SINGLE_RUN_NOISE = 0.10
+
+
+def widened(low: float, high: float, repeats: int | None) -> tuple[float, float]:
+    """A tokens/s interval as wide as the noise two cases are compared at: a single run's
+    (`repeats` None or 1) widened by SINGLE_RUN_NOISE each way; with repeats, as measured."""
+    if (repeats or 1) > 1:
+        return low, high
+    return low * (1 - SINGLE_RUN_NOISE), high * (1 + SINGLE_RUN_NOISE)
+
 
 @dataclass(frozen=True)
 class RunNoise:

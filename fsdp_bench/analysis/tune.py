@@ -41,6 +41,7 @@ from typing import Any
 from fsdp_bench.analysis.comm_model import CommVolume, comm_volume, model_units
 from fsdp_bench.analysis.duration import MICRO_STEP_OVERHEAD_S, case_flops_per_token, rank_flops
 from fsdp_bench.analysis.fit import FIT_MARGIN, predict_case_peak
+from fsdp_bench.analysis.run_noise import widened
 from fsdp_bench.plan.case import Case, parse_mesh
 from fsdp_bench.plan.catalog import strategy as catalog_strategy
 from fsdp_bench.plan.flavors import flavor_for
@@ -221,16 +222,9 @@ def overlaps(leader: Measured, other: Measured) -> bool:
     return other.case_id == leader.case_id or (other.tokens_per_s_high or 0) >= (leader.tokens_per_s_low or math.inf)
 
 
-# One run's interval misses what a fresh process tree changes (analysis.run_noise): until a case
-# has repeats, its tokens/s interval is widened by this much each way before comparing.
-SINGLE_RUN_NOISE = 0.10
-
-
 def noise_band(m: Measured) -> tuple[float, float]:
-    low, high = m.tokens_per_s_low or 0.0, m.tokens_per_s_high or 0.0
-    if m.repeats <= 1:
-        low, high = low * (1 - SINGLE_RUN_NOISE), high * (1 + SINGLE_RUN_NOISE)
-    return low, high
+    """The case's tokens/s interval, a single run's widened for run-to-run noise (run_noise)."""
+    return widened(m.tokens_per_s_low or 0.0, m.tokens_per_s_high or 0.0, m.repeats)
 
 
 def within_noise(leader: Measured, other: Measured) -> bool:

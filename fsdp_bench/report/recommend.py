@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from fsdp_bench.analysis.run_noise import SINGLE_RUN_NOISE, widened
 from fsdp_bench.analysis.stats import CONFIDENCE_PCT
 from fsdp_bench.report.table import left_out, trained_rows
 from fsdp_bench.results.metrics import M
@@ -109,13 +110,26 @@ def speed_interval(row: dict[str, Any], column: str = SPEED) -> tuple[float, flo
     return value * median / high, value * median / low
 
 
+def noise_band(row: dict[str, Any]) -> tuple[float, float] | None:
+    """The tokens/s interval two cases are compared at: a single run's widened for run-to-run
+    noise (analysis.run_noise.SINGLE_RUN_NOISE), a case with repeats' as measured."""
+    interval = speed_interval(row)
+    repeats = row.get(M.repeats)
+    return None if interval is None else widened(*interval, repeats if isinstance(repeats, int) else None)
+
+
 def speeds_overlap(best: dict[str, Any], second: dict[str, Any]) -> bool:
-    """Whether the second's tokens/s interval reaches the best one's: within the measured noise
-    (a case without an interval cannot be told apart, so it counts as within noise)."""
+    """Whether the second's tokens/s band reaches the best one's (`noise_band`): within noise (a
+    case without an interval cannot be told apart, so it counts as within noise)."""
     if best is second or best.get("case_id") == second.get("case_id"):
         return True
-    a, b = speed_interval(best), speed_interval(second)
+    a, b = noise_band(best), noise_band(second)
     return a is None or b is None or a[0] <= b[1]
+
+
+NOISE_RULE = (
+    f"tokens/s {CONFIDENCE_PCT}% intervals, a single run's widened +-{100 * SINGLE_RUN_NOISE:.0f}% for run-to-run noise"
+)
 
 
 SEPARATE = (
@@ -130,7 +144,7 @@ def _winner_text(rec: Recommendation, budget: str) -> str:
         names = "; ".join(describe(r, rec.memory) for r in rec.tied)
         return (
             f"Recommendation ({rec.model}, {budget}): no single winner, {len(rec.tied)} configurations tied "
-            f"within noise (their tokens/s {CONFIDENCE_PCT}% intervals overlap the fastest's): {names}; {SEPARATE}"
+            f"within noise (their {NOISE_RULE}, overlap the fastest's): {names}; {SEPARATE}"
         )
     text = f"Recommendation ({rec.model}, {budget}): {describe(best, rec.memory)}"
     if len(rec.picks) > 1:
@@ -138,7 +152,7 @@ def _winner_text(rec: Recommendation, budget: str) -> str:
         slower = 100 * (1 - second[SPEED] / best[SPEED])
         text += (
             f"; runner-up {describe(second, rec.memory)}, {slower:.0f}% slower, beyond noise "
-            f"(the {CONFIDENCE_PCT}% tokens/s intervals do not overlap)"
+            f"(the {NOISE_RULE}, do not overlap)"
         )
     return text
 
