@@ -16,7 +16,7 @@ from typing import Any
 from fsdp_bench.analysis.aggregate import case_metrics
 from fsdp_bench.launch.commands import build_command, ranks_per_node
 from fsdp_bench.launch.outcome import Outcome, classify_outcome
-from fsdp_bench.launch.processes import TORCHRUN_GRACE_S, build_env, stop_case
+from fsdp_bench.launch.processes import TORCHRUN_GRACE_S, build_env, stop_case, wait_until_gone
 from fsdp_bench.plan.case import Case
 from fsdp_bench.plan.flavors import LAUNCH_CWD_ENV
 from fsdp_bench.plan.nodes import CASE_DEADLINE_ENV, Launch
@@ -182,15 +182,21 @@ def _launch_and_wait(
     is left (also on Ctrl-C or SIGTERM to the parent). (returncode, timed_out, leftover pids)."""
     timed_out = False
     with open(work.log_file, "wb") as log:
-        proc = subprocess.Popen(
-            build_command(case, work.case_file, work.path, launch=launch, join_timeout_s=timeout_s, repeat=repeat),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=_case_env(case, env, grace_s, launch, timeout_s),
-            cwd=work.path,
-            start_new_session=True,
-        )
+        try:
+            proc = subprocess.Popen(
+                build_command(case, work.case_file, work.path, launch=launch, join_timeout_s=timeout_s, repeat=repeat),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=_case_env(case, env, grace_s, launch, timeout_s),
+                cwd=work.path,
+                start_new_session=True,
+            )
+        except BaseException:
+            # Ctrl-C or SIGTERM while Popen was starting torchrun: the child may already run, in
+            # its own session, with no Popen object to stop it by; find it by its case folder.
+            wait_until_gone(work.path)
+            raise
         try:
             proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
