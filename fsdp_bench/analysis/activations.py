@@ -62,6 +62,13 @@ class Activations:
     def total(self) -> int:
         return sum(self.per_layer) + self.outside
 
+    @property
+    def under_blocks(self) -> int:
+        """What of `outside` is alive through the blocks' backward (and before the first block's
+        forward): embeddings, ids and targets; the log-probabilities and the final norm's tensors
+        are gone by then."""
+        return self.outside - self.logprobs - self.final_norm
+
 
 @dataclass(frozen=True)
 class _Layer:

@@ -200,14 +200,20 @@ def _with_block_moments(
     forward all-gather copy-out, on DDP a block's backward. Which of them makes the peak changes
     with the world size (the top of backward at a few ranks, the padded buffers at hundreds) and
     the device (DDP's buckets), so every candidate is computed and the largest wins."""
+    ddp = _ddp_block_backward_bytes(parts, units, acts, grad_accum)
+    phases = {**phases, "backward": max(phases["backward"], ddp)}
+    gathered = _fsdp2_full_units(strategy, units, world_size, mesh, dtype_bytes)
+    if gathered is None:
+        return phases
     # with accumulation the earlier micro-batches' (sharded) gradients are alive in every block
     kept = parts["params"] + parts["optimizer"] + (parts["grads"] if grad_accum > 1 else 0)
-    block = {"mesh": mesh, "dtype_bytes": dtype_bytes}
-    backward = kept + _block_backward_bytes(strategy, units, world_size, acts, **block)
-    ddp = _ddp_block_backward_bytes(parts, units, acts, grad_accum)
-    phases = {**phases, "backward": max(phases["backward"], backward, ddp)}
-    forward = _block_forward_bytes(strategy, units, world_size, acts, **block)
-    return {"forward": kept + forward, **phases} if forward else phases
+    reshard = catalog_strategy(strategy).reshard_after_forward
+    shard = shard_size(strategy, world_size, mesh)
+    backward = kept + _block_backward_bytes(
+        units, *gathered, acts, shard=shard, reshard=reshard, dtype_bytes=dtype_bytes
+    )
+    phases = {**phases, "backward": max(phases["backward"], backward)}
+    return {"forward": kept + _block_forward_bytes(*gathered, acts, reshard=reshard), **phases}
 
 
 def _phase_bytes(parts: dict[str, float], grad_accum: int, *, buckets_at_top: bool = True) -> dict[str, float]:
@@ -251,7 +257,7 @@ def _ddp_block_backward_bytes(
     if not parts["buckets"]:
         return 0
     blocks = [u for u in units if not u.is_root]
-    below = acts.total - acts.logprobs - acts.final_norm
+    below = sum(acts.per_layer) + acts.under_blocks
     made = _head_grad_numel(units)
     peak = 0.0
     for k in reversed(range(len(blocks))):
@@ -278,12 +284,13 @@ def _fsdp2_full_units(
 
 
 def _block_backward_bytes(
-    strategy: str,
     units: Sequence[Unit],
-    world_size: int,
+    root: int,
+    full: Sequence[int],
     acts: Activations,
     *,
-    mesh: tuple[int, int] | None = None,
+    shard: int,
+    reshard: bool,
     dtype_bytes: int = 4,
 ) -> int:
     """The largest block's backward on FSDP2, at its end (its weight gradients made, before its
@@ -300,21 +307,16 @@ def _block_backward_bytes(
     dim 0 pads up to the group size, so these buffers, not the activations, make the peak; a
     middle block (one reduce-scatter input above it) beats the last (none) and the first (fewer
     activations), so every block is tried."""
-    found = _fsdp2_full_units(strategy, units, world_size, mesh, dtype_bytes)
-    if found is None:
-        return 0
-    root, full = found
-    shard = shard_size(strategy, world_size, mesh)
     blocks = [u for u in units if not u.is_root]
     head_grads = _head_grad_numel(units)
-    below = acts.total - acts.logprobs - acts.final_norm - sum(acts.per_layer)  # the embeddings' share
+    below = acts.under_blocks
     everything = root + sum(full)
     peak = 0
     for k, block in enumerate(blocks):
         below += acts.per_layer[k]
         reduce_scatter = full[k + 1] if k + 1 < len(blocks) else 0
         alive = reduce_scatter + head_grads * dtype_bytes + acts.stream_grad + below
-        if not catalog_strategy(strategy).reshard_after_forward:
+        if not reshard:
             peak = max(peak, everything + alive + block.numel * dtype_bytes)
             continue
         # the blocks above: their sharded gradients, made (counted with resharding only: without
@@ -327,15 +329,7 @@ def _block_backward_bytes(
     return peak
 
 
-def _block_forward_bytes(
-    strategy: str,
-    units: Sequence[Unit],
-    world_size: int,
-    acts: Activations,
-    *,
-    mesh: tuple[int, int] | None = None,
-    dtype_bytes: int = 4,
-) -> int:
+def _block_forward_bytes(root: int, full: Sequence[int], acts: Activations, *, reshard: bool) -> int:
     """The largest block's pre-forward on FSDP2, at its all-gather's copy-out: the block's
     all-gather output and its unsharded parameters are both alive, and so is the previous unit's
     all-gather output (FSDP2 keeps it until the next copy-out), beside the root and the block
@@ -345,15 +339,10 @@ def _block_forward_bytes(
     resharding, this moment of the last block is the step's peak (FSDPMemTracker, 512 simulated
     ranks: +0 B on llama_odd_vocab and gpt2_small_odd), so both moments are modelled and the
     caller takes the max."""
-    found = _fsdp2_full_units(strategy, units, world_size, mesh, dtype_bytes)
-    if found is None:
-        return 0
-    root, full = found
-    before = acts.total - acts.logprobs - acts.final_norm - sum(acts.per_layer)  # the embeddings' share
-    keeps_all = not catalog_strategy(strategy).reshard_after_forward
+    before = acts.under_blocks
     peak = 0
     for k, size in enumerate(full):
-        gathered = root + (sum(full[: k + 1]) if keeps_all else size)
+        gathered = root + (size if reshard else sum(full[: k + 1]))
         previous_all_gather = full[k - 1] if k > 0 else root
         peak = max(peak, gathered + size + previous_all_gather + before)
         before += acts.per_layer[k]
