@@ -10,7 +10,6 @@ share; exits 1 when any measured peak exceeds its budget. About a minute on 2 CP
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -30,18 +29,11 @@ SEQ_LEN = 32
 
 def measured_peak(case: Case) -> int:
     """Rank 0's measured peak (MemTracker on CPU) of one simulated step of `case`."""
-    import torch.distributed as dist
-    from torch.testing._internal.distributed.fake_pg import FakeStore
-
-    from fsdp_bench.analysis.simulation import simulated_environment
     from fsdp_bench.worker.loop import run
+    from fsdp_bench.worker.simulate import fake_rank0
 
-    os.environ.update(simulated_environment(case))
-    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=case.nproc)
-    try:
+    with fake_rank0(case):
         return run(case)["memory"]["peak_allocated_bytes"]
-    finally:
-        dist.destroy_process_group()
 
 
 def main() -> int:

@@ -26,16 +26,15 @@ import argparse
 import contextlib
 import gc
 import json
-import os
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from fsdp_bench.analysis.simulation import simulated_environment
 from fsdp_bench.plan.case import Case
 from fsdp_bench.plan.catalog import strategy as catalog_strategy
 from fsdp_bench.results.io import read_json, write_json_atomic
+from fsdp_bench.worker.simulate import fake_rank0
 
 METHOD = "fake tensors and a fake process group; one untracked step, then one tracked (fsdp_bench.worker.estimate)"
 
@@ -114,22 +113,14 @@ def _tracked_step(setup, step: int, *tensors) -> tuple[int, dict[str, int], str]
 
 @contextlib.contextmanager
 def _simulated_world(case: Case):
-    """torchrun's variables for rank 0 of case.nproc, the fake process group and FSDP2's default
-    mesh; all undone on the way out."""
-    import torch.distributed as dist
-    from torch.testing._internal.distributed.fake_pg import FakeStore
-
-    saved_env = dict(os.environ)
-    os.environ.update(simulated_environment(case))
-    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=case.nproc)
-    restore_mesh = _default_mesh_outside_fake_mode()
-    try:
-        yield
-    finally:
-        restore_mesh()
-        dist.destroy_process_group()
-        os.environ.clear()
-        os.environ.update(saved_env)
+    """torchrun's variables for rank 0 of case.nproc, the fake process group (worker.simulate)
+    and FSDP2's default mesh; all undone on the way out."""
+    with fake_rank0(case):
+        restore_mesh = _default_mesh_outside_fake_mode()
+        try:
+            yield
+        finally:
+            restore_mesh()
 
 
 def _default_mesh_outside_fake_mode():

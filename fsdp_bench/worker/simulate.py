@@ -5,7 +5,9 @@ python -m fsdp_bench.worker.simulate --case CASE.json --out DIR      (the runner
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 
 from fsdp_bench.analysis.simulation import simulated_environment, simulation_summary
 from fsdp_bench.plan.case import Case
@@ -14,21 +16,32 @@ from fsdp_bench.results.layout import CaseDir
 from fsdp_bench.worker.args import parse_case_args
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_case_args("python -m fsdp_bench.worker.simulate", __doc__.splitlines()[0], argv)
-    case = Case.from_dict(read_json(args.case))
-    os.environ.update(simulated_environment(case))
-
+@contextlib.contextmanager
+def fake_rank0(case: Case) -> Iterator[None]:
+    """Inside: this process is rank 0 of case.nproc, torchrun's variables set and the fake process
+    group initialized; both undone on the way out (the runner's simulated cases, the fake-tensor
+    estimator, scripts and tests that run a simulated rank in process)."""
     import torch.distributed as dist
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
-    from fsdp_bench.worker.entry import main as worker_main
-
+    saved_env = dict(os.environ)
+    os.environ.update(simulated_environment(case))
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=case.nproc)
     try:
-        code = worker_main(["--case", str(args.case), "--out", str(args.out)])
+        yield
     finally:
         dist.destroy_process_group()
+        os.environ.clear()
+        os.environ.update(saved_env)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_case_args("python -m fsdp_bench.worker.simulate", __doc__.splitlines()[0], argv)
+    case = Case.from_dict(read_json(args.case))
+    from fsdp_bench.worker.entry import main as worker_main
+
+    with fake_rank0(case):
+        code = worker_main(["--case", str(args.case), "--out", str(args.out)])
     path = CaseDir(args.out).rank_file(0)
     record = read_json(path)
     if record.get("status") == "ok":

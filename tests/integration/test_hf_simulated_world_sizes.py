@@ -33,21 +33,13 @@ PARTS = ("params", "grads", "optimizer", "total")
 SMALL = dict(batch_size=1, seq_len=16, steps=1, warmup=0)
 
 
-def _simulated_rank0(case: Case, monkeypatch: pytest.MonkeyPatch) -> dict:
+def _simulated_rank0(case: Case) -> dict:
     """Rank 0 of `case` on the fake process group, the way fsdp_bench.worker.simulate runs it."""
-    import torch.distributed as dist
-    from torch.testing._internal.distributed.fake_pg import FakeStore
-
-    from fsdp_bench.analysis.simulation import simulated_environment
     from fsdp_bench.worker.loop import run
+    from fsdp_bench.worker.simulate import fake_rank0
 
-    for key, value in simulated_environment(case).items():
-        monkeypatch.setenv(key, value)
-    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=case.nproc)
-    try:
+    with fake_rank0(case):
         return run(case)
-    finally:
-        dist.destroy_process_group()
 
 
 def _worst_error(expected: dict, measured: dict) -> float:
@@ -57,13 +49,12 @@ def _worst_error(expected: dict, measured: dict) -> float:
 @pytest.fixture(scope="module")
 def records():
     assert len(CONFIGS) == 3, CONFIGS
-    with pytest.MonkeyPatch.context() as monkeypatch:
-        return {
-            (name, s, n): _simulated_rank0(Case(strategy=s, nproc=n, simulate=True, model=model, **SMALL), monkeypatch)
-            for name, model in sorted(CONFIGS.items())
-            for s in STRATEGIES
-            for n in WORLD_SIZES
-        }
+    return {
+        (name, s, n): _simulated_rank0(Case(strategy=s, nproc=n, simulate=True, model=model, **SMALL))
+        for name, model in sorted(CONFIGS.items())
+        for s in STRATEGIES
+        for n in WORLD_SIZES
+    }
 
 
 @pytest.mark.slow

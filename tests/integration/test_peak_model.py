@@ -67,20 +67,11 @@ def test_counted_activations_equal_what_autograd_saves(model, mode):
 
 
 def _simulated_rank0(case: Case) -> dict:
-    import torch.distributed as dist
-    from torch.testing._internal.distributed.fake_pg import FakeStore
-
-    from fsdp_bench.analysis.simulation import simulated_environment
     from fsdp_bench.worker.loop import run
+    from fsdp_bench.worker.simulate import fake_rank0
 
-    with pytest.MonkeyPatch.context() as monkeypatch:
-        for key, value in simulated_environment(case).items():
-            monkeypatch.setenv(key, value)
-        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=case.nproc)
-        try:
-            return run(case)
-        finally:
-            dist.destroy_process_group()
+    with fake_rank0(case):
+        return run(case)
 
 
 # The misses: FSDP2 at 512 ranks under-predicted by a third (dim-0 padding of every gathered and
