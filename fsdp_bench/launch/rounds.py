@@ -59,7 +59,7 @@ class RepeatRounds(Generic[K]):
     ) -> None:
         self._cases = dict(cases)
         self._planned = {cid: _count(repeats, cid) for cid in self._cases}
-        self._queue = deque(interleaved_order([case_id for case_id, _ in cases], repeats))
+        self._queue = deque(interleaved_order(list(self._planned), self._planned))
         self._kept = frozenset(kept)
         self._results: dict[str, list[CaseResult]] = {}
         self._ended: set[str] = set()
