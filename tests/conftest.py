@@ -1,9 +1,17 @@
 import os
+import signal
 from pathlib import Path
 
 import pytest
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+# A shell starts a background command (`pytest tests &`, nohup) with SIGINT ignored, and an ignored
+# signal stays ignored in every child it execs: the tests that press Ctrl-C on a sweep would then
+# press it on a process that cannot hear it. A handler of our own is reset to the default on exec,
+# so every child starts with Python's usual KeyboardInterrupt, however this run was started.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)
