@@ -91,8 +91,8 @@ def _newest_finished(results_dir: Path) -> Path:
 
 
 def compare_main(args: argparse.Namespace) -> int:
-    from fsdp_bench.analysis.stats import NOISY_CV_PCT
     from fsdp_bench.report.compare import compare_runs, write_comparison
+    from fsdp_bench.results.stats import NOISY_CV_PCT
 
     base, new = args.compare
     try:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
-from fsdp_bench.analysis.stats import ci_halfwidth_pct, median_ci
+from fsdp_bench.results.stats import ci_halfwidth_pct, median_ci
 
 STOP_REASONS = ("ci_target", "time_cap", "max_steps", "fixed_steps")
 MAX_STEPS = 300  # a case with a target never measures more steps than this

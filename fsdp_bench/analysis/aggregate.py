@@ -7,10 +7,10 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from fsdp_bench.analysis.stats import mean_across_ranks, slowest_rank_step_times, summarize_step_times
 from fsdp_bench.plan.catalog import is_baseline, sharding_word
 from fsdp_bench.results.records import RankRecord
 from fsdp_bench.results.schema import GIB
+from fsdp_bench.results.stats import mean_across_ranks, slowest_rank_step_times, summarize_step_times
 
 
 def effective_sharding(ranks: Sequence[RankRecord]) -> str | None:

@@ -22,10 +22,10 @@ from typing import Any
 
 from fsdp_bench.analysis.aggregate import case_metrics
 from fsdp_bench.analysis.case_time import summed_time_split
-from fsdp_bench.analysis.stats import slowest_rank_step_times
 from fsdp_bench.plan.case import Case
 from fsdp_bench.results.metrics import M
 from fsdp_bench.results.records import CaseResult, RankRecord
+from fsdp_bench.results.stats import slowest_rank_step_times
 
 
 def repeat_step_times(result: CaseResult) -> list[float]:

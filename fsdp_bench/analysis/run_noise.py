@@ -22,7 +22,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from fsdp_bench.analysis.stats import CONFIDENCE, t_quantile
+from fsdp_bench.results.stats import CONFIDENCE, t_quantile
 
 # One run's interval misses what a fresh process tree changes: on the shared 2-core CPU machine one
 # repeat's median moved 4.9-28% (docs/verdicts.md), while a case's within-run interval is often

@@ -24,7 +24,7 @@ The schedule (a racing scheme in the spirit of successive halving, with the pred
 after the probe, each round measures once the unmeasured fitting cases that could still beat the
 leader (predicted speed x (1 + model error) at or above the leader's measured speed), best predicted
 first, at most ROUND_SIZE; and gives every measured case whose tokens/s interval overlaps the
-leader's (`report.recommend`'s rule, at `analysis.stats.CONFIDENCE`) more repeats, doubling up to
+leader's (`report.recommend`'s rule, at `results.stats.CONFIDENCE`) more repeats, doubling up to
 `--bench-repeats`. Before racing, the leader's unmeasured neighbours (one grid step along
 accumulation) are measured once. It stops when nothing is left to measure: one leader separated beyond noise, or
 ties that the planned repeats could not split; or when the time budget is spent.

@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from fsdp_bench.analysis.duration import format_duration
-from fsdp_bench.analysis.stats import NOISY_CV_PCT
 from fsdp_bench.launch.session import SessionError, SweepSession
 from fsdp_bench.plan.case import Case
 from fsdp_bench.plan.sweep import Sweep
 from fsdp_bench.results.metrics import M, label
 from fsdp_bench.results.records import CaseResult
+from fsdp_bench.results.stats import NOISY_CV_PCT
 
 
 @dataclass

@@ -180,7 +180,7 @@ OPTIONS: dict[str, tuple[str, Callable[[str, str], Any], str]] = {
         "target_ci_pct",
         _non_negative_float_value,
         "keep measuring steps past --bench-steps until the step-time median's confidence "
-        "interval (analysis.stats.CONFIDENCE) is within +-PCT %, or --bench-measure-cap-s; 0 = exactly --bench-steps ",
+        "interval (results.stats.CONFIDENCE) is within +-PCT %, or --bench-measure-cap-s; 0 = exactly --bench-steps ",
     ),
     "measure-cap-s": (
         "measure_cap_s",

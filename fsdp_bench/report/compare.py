@@ -12,12 +12,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fsdp_bench.analysis.stats import CONFIDENCE_PCT
 from fsdp_bench.report.table import build_table
 from fsdp_bench.report.writer import load_report_inputs
 from fsdp_bench.results.io import write_text_atomic
 from fsdp_bench.results.metrics import M
 from fsdp_bench.results.records import CaseResult
+from fsdp_bench.results.stats import CONFIDENCE_PCT
 
 # Metric -> True when higher is better. These are the numbers a regression is judged on.
 COMPARED = {M.tokens_per_s_per_device: True, M.step_time_s_median: False, M.peak_allocated_gib: False, M.mfu_pct: True}
@@ -91,7 +91,7 @@ def judge_case(b: CaseResult, n: CaseResult, threshold_pct: float, change=None) 
     change with its run-to-run interval (analysis.run_noise); a timing regression needs that
     interval to exclude zero AND the change to pass the threshold. Memory is judged on the
     threshold alone (it does not vary from run to run)."""
-    from fsdp_bench.analysis.stats import NOISY_CV_PCT
+    from fsdp_bench.results.stats import NOISY_CV_PCT
 
     row: dict[str, Any] = {"case_id": b["case_id"], "status_base": b.get("status"), "status_new": n.get("status")}
     for metric in COMPARED:

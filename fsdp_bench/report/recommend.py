@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fsdp_bench.analysis.run_noise import SINGLE_RUN_NOISE, widened
-from fsdp_bench.analysis.stats import CONFIDENCE_PCT
 from fsdp_bench.report.table import left_out, trained_rows
 from fsdp_bench.results.metrics import M
+from fsdp_bench.results.stats import CONFIDENCE_PCT
 
 SPEED = M.tokens_per_s_per_device
 # The memory a budget is checked against: what the allocator holds when known, else RSS (CPU).

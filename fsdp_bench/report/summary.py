@@ -9,12 +9,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from fsdp_bench.analysis.stats import CONFIDENCE_PCT, NOISY_CV_PCT
 from fsdp_bench.plan.catalog import is_baseline, strategy_order
 from fsdp_bench.report.charts.style import TIMING_LABELS
 from fsdp_bench.report.table import left_out, ok_rows, trained_rows
 from fsdp_bench.results.metrics import M
 from fsdp_bench.results.schema import FAILED_STATUSES
+from fsdp_bench.results.stats import CONFIDENCE_PCT, NOISY_CV_PCT
 
 LOSS_MATCH_TOL = 1e-3
 

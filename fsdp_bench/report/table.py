@@ -91,21 +91,7 @@ def flatten_case(result: CaseResult) -> dict[str, Any]:
         for key, value in (result.get("metrics") or {}).items():
             if isinstance(value, (int, float, str, bool)) or value is None:
                 row[key] = value
-        row.update(_median_ci_backfill(result, row))
     return row
-
-
-def _median_ci_backfill(result: CaseResult, row: Mapping[str, Any]) -> dict[str, Any]:
-    """The median's confidence interval for runs recorded before it was a metric: from the
-    slowest-rank step times, as the aggregate computes it."""
-    from fsdp_bench.analysis.stats import slowest_rank_step_times, summarize_step_times
-
-    ranks = [r for r in result.get("ranks") or [] if isinstance(r, dict)]
-    times = [r.get("step_times_s") for r in ranks]
-    if M.step_time_s_median_ci_low in row or not times or not all(times):
-        return {}
-    stats = summarize_step_times(slowest_rank_step_times(times))
-    return {k: v for k, v in stats.items() if "_ci_" in k}
 
 
 def _sorted(df):
@@ -124,7 +110,7 @@ def build_table(results: Iterable[CaseResult]):
     import pandas as pd
 
     from fsdp_bench.analysis.aggregate import loss_max_abs_dev_vs_ddp
-    from fsdp_bench.analysis.stats import mean_across_ranks
+    from fsdp_bench.results.stats import mean_across_ranks
 
     results = list(results)
     rows = [flatten_case(r) for r in results]
@@ -191,7 +177,7 @@ def _gib(value: Any) -> float | None:
 
 def flatten_rank(result: CaseResult, rank: RankRecord) -> dict[str, Any]:
     """One per_rank.csv row: where this rank got to, its memory and its own step times."""
-    from fsdp_bench.analysis.stats import summarize_step_times
+    from fsdp_bench.results.stats import summarize_step_times
 
     case = result.get("case") or {}
     error = rank.get("error") or {}

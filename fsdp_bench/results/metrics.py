@@ -53,7 +53,7 @@ METRICS: tuple[Metric, ...] = (
     _m("step_time_s_median_ci_low", "s", "lower end of the median's distribution-free confidence interval "
        "(order statistics of the measured steps)"),
     _m("step_time_s_median_ci_high", "s", "upper end of the same interval"),
-    _m("step_time_median_ci_level_pct", "%", "the interval's confidence level: analysis.stats.CONFIDENCE (95) "
+    _m("step_time_median_ci_level_pct", "%", "the interval's confidence level: results.stats.CONFIDENCE (95) "
        "when it reaches it, else the lower level its few steps reach"),
     _m("step_time_median_ci_halfwidth_pct", "%", "the wider side of that interval in percent of the median",
        LOWER, "median +- (%)", TABLE),

@@ -11,19 +11,30 @@ from typing import Any, Callable
 
 from fsdp_bench.results.metrics import M
 from fsdp_bench.results.schema import GIB, SCHEMA_VERSION, sharding_word
+from fsdp_bench.results.stats import slowest_rank_step_times, summarize_step_times
 
 
 def _v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
     return data  # every field version 2 added is optional: absent reads as "not measured"
 
 
+def _median_interval(metrics: dict[str, Any], ranks: list[dict[str, Any]]) -> None:
+    """The median's confidence interval, which every verdict reads, for files written before it
+    was a metric (early version-2 files): from the ranks' step times, as the aggregate computes it."""
+    times = [r.get("step_times_s") for r in ranks]
+    if M.step_time_s_median_ci_low not in metrics and times and all(times):
+        stats = summarize_step_times(slowest_rank_step_times(times))
+        metrics.update({k: v for k, v in stats.items() if "_ci_" in k})
+
+
 def _v2_to_v3(data: dict[str, Any]) -> dict[str, Any]:
-    """The sharding the ranks really ran as a metric, in the catalog's words, and rank 0's
-    measured peak beside the prediction it is compared with."""
+    """The sharding the ranks really ran as a metric, in the catalog's words, rank 0's measured
+    peak beside the prediction it is compared with, and the median's interval where it is missing."""
     metrics = data.get("metrics")
     ranks = [r for r in data.get("ranks") or [] if isinstance(r, dict)]
     if data.get("status") != "ok" or not isinstance(metrics, dict):
         return data
+    _median_interval(metrics, ranks)
     if "effective_sharding" not in metrics:
         words = {r.get("effective_sharding") for r in ranks}
         if len(words) == 1 and None not in words:

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from fsdp_bench.analysis.aggregate import aggregate_rank_metrics
-from fsdp_bench.analysis.stats import median_ci, summarize_step_times
+from fsdp_bench.results.stats import median_ci, summarize_step_times
 from tests.integration.test_visualize import copy_run, visualize
 
 

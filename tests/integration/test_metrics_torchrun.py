@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-from fsdp_bench.analysis.stats import mean_across_ranks
 from fsdp_bench.plan.case import Case
 from fsdp_bench.results.layout import create_run_dir
 from fsdp_bench.results.schema import STAGE_LABELS
+from fsdp_bench.results.stats import mean_across_ranks
 
 # versions: profiler traces (step markers, collective events, HTA), MemTracker, FlopCounterMode
 pytestmark = [pytest.mark.slow, pytest.mark.versions]

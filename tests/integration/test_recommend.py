@@ -3,10 +3,10 @@ fits and the runner-up, in report.md and a Pareto chart (golden base run)."""
 
 from __future__ import annotations
 
-from fsdp_bench.analysis.stats import pareto_front
 from fsdp_bench.report.recommend import format_gib, recommend, recommendation_lines
 from fsdp_bench.report.table import build_table
 from fsdp_bench.results.load import load_run
+from fsdp_bench.results.stats import pareto_front
 from tests.integration.test_visualize import GOLDEN, copy_run, visualize
 
 

@@ -152,7 +152,7 @@ def test_strategy_traits_are_never_read_from_the_name():
 # The modules that record a metric under its name (the aggregate and the statistics it calls, the
 # profiler's per-rank split, the worker's rank record) spell it; every other reader asks the
 # registry (`fsdp_bench.results.metrics.M`), so a renamed or misspelt metric fails at once.
-_METRIC_RECORDERS = {"results/metrics.py", "analysis/aggregate.py", "analysis/stats.py", "worker/profiling.py"}
+_METRIC_RECORDERS = {"results/metrics.py", "analysis/aggregate.py", "results/stats.py", "worker/profiling.py"}
 
 
 def test_metric_names_are_spelled_only_in_the_registry_and_their_recorder():

@@ -3,8 +3,8 @@ import statistics
 import pytest
 
 from fsdp_bench.analysis.aggregate import aggregate_rank_metrics
-from fsdp_bench.analysis.stats import percentile, slowest_rank_step_times, summarize_step_times
 from fsdp_bench.results.schema import GIB
+from fsdp_bench.results.stats import percentile, slowest_rank_step_times, summarize_step_times
 
 
 def test_percentile_interpolates_like_numpy():

@@ -10,6 +10,7 @@ from fsdp_bench.plan.options import parse_sweep
 from fsdp_bench.results.io import write_json_atomic
 from fsdp_bench.results.load import load_case_result
 from fsdp_bench.results.schema import SCHEMA_VERSION, ResultError
+from fsdp_bench.results.stats import slowest_rank_step_times, summarize_step_times
 
 
 def _result(version):
@@ -42,6 +43,27 @@ def test_migration_fills_what_the_report_used_to_backfill(tmp_path):
     assert metrics["effective_sharding"] == "full_shard"
     assert metrics["rank0_peak_allocated_gib"] == 1.0
     assert old["metrics"] == {"predicted_peak_gib": 0.5}  # the input is never changed
+
+
+def test_migration_adds_the_median_interval_early_version_2_files_lack(tmp_path):
+    """Every verdict reads the median's interval; files written before it was a metric get it at
+    load, from the slowest rank's step times, equal to what the aggregate writes today."""
+    times = [[0.10, 0.12, 0.11, 0.30, 0.10, 0.11, 0.13], [0.11, 0.10, 0.12, 0.10, 0.14, 0.10, 0.12]]
+    old = {
+        **_result(2),
+        "metrics": {"step_time_s_median": 0.12},
+        "ranks": [{"rank": r, "step_times_s": t} for r, t in enumerate(times)],
+    }
+    write_json_atomic(tmp_path / "old.json", old)
+    metrics = load_case_result(tmp_path / "old.json")["metrics"]
+    expected = summarize_step_times(slowest_rank_step_times(times))
+    assert metrics["step_time_s_median_ci_low"] == expected["step_time_s_median_ci_low"] == 0.11
+    assert metrics["step_time_s_median_ci_high"] == expected["step_time_s_median_ci_high"]
+    assert metrics["step_time_median_ci_level_pct"] == expected["step_time_median_ci_level_pct"]
+    assert metrics["step_time_s_median"] == 0.12  # what the file had stays as it was
+    recorded = {**old, "metrics": {"step_time_s_median_ci_low": 0.09}}
+    write_json_atomic(tmp_path / "recorded.json", recorded)
+    assert load_case_result(tmp_path / "recorded.json")["metrics"] == {"step_time_s_median_ci_low": 0.09}
 
 
 def test_profile_and_memory_snapshot_switches_reach_cases_without_changing_ids():

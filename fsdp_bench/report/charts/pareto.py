@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fsdp_bench.analysis.stats import pareto_front
 from fsdp_bench.report.charts.style import ChartSkipped, RunData, pyplot, save_figure, strategy_color
 from fsdp_bench.report.recommend import SPEED, memory_column, recommend
 from fsdp_bench.report.table import left_out, trained_rows
+from fsdp_bench.results.stats import pareto_front
 
 
 def chart_pareto(run: RunData, path: Path) -> None:

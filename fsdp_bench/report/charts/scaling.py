@@ -7,7 +7,6 @@ import math
 from pathlib import Path
 from typing import Any
 
-from fsdp_bench.analysis.stats import CONFIDENCE_PCT
 from fsdp_bench.report.charts.style import (
     STATUS_MARKS,
     TIMING_STYLES,
@@ -28,6 +27,7 @@ from fsdp_bench.report.charts.style import (
 from fsdp_bench.report.recommend import level_pct, speed_interval, speeds_overlap
 from fsdp_bench.report.table import ok_rows, trained_rows
 from fsdp_bench.results.metrics import M
+from fsdp_bench.results.stats import CONFIDENCE_PCT
 
 MEMORY_KINDS = (
     (M.peak_allocated_gib, "allocated (allocator)"),

@@ -6,7 +6,6 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from fsdp_bench.analysis.stats import CONFIDENCE_PCT
 from fsdp_bench.plan.catalog import strategy_order
 from fsdp_bench.report.charts.style import (
     TIMING_LABELS,
@@ -27,6 +26,7 @@ from fsdp_bench.report.charts.style import (
 from fsdp_bench.report.table import ok_rows
 from fsdp_bench.results.metrics import M
 from fsdp_bench.results.records import CaseResult
+from fsdp_bench.results.stats import CONFIDENCE_PCT
 
 STEP_PARTS = (
     (M.compute_s_per_step, "compute", "#4C72B0"),
