@@ -66,6 +66,7 @@ def measured_row(result: dict) -> dict | None:
         grad_accum=case["grad_accum"],
         optimizer_impl=case.get("optimizer_impl", "auto"),
         device=case["device"],
+        grad_sync=case.get("grad_sync", "every"),
     )
     return {
         "case": result["case_id"],

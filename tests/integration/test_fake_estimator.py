@@ -112,3 +112,24 @@ def test_fast_model_matches_fake_tensor_peak_at_512_ranks(name, strategy, phase)
     estimate = estimate_peak(case)["peak_bytes"]
     assert fast["phase"] == phase
     assert abs(fast["peak_bytes"] - estimate) <= 0.01 * estimate, (fast["peak_bytes"], estimate)
+
+
+# Gradient reduction deferred to the last micro-step (grad_sync "last": DDP's no_sync, FSDP2's
+# requires_gradient_sync off). The model without it: -13.4 % (DDP: it counted buckets the earlier
+# micro-batch never wrote) and -7.8 % (FSDP2: it counted the earlier gradients sharded, but they
+# stay unsharded) on gpt_small at 2 ranks, -7.0 % on qwen2_tiny DDP.
+@pytest.mark.parametrize(
+    "name,strategy", [("qwen2_tiny", "ddp"), ("mistral_gqa_tied", "ddp"), ("llama_odd_vocab", "fsdp2")]
+)
+def test_fast_model_predicts_deferred_gradient_reduction_within_5_percent(name, strategy):
+    from fsdp_bench.analysis.fit import predict_case_peak
+
+    deferred = dict(grad_accum=2, grad_sync="last")
+    case = Case(strategy=strategy, nproc=2, simulate=True, model=CONFIGS.get(name, name), **SMALL, **deferred)
+    record = _simulated_rank0(case)
+    assert record["status"] == "ok"
+    measured = record["memory"]["peak_allocated_bytes"]
+    predicted = predict_case_peak(case)
+    assert abs(predicted["peak_bytes"] - measured) <= 0.05 * measured, (predicted["peak_bytes"], measured)
+    every = predict_case_peak(case.replace(grad_sync="every"))["parts_bytes"]
+    assert predicted["parts_bytes"]["accumulated_grads"] >= every["accumulated_grads"]
