@@ -190,6 +190,7 @@ class Measured:
     peak_gib: float | None = None
     repeats: int = 0
     case_seconds: float = 0.0  # wall time of every repeat run so far
+    spread_pct: float | None = None  # the repeats' step-time medians, (max - min) / median
 
 
 def measured_from_result(result: CaseResult) -> Measured:
@@ -209,7 +210,8 @@ def measured_from_result(result: CaseResult) -> Measured:
     low_s, high_s = metrics.get(M.step_time_s_median_ci_low), metrics.get(M.step_time_s_median_ci_high)
     band = (speed * step / high_s, speed * step / low_s) if speed and step and low_s and high_s else (speed, speed)
     peak = next((metrics[k] for k in MEASURED_MEMORY if isinstance(metrics.get(k), (int, float))), None)
-    return Measured(case_id, "ok", step, speed, band[0], band[1], peak, repeats, float(result.get("duration_s") or 0.0))
+    seconds, spread = float(result.get("duration_s") or 0.0), metrics.get(M.repeat_spread_pct)
+    return Measured(case_id, "ok", step, speed, band[0], band[1], peak, repeats, seconds, spread)
 
 
 def fits_budget(m: Measured, budget_gib: float | None) -> bool:
@@ -224,7 +226,7 @@ def overlaps(leader: Measured, other: Measured) -> bool:
 
 def noise_band(m: Measured) -> tuple[float, float]:
     """The case's tokens/s interval, a single run's widened for run-to-run noise (run_noise)."""
-    return widened(m.tokens_per_s_low or 0.0, m.tokens_per_s_high or 0.0, m.repeats)
+    return widened(m.tokens_per_s_low or 0.0, m.tokens_per_s_high or 0.0, m.repeats, m.spread_pct)
 
 
 def within_noise(leader: Measured, other: Measured) -> bool:

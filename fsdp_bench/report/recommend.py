@@ -111,11 +111,11 @@ def speed_interval(row: dict[str, Any], column: str = SPEED) -> tuple[float, flo
 
 
 def noise_band(row: dict[str, Any]) -> tuple[float, float] | None:
-    """The tokens/s interval two cases are compared at: a single run's widened for run-to-run
-    noise (analysis.run_noise.SINGLE_RUN_NOISE), a case with repeats' as measured."""
+    """The tokens/s interval two cases are compared at (analysis.run_noise.widened): a single
+    run's widened for run-to-run noise, a case with repeats' as measured and spanning its repeats."""
     interval = speed_interval(row)
-    repeats = row.get(M.repeats)
-    return None if interval is None else widened(*interval, repeats if isinstance(repeats, int) else None)
+    repeats, spread = row.get(M.repeats), row.get(M.repeat_spread_pct)
+    return None if interval is None else widened(*interval, repeats if isinstance(repeats, int) else None, spread)
 
 
 def speeds_overlap(best: dict[str, Any], second: dict[str, Any]) -> bool:
@@ -129,6 +129,7 @@ def speeds_overlap(best: dict[str, Any], second: dict[str, Any]) -> bool:
 
 NOISE_RULE = (
     f"tokens/s {CONFIDENCE_PCT}% intervals, a single run's widened +-{100 * SINGLE_RUN_NOISE:.0f}% for run-to-run noise"
+    ", a case with repeats' spanning its repeats' medians"
 )
 
 

@@ -105,6 +105,12 @@ def test_runner_up_within_the_noise_is_said_to_be():
     (line,) = recommendation_lines(repeated)
     assert "8% slower, beyond noise" in line and "tied" not in line
     assert line.startswith("Recommendation (m, no memory budget): a batch 2")
+    # unless the repeats' own medians are 20 % apart: pooled steps hide that, the band does not
+    (line,) = recommendation_lines(repeated.assign(repeat_spread_pct=[20.0, 1.0]))
+    assert "no single winner, 2 configurations tied" in line
+    assert "a case with repeats' spanning its repeats' medians" in line
+    (line,) = recommendation_lines(repeated.assign(repeat_spread_pct=[2.0, 1.0]))
+    assert "8% slower, beyond noise" in line
     # single runs 30 % apart with tight intervals: beyond even the widened bands
     apart = pd.DataFrame([row("a", 100.0, 1.0, 0.99, 1.01), row("b", 70.0, 1.0, 0.99, 1.01)])
     (line,) = recommendation_lines(apart)

@@ -3,6 +3,8 @@ budget split and the round schedule, on real grid cases and hand-made measuremen
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from fsdp_bench.analysis.tune import (
@@ -116,6 +118,10 @@ def test_single_runs_are_widened_for_run_to_run_noise():
     assert within_noise(a, b)  # one run each: +-10% more, the bands touch
     a3, b3 = _measured("a", 1000, repeats=3), _measured("b", 850, repeats=3)
     assert not within_noise(a3, b3)
+    # repeats whose own medians moved 40 %: the band spans them, whatever the pooled steps say
+    wide = replace(b3, spread_pct=40.0)
+    assert within_noise(a3, wide) and within_noise(wide, a3)
+    assert not within_noise(a3, replace(b3, spread_pct=5.0))
 
 
 def test_schedule_explores_what_could_win_then_races_the_ties_then_stops():
