@@ -222,7 +222,8 @@ def _with_block_moments(
     gathered = _fsdp2_full_units(strategy, units, world_size, mesh, dtype_bytes)
     if gathered is None:
         return phases
-    # with accumulation the earlier micro-batches' (sharded) gradients are alive in every block
+    # with accumulation the earlier micro-batches' gradients are alive in every block (sharded,
+    # or unsharded when the reduction waits for the last micro-step)
     kept = parts["params"] + parts["optimizer"] + parts["accumulated_grads"]
     reshard = catalog_strategy(strategy).reshard_after_forward
     shard = shard_size(strategy, world_size, mesh)
