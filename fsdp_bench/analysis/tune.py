@@ -219,11 +219,6 @@ def fits_budget(m: Measured, budget_gib: float | None) -> bool:
     return budget_gib is None or (m.peak_gib is not None and m.peak_gib <= budget_gib)
 
 
-def overlaps(leader: Measured, other: Measured) -> bool:
-    """Within noise of the leader: the other's tokens/s interval reaches the leader's."""
-    return other.case_id == leader.case_id or (other.tokens_per_s_high or 0) >= (leader.tokens_per_s_low or math.inf)
-
-
 def noise_band(m: Measured) -> tuple[float, float]:
     """The case's tokens/s interval, a single run's widened for run-to-run noise (run_noise)."""
     return widened(m.tokens_per_s_low or 0.0, m.tokens_per_s_high or 0.0, m.repeats, m.spread_pct)
