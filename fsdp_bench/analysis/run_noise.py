@@ -21,7 +21,9 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from fsdp_bench.results.metrics import M
 from fsdp_bench.results.stats import CONFIDENCE, t_quantile
 
 # One run's interval misses what a fresh process tree changes: on the shared 2-core CPU machine one
@@ -29,6 +31,18 @@ from fsdp_bench.results.stats import CONFIDENCE, t_quantile
 # +-2%. Until a case has repeats, its tokens/s interval is widened by this much each way before two
 # cases are told apart: the recommendation, "Fastest strategy", the throughput chart and the tuner.
 SINGLE_RUN_NOISE = 0.10
+
+
+def speed_interval(row: Mapping[str, Any], column: str = M.tokens_per_s_per_device) -> tuple[float, float] | None:
+    """tokens/s/device (or another rate inversely proportional to the step time, e.g. MFU) at the
+    bounds of the step-time median's confidence interval (None when the case has no interval)."""
+    low, high, median = (
+        row.get(k) for k in (M.step_time_s_median_ci_low, M.step_time_s_median_ci_high, M.step_time_s_median)
+    )
+    value = row.get(column)
+    if not all(isinstance(v, (int, float)) and v == v and v > 0 for v in (low, high, median, value)):
+        return None
+    return value * median / high, value * median / low
 
 
 def widened(low: float, high: float, repeats: int | None, spread_pct: float | None = None) -> tuple[float, float]:

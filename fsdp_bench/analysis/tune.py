@@ -41,7 +41,7 @@ from typing import Any
 from fsdp_bench.analysis.comm_model import CommVolume, comm_volume, model_units
 from fsdp_bench.analysis.duration import MICRO_STEP_OVERHEAD_S, case_flops_per_token, rank_flops
 from fsdp_bench.analysis.fit import FIT_MARGIN, predict_case_peak
-from fsdp_bench.analysis.run_noise import widened
+from fsdp_bench.analysis.run_noise import speed_interval, widened
 from fsdp_bench.plan.case import Case, parse_mesh
 from fsdp_bench.plan.catalog import strategy as catalog_strategy
 from fsdp_bench.plan.flavors import flavor_for
@@ -207,8 +207,7 @@ def measured_from_result(result: CaseResult) -> Measured:
             case_seconds=float(result.get("duration_s") or 0.0),
         )
     step, speed = metrics.get(M.step_time_s_median), metrics.get(M.tokens_per_s_per_device)
-    low_s, high_s = metrics.get(M.step_time_s_median_ci_low), metrics.get(M.step_time_s_median_ci_high)
-    band = (speed * step / high_s, speed * step / low_s) if speed and step and low_s and high_s else (speed, speed)
+    band = speed_interval(metrics) or (speed, speed)
     peak = next((metrics[k] for k in MEASURED_MEMORY if isinstance(metrics.get(k), (int, float))), None)
     seconds, spread = float(result.get("duration_s") or 0.0), metrics.get(M.repeat_spread_pct)
     return Measured(case_id, "ok", step, speed, band[0], band[1], peak, repeats, seconds, spread)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from fsdp_bench.analysis.run_noise import SINGLE_RUN_NOISE, widened
+from fsdp_bench.analysis.run_noise import SINGLE_RUN_NOISE, speed_interval, widened
 from fsdp_bench.report.table import left_out, trained_rows
 from fsdp_bench.results.metrics import M
 from fsdp_bench.results.stats import CONFIDENCE_PCT
@@ -96,18 +96,6 @@ def level_pct(row: dict[str, Any]) -> float:
     (the interval is then min..max)."""
     level = row.get(M.step_time_median_ci_level_pct)
     return level if isinstance(level, (int, float)) and level == level else CONFIDENCE_PCT
-
-
-def speed_interval(row: dict[str, Any], column: str = SPEED) -> tuple[float, float] | None:
-    """tokens/s/device (or another rate inversely proportional to the step time, e.g. MFU) at the
-    bounds of the step-time median's confidence interval (None when the case has no interval)."""
-    low, high, median = (
-        row.get(k) for k in (M.step_time_s_median_ci_low, M.step_time_s_median_ci_high, M.step_time_s_median)
-    )
-    value = row.get(column)
-    if not all(isinstance(v, (int, float)) and v == v and v > 0 for v in (low, high, median, value)):
-        return None
-    return value * median / high, value * median / low
 
 
 def noise_band(row: dict[str, Any]) -> tuple[float, float] | None:

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pandas as pd
 
+from fsdp_bench.analysis.run_noise import speed_interval
 from fsdp_bench.launch.progress import progress_line
-from fsdp_bench.report.recommend import recommendation_lines, speed_interval
+from fsdp_bench.report.recommend import recommendation_lines
 from fsdp_bench.report.summary import best_mfu, fastest_per_batch
 from fsdp_bench.report.table import left_out
 from tests.integration.test_recommend import golden_table

@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from fsdp_bench.analysis.run_noise import speed_interval
 from fsdp_bench.report.charts.style import (
     STATUS_MARKS,
     TIMING_STYLES,
@@ -24,7 +25,7 @@ from fsdp_bench.report.charts.style import (
     strategy_handles,
     timings_in,
 )
-from fsdp_bench.report.recommend import level_pct, speed_interval, speeds_overlap
+from fsdp_bench.report.recommend import level_pct, speeds_overlap
 from fsdp_bench.report.table import ok_rows, trained_rows
 from fsdp_bench.results.metrics import M
 from fsdp_bench.results.stats import CONFIDENCE_PCT
