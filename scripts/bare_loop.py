@@ -3,18 +3,21 @@
     torchrun --standalone --nproc-per-node 2 scripts/bare_loop.py --strategy fsdp2 --model gpt_small \
         --batch-size 4 --seq-len 128 --steps 30 --warmup 5 --out times.json
 
-Same model class, same batch, same optimizer as the suite; wrapping written out by hand.
+Same model class, same batch, same optimizer and precision as the suite; wrapping written out by
+hand. `--precision bf16` does what the suite does: autocast for DDP (parameters and gradient
+all-reduce stay fp32), a mixed-precision policy (bf16 parameters and reduction) for FSDP2.
 Rank 0 writes the measured step times (s) to --out.
 """
 
 import argparse
+import contextlib
 import json
 import os
 import time
 
 import torch
 import torch.distributed as dist
-from torch.distributed.fsdp import fully_shard
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.nn.parallel import DistributedDataParallel
 
 from fsdp_bench.worker.models.build import build_model, get_flavor
@@ -29,6 +32,7 @@ def main() -> None:
     p.add_argument("--seq-len", type=int, default=128)
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     p.add_argument("--out", required=True)
     args = p.parse_args()
 
@@ -40,12 +44,19 @@ def main() -> None:
     rank = dist.get_rank()
     flavor = get_flavor(args.model)
     model = build_model(flavor, seed=0, device=device)
+    low = torch.bfloat16 if args.precision == "bf16" else None
     if args.strategy == "ddp":
         model = DistributedDataParallel(model, device_ids=[device.index] if cuda else None)
     else:
+        policy = {"mp_policy": MixedPrecisionPolicy(param_dtype=low, reduce_dtype=low)} if low else {}
         for block in model.blocks:
-            fully_shard(block)
-        fully_shard(model)
+            fully_shard(block, **policy)
+        fully_shard(model, **policy)
+
+    def autocast():  # DDP's low precision; FSDP2's comes from its policy
+        if low is None or args.strategy != "ddp":
+            return contextlib.nullcontext()
+        return torch.autocast(device.type, dtype=low)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
     g = torch.Generator().manual_seed(rank)
     vocab = flavor.config["vocab_size"]
@@ -60,7 +71,9 @@ def main() -> None:
             torch.cuda.synchronize()
         t0 = time.perf_counter()
         for x, y in batches:
-            (model(x, y) / args.grad_accum).backward()
+            with autocast():
+                loss = model(x, y) / args.grad_accum
+            loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
         if cuda:

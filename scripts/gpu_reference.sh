@@ -4,21 +4,26 @@
 #   1 smoke: every strategy family, bf16 and fp16, compile, act-ckpt, profile, snapshot, a real OOM
 #   2 MFU of the Llama-style 1B model      3 GPT-2 124M strategy sweep      4 suite vs bare-loop fidelity
 #
-#   bash scripts/gpu_reference.sh --out DIR [--results DIR] [PART...]   # every part, or those named
+#   bash scripts/gpu_reference.sh --out DIR [--results DIR] [--budget-min M] [PART...]   # every part, or those named
 #   bash scripts/gpu_reference.sh --dry-run [--gpu-name NAME] [PART...] # cases and minutes, no GPU needed
 #
 # Each part (scripts/gpu_reference/partN_*.sh, also runnable alone) leaves DIR/partN_NAME.tar.gz
 # (its run folders and log, under 16 MiB), finished, failed or interrupted; run again, it continues
 # its run folders (--bench-resume). A failed part does not stop the next; an interrupt stops all.
+# --budget-min M: everything ends within M minutes of the script's start (a GPU lease's slot): each
+# part runs under `timeout` with what is left, less a reserve for the last part's stop and archive,
+# and a part with under a minute left is not started.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 source scripts/gpu_reference/steps.sh
 
 PART_LIMIT_MIN=8
-TOTAL_LIMIT_MIN=25
+TOTAL_LIMIT_MIN=27  # three slots of 9 minutes of commands
+STOP_RESERVE_S=60  # a stopped part's pytest ends its case, writes its results, then the archive
+MIN_PART_S=60      # a part with less left is not started
 
 usage_error() {
-  echo "gpu_reference.sh: $1 (usage: $0 --out DIR [--results DIR] [PART...] | --dry-run [--gpu-name NAME] [PART...])" >&2
+  echo "gpu_reference.sh: $1 (usage: $0 --out DIR [--results DIR] [--budget-min M] [PART...] | --dry-run [--gpu-name NAME] [PART...])" >&2
   exit 2
 }
 
@@ -28,10 +33,15 @@ part_script() {  # part_script N: the one script of part N
   echo "${found[0]}"
 }
 
-pass=() parts=() dry_run=""
+pass=() parts=() dry_run="" budget_s=""
 while (( $# )); do
   case $1 in
     --dry-run) dry_run=1; pass+=("$1") ;;
+    --budget-min)
+      (( $# >= 2 )) && [[ $2 =~ ^[0-9]+(\.[0-9]+)?$ ]] || usage_error "--budget-min needs a number of minutes"
+      budget_s=$(awk -v m="$2" 'BEGIN { printf "%d", m * 60 }')
+      (( budget_s > STOP_RESERVE_S + MIN_PART_S )) || usage_error "--budget-min $2: leaves no time for a part"
+      shift ;;
     --out|--results|--gpu-name)
       (( $# >= 2 )) && [[ -n $2 ]] || usage_error "$1 needs a value"
       pass+=("$1" "$2"); shift ;;
@@ -83,7 +93,19 @@ dry_run_all() {  # every part's estimate, then the table and the limits (exit 1 
 trap_signals
 worst=0
 for n in "${parts[@]}"; do
-  step "part $n" bash "$(part_script "$n")" "${pass[@]}"  # an interrupt stops here, after the part's archive
+  if [[ -n $budget_s ]]; then
+    left=$((budget_s - STOP_RESERVE_S - SECONDS))
+    if (( left < MIN_PART_S )); then
+      echo "== part $n: not started, ${left} s left of the --budget-min (a part needs ${MIN_PART_S} s)"
+      worst=$(( worst > 124 ? worst : 124 ))
+      continue
+    fi
+    echo "== part $n: $left s left of the budget"
+    # TERM at the deadline: the part stops its step and writes its archive; KILL only if it hangs
+    step "part $n" timeout --signal=TERM --kill-after=$((STOP_RESERVE_S - 10)) "$left" bash "$(part_script "$n")" "${pass[@]}"
+  else
+    step "part $n" bash "$(part_script "$n")" "${pass[@]}"  # an interrupt stops here, after the part's archive
+  fi
   (( status > worst )) && worst=$status
   status=0
 done

@@ -77,6 +77,7 @@ def _bare_loop_args(args: argparse.Namespace, out: Path) -> list[str]:
         "--seq-len": args.seq_len,
         "--steps": args.steps,
         "--warmup": args.warmup,
+        "--precision": args.precision,
         "--out": out,
     }
     return [str(ROOT / "scripts" / "bare_loop.py"), *(part for flag, v in flags.items() for part in (flag, str(v)))]
@@ -100,7 +101,8 @@ def _measure(args: argparse.Namespace, case: Case) -> tuple[list[float], ...]:
             total, shard = case_overhead_s(result)
             overhead.append(total)
             sharding.append(shard)
-            bare_init.append(torchrun(args.nproc, str(init_script)))
+            if not args.no_overhead:
+                bare_init.append(torchrun(args.nproc, str(init_script)))
     return suite, bare, overhead, sharding, bare_init
 
 
@@ -114,6 +116,12 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32", help="the suite's --bench-precision")
+    p.add_argument(
+        "--no-overhead",
+        action="store_true",
+        help="skip the bare torchrun start-up per repeat (the per-case overhead ratio); fidelity only",
+    )
     args = p.parse_args()
     # SIGTERM (scripts/gpu_reference stops a step with it) unwinds like Ctrl-C: the running case
     # or torchrun is stopped instead of left behind.
@@ -123,19 +131,27 @@ def main() -> None:
 
     device = "cuda" if count_cuda_devices() > 0 else "cpu"  # the bare loop picks the same way
     shape = {"batch_size": args.batch_size, "seq_len": args.seq_len, "steps": args.steps, "warmup": args.warmup}
+    shape["precision"] = args.precision
     case = Case(strategy=args.strategy, model=args.model, nproc=args.nproc, device=device, **shape)
     suite, bare, overhead, sharding, bare_init = _measure(args, case)
     s, b = statistics.median(suite), statistics.median(bare)
-    o, sh, bi = statistics.median(overhead), statistics.median(sharding), statistics.median(bare_init)
+    o, sh = statistics.median(overhead), statistics.median(sharding)
     print(f"case: {case.id}")
     print(
         f"suite median step time: {s * 1e3:.2f} ms   bare loop: {b * 1e3:.2f} ms   "
         f"suite/bare: {s / b:.4f} ({100 * (s / b - 1):+.2f}%)"
     )
-    print(
-        f"per-case overhead: {o:.2f} s (of which sharding {sh:.2f} s)   bare torchrun (import torch + "
-        f"init gloo): {bi:.2f} s   ratio: {o / bi:.2f}x, without sharding {(o - sh) / bi:.2f}x"
-    )
+    # Each repeat ran the bare loop then the suite back to back: a pair shares the machine's state.
+    pairs = "  ".join(f"{100 * (x / y - 1):+.2f}%" for x, y in zip(suite, bare))
+    print(f"suite vs bare per paired repeat: {pairs}")
+    if bare_init:
+        bi = statistics.median(bare_init)
+        print(
+            f"per-case overhead: {o:.2f} s (of which sharding {sh:.2f} s)   bare torchrun (import torch + "
+            f"init gloo): {bi:.2f} s   ratio: {o / bi:.2f}x, without sharding {(o - sh) / bi:.2f}x"
+        )
+    else:
+        print(f"per-case overhead: {o:.2f} s (of which sharding {sh:.2f} s)   bare torchrun: not measured")
     print(f"raw: suite={suite} bare={bare} overhead={overhead} bare_init={bare_init}")
 
 

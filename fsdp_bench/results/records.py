@@ -44,6 +44,7 @@ class RankRecord(TypedDict, total=False):
     losses: list[Number | None]
     grad_norms: list[Number]
     update_norms: list[Number]
+    update_norm_steps: list[int]  # the step (warmup included) each norm is of; older files: every step
     update_norms_null_reason: str
     measurement_stop_reason: str
     memory: dict[str, Any]  # peaks of the measured steps

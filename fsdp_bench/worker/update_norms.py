@@ -44,6 +44,7 @@ class UpdateNorms:
             else None
         )
         self.norms: list[float] = []
+        self.steps: list[int] = []  # the step index of each norm (the loop takes a few steps only)
         self._before: list[torch.Tensor] | None = None  # before the step
         self._after: list[torch.Tensor] | None = None  # after it (parameters on a GPU only)
         self._filled = False

@@ -219,29 +219,40 @@ run() {  # run NAME PYTEST-ARGS...: one run folder per question; an interrupted 
   step "$name" "$py" -m pytest benchmarks "${args[@]}" "${where[@]}"
 }
 
-# The fidelity measurement: the suite's step time vs scripts/bare_loop.py on the same case.
-fidelity_model=gpt_124m fidelity_batch=8 fidelity_seq=1024 fidelity_steps=20 fidelity_warmup=5 fidelity_repeats=3
+# The fidelity measurement: the suite's step time vs scripts/bare_loop.py on the same case, paired
+# repeats (bare loop then suite, back to back) so drift hits both alike.
+fidelity_model=gpt_124m fidelity_seq=1024 fidelity_steps=20 fidelity_warmup=5 fidelity_repeats=2
 if [[ -n $standin_mode ]]; then  # the same values the stand-in options give
-  fidelity_model=gpt_tiny fidelity_batch=2 fidelity_seq=32 fidelity_steps=2 fidelity_warmup=0 fidelity_repeats=1
+  fidelity_model=gpt_tiny fidelity_seq=32 fidelity_steps=2 fidelity_warmup=0 fidelity_repeats=1
 fi
 
-fidelity() {  # fidelity STRATEGY: scripts/measure_fidelity.py, its report in the run folders
-  local strategy=$1
+fidelity() {  # fidelity STRATEGY PRECISION BATCH: scripts/measure_fidelity.py, its report in the run folders
+  local strategy=$1 precision=$2 batch=$3
+  [[ -n $standin_mode ]] && batch=2
+  local name="fidelity-$strategy-$precision-bs$batch"
   if [[ -n $dry_run ]]; then
     # Estimated as the suite's case run twice per repeat: the bare loop does the same steps
     # without the probe steps, so counting it as a case errs long.
-    estimate_run "fidelity-$strategy" "${common[@]}" --bench-strategies="$strategy" --bench-model="$fidelity_model" \
-      --bench-batch-sizes="$fidelity_batch" --bench-seq-len="$fidelity_seq" --bench-steps="$fidelity_steps" \
-      --bench-warmup="$fidelity_warmup" --bench-repeats=$((2 * fidelity_repeats)) --bench-precision=fp32 \
+    estimate_run "$name" "${common[@]}" --bench-strategies="$strategy" --bench-model="$fidelity_model" \
+      --bench-batch-sizes="$batch" --bench-seq-len="$fidelity_seq" --bench-steps="$fidelity_steps" \
+      --bench-warmup="$fidelity_warmup" --bench-repeats=$((2 * fidelity_repeats)) --bench-precision="$precision" \
       "${standin[@]}"
     return 0
   fi
-  local report="$results/$part/fidelity-$strategy.txt"
-  echo "== fidelity-$strategy: scripts/measure_fidelity.py, report $report"
-  step "fidelity-$strategy" bash -c 'exec "$@" >"$0"' "$report" "$py" scripts/measure_fidelity.py --strategy "$strategy" \
-    --model "$fidelity_model" --batch-size "$fidelity_batch" --seq-len "$fidelity_seq" --nproc 1 \
-    --steps "$fidelity_steps" --warmup "$fidelity_warmup" --repeats "$fidelity_repeats"
-  [[ -f $report ]] && cat "$report"
+  local report="$results/$part/$name.txt"
+  if [[ -s $report ]]; then  # a result is never overwritten: a second run of the part skips it
+    echo "== $name: already measured ($report)"
+    return 0
+  fi
+  echo "== $name: scripts/measure_fidelity.py, report $report"
+  # into a temporary file first: a stopped measurement leaves no half report
+  step "$name" bash -c 'exec "$@" >"$0"' "$report.partial" "$py" scripts/measure_fidelity.py --strategy "$strategy" \
+    --model "$fidelity_model" --batch-size "$batch" --seq-len "$fidelity_seq" --nproc 1 --precision "$precision" \
+    --steps "$fidelity_steps" --warmup "$fidelity_warmup" --repeats "$fidelity_repeats" --no-overhead
+  if grep -q '^suite median step time' "$report.partial" 2>/dev/null; then
+    mv -f "$report.partial" "$report"
+    cat "$report"
+  fi
   return 0
 }
 

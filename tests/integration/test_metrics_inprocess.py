@@ -22,6 +22,7 @@ def test_breakdown_and_model_state_with_grad_accumulation(strategy):
     assert parts["grads"] > 0  # the second micro-batch runs with the first one's gradients alive
     assert record["measured_model_state_bytes"]["total"] == pytest.approx(16 * record["n_params"], rel=0.01)
     assert len(record["update_norms"]) == 3 and min(record["update_norms"]) > 0
+    assert record["update_norm_steps"] == [0, 1, 2]  # warmup, first and last measured step
     assert record["flops"]["formula_over_counter"] == pytest.approx(1.0, abs=0.15)
     assert "memory_timeline" not in record  # no allocator to read on CPU
     assert record["allocator"] is None
@@ -36,6 +37,17 @@ def test_linear_model_flops_have_no_attention_term():
     # the counter sees the matmuls only (biases are adds): 6 per weight of 4 Linear(256, 256),
     # less the first layer's input gradient (2 per weight), which autograd skips for data input
     assert flops["per_token_counter"] == (6 * 4 - 2) * 256 * 256
+
+
+def test_update_norms_skip_the_middle_measured_steps():
+    """Each norm copies the parameters to the host between steps: only the warmup steps, the
+    first measured step and the last one get one, so the measure stage is mostly timed steps."""
+    fixed = run(Case(strategy="ddp", model="gpt_tiny", seq_len=16, steps=5, warmup=2, nproc=1))
+    assert fixed["update_norm_steps"] == [0, 1, 2, 6]
+    assert len(fixed["update_norms"]) == 4 and min(fixed["update_norms"]) > 0
+    # adaptive: the last measured step is known only after it ran, so it gets none
+    adaptive = run(Case(strategy="ddp", model="gpt_tiny", seq_len=16, steps=6, warmup=1, nproc=1, target_ci_pct=50))
+    assert adaptive["update_norm_steps"] == [0, 1]
 
 
 def test_update_norm_is_exact_over_many_elements_and_zero_without_a_step():
