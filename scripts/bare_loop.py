@@ -23,6 +23,17 @@ from torch.nn.parallel import DistributedDataParallel
 from fsdp_bench.worker.models.build import build_model, get_flavor
 
 
+def wrap(model: torch.nn.Module, strategy: str, low: torch.dtype | None, device: torch.device) -> torch.nn.Module:
+    """DDP, or FSDP2 on every block then the root (with a bf16 policy when `low` is set)."""
+    if strategy == "ddp":
+        return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    policy = {"mp_policy": MixedPrecisionPolicy(param_dtype=low, reduce_dtype=low)} if low else {}
+    for block in model.blocks:
+        fully_shard(block, **policy)
+    fully_shard(model, **policy)
+    return model
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--strategy", choices=["ddp", "fsdp2"], required=True)
@@ -45,18 +56,13 @@ def main() -> None:
     flavor = get_flavor(args.model)
     model = build_model(flavor, seed=0, device=device)
     low = torch.bfloat16 if args.precision == "bf16" else None
-    if args.strategy == "ddp":
-        model = DistributedDataParallel(model, device_ids=[device.index] if cuda else None)
-    else:
-        policy = {"mp_policy": MixedPrecisionPolicy(param_dtype=low, reduce_dtype=low)} if low else {}
-        for block in model.blocks:
-            fully_shard(block, **policy)
-        fully_shard(model, **policy)
+    model = wrap(model, args.strategy, low, device)
 
     def autocast():  # DDP's low precision; FSDP2's comes from its policy
         if low is None or args.strategy != "ddp":
             return contextlib.nullcontext()
         return torch.autocast(device.type, dtype=low)
+
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
     g = torch.Generator().manual_seed(rank)
     vocab = flavor.config["vocab_size"]

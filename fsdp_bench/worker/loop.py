@@ -98,7 +98,7 @@ def run_timed_steps(setup: Rank, record: RankRecord, stages: StageTracker, *, ou
     case, device = setup.case, setup.device
     fingerprint_before = param_fingerprint(setup.model)
     timeline = MemoryTimeline(device)
-    norms = UpdateNorms(setup.model)
+    norms = UpdateNorms(setup.model, take=lambda step: _takes_update_norm(case, step))
     gpu_util = GpuUtilSampler(device)
     reset_peak(device)
     slow = stages.faults.get("measure") == "slow"  # FSDP_BENCH_FAULTS slow@measure:RANK
@@ -112,9 +112,7 @@ def run_timed_steps(setup: Rank, record: RankRecord, stages: StageTracker, *, ou
         if i == case.warmup:
             reset_peak(device)  # the reported peak is the measured steps' peak
             gpu_util.__enter__()
-        take_norm = _takes_update_norm(case, i)
-        if take_norm:
-            norms.before_step()  # untimed, but a host copy of the local parameters: few steps only
+        norms.before_step(i)  # untimed, but a host copy of the local parameters: few steps only
         timeline.step = i
         # Phase samples (after each forward, backward and optimizer step) only in warmup steps:
         # each reads the allocator's counters, which does not belong inside a measured step.
@@ -138,9 +136,7 @@ def run_timed_steps(setup: Rank, record: RankRecord, stages: StageTracker, *, ou
         (record["warmup_step_times_s"] if i < case.warmup else record["step_times_s"]).append(elapsed)
         # .item() after the timed region: the device already finished this step.
         record["losses"].append(float(loss.item()))
-        if take_norm:
-            norms.after_step()
-            norms.steps.append(i)
+        norms.after_step(i)
         for done, at in (("first_step", 0), ("warmup", case.warmup - 1)):
             if i == at:
                 stages.done(done)

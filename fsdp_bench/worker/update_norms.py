@@ -3,6 +3,8 @@ timed region, from host copies made before the step."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from fsdp_bench.worker.training import local_tensor
@@ -32,7 +34,8 @@ class UpdateNorms:
     the optimizer does not update (optimizer built before sharding, no fix) shows exact zeros.
     """
 
-    def __init__(self, model: torch.nn.Module) -> None:
+    def __init__(self, model: torch.nn.Module, *, take: Callable[[int], bool] = lambda step: True) -> None:
+        self.take = take  # which steps get a norm (each costs a host copy of the parameters)
         self.params = list({id(p): p for p in model.parameters()}.values())
         nbytes = sum(local_tensor(p).numel() * local_tensor(p).element_size() for p in self.params)
         self.reason = (
@@ -44,13 +47,13 @@ class UpdateNorms:
             else None
         )
         self.norms: list[float] = []
-        self.steps: list[int] = []  # the step index of each norm (the loop takes a few steps only)
+        self.steps: list[int] = []  # the step index of each norm
         self._before: list[torch.Tensor] | None = None  # before the step
         self._after: list[torch.Tensor] | None = None  # after it (parameters on a GPU only)
         self._filled = False
 
-    def before_step(self) -> None:
-        if self.reason is not None:
+    def before_step(self, step: int = 0) -> None:
+        if self.reason is not None or not self.take(step):
             return
         with torch.no_grad():
             if self._before is None:
@@ -59,7 +62,7 @@ class UpdateNorms:
                 b.copy_(local_tensor(p).detach())
         self._filled = True
 
-    def after_step(self) -> None:
+    def after_step(self, step: int = 0) -> None:
         if self.reason is not None or not self._filled:
             return
         on_device = any(local_tensor(p).device.type != "cpu" for p in self.params)
@@ -76,6 +79,7 @@ class UpdateNorms:
                 b.sub_(now)
                 sq += _squared_norm(b)
         self.norms.append(sq**0.5)
+        self.steps.append(step)
         self._filled = False
 
     def _host_buffers(self) -> list[torch.Tensor]:

@@ -328,7 +328,9 @@ def test_nothing_but_the_step_inside_the_timed_region(monkeypatch):
     monkeypatch.setattr(MemoryTimeline, "__init__", enabled_timeline)
     monkeypatch.setattr(MemoryTimeline, "sample", lambda self, phase: events.append(f"sample:{phase}"))
     for name in ("before_step", "after_step"):
-        monkeypatch.setattr(update_norms.UpdateNorms, name, lambda self, name=name: events.append(f"norms.{name}"))
+        monkeypatch.setattr(
+            update_norms.UpdateNorms, name, lambda self, step=0, name=name: events.append(f"norms.{name}")
+        )
     for name in ("resume", "pause"):
         monkeypatch.setattr(gpu_util.GpuUtilSampler, name, lambda self, name=name: events.append(f"util.{name}"))
     real_step = worker_setup.Rank.train_step

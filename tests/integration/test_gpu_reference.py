@@ -320,3 +320,39 @@ def test_a_stop_of_the_whole_plan_ends_after_the_running_parts_archive(tmp_path)
     assert "part3_gpt2_sweep: ended" in out and "with status 143" in out
     assert not (tmp_path / "out" / "part1_smoke.tar.gz").exists() and "part1_smoke" not in out
     assert processes_left(tmp_path / "results") == []
+
+
+@pytest.mark.slow
+def test_budget_stops_the_slot_in_time_and_starts_no_part_it_cannot_fit(tmp_path):
+    """--budget-min as a 15-minute GPU slot uses it: the first part runs under `timeout` with what
+    is left (its archive written), and a later part with under a minute left is not started (exit
+    124); the whole call ends within the budget. (A part cut by `timeout`: test_timeout_leaves_the_archive.)"""
+    started = time.monotonic()
+    proc = subprocess.run(
+        [
+            "bash",
+            str(SCRIPT),
+            "--budget-min",
+            "2.05",
+            "--out",
+            str(tmp_path / "out"),
+            "--results",
+            str(tmp_path / "results"),
+            "3",
+            "4",
+        ],
+        cwd=PROJECT_ROOT,
+        env=script_env(FSDP_BENCH_REFERENCE_STANDIN="cpu"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    took = time.monotonic() - started
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 124, out[-3000:]
+    assert re.search(r"== part 3: \d+ s left of the budget", out)
+    assert re.search(r"== part 4: not started, -?\d+ s left of the --budget-min", out), out[-3000:]
+    assert took <= 2.05 * 60 + 5, took  # the budget counts from the script's start
+    check_archive(tmp_path, "part3_gpt2_sweep")
+    assert not (tmp_path / "out" / "part4_fidelity.tar.gz").exists()
+    assert processes_left(tmp_path / "results") == []
