@@ -21,7 +21,9 @@ from fsdp_bench.results.metrics import M
 GIB = 1 << 30
 # One pytest run of a part: "== RUN: pytest ...", its estimate, and pytest's last line "... in 93.71s".
 _RUN = re.compile(r"^== (?P<run>[\w.-]+): pytest ", re.M)
-_ESTIMATE = re.compile(r"estimated duration (?P<m>\d+)m(?P<s>\d+)s for (?P<planned>\d+) case")
+_ESTIMATE = re.compile(
+    r"estimated duration (?P<m>\d+)m(?P<s>\d+)s for (?P<planned>\d+) case\(s\)(?: \((?P<kept>\d+) kept from the resumed run\))?"
+)
 _TOOK = re.compile(r"^\d+ (?:passed|deselected|failed|xfailed).* in (?P<s>[\d.]+)s", re.M)
 
 
@@ -61,11 +63,22 @@ def case_rows(run_dir: Path) -> list[dict[str, Any]]:
     return rows
 
 
+_STARTED = re.compile(r"; started (\S+) on ")
+
+
+def _started(log_text: str) -> str:
+    """The UTC start a part's log names on its first line (ISO 8601: sorts as text)."""
+    found = _STARTED.search(log_text)
+    return found[1] if found else ""
+
+
 def part_timings(gpu_dir: Path) -> list[dict[str, Any]]:
-    """Each pytest run of each part's log: its estimate, what it took, whether it was stopped."""
+    """Each pytest run of each part's log: its estimate, what it took, whether it was stopped, and
+    how many ok cases it kept from an earlier run of the same folder (--bench-resume). Logs are
+    read in the order they were started, so a resumed run's entry is its latest."""
     out = []
-    for log in sorted(gpu_dir.glob("part*/part*.log")):
-        text = log.read_text(errors="replace")
+    logs = [(log, log.read_text(errors="replace")) for log in gpu_dir.glob("part*/part*.log")]
+    for log, text in sorted(logs, key=lambda pair: (_started(pair[1]), pair[0].name)):
         starts = list(_RUN.finditer(text))
         for k, start in enumerate(starts):
             block = text[start.end() : starts[k + 1].start() if k + 1 < len(starts) else len(text)]
@@ -77,6 +90,7 @@ def part_timings(gpu_dir: Path) -> list[dict[str, Any]]:
                         "estimated_s": 60 * int(estimate["m"]) + int(estimate["s"]),
                         "planned": int(estimate["planned"]),
                         "took_s": float(took["s"]),
+                        "kept": int(estimate["kept"] or 0),
                         "interrupted": "\ninterrupted; " in block,
                     }
                 )
@@ -101,7 +115,8 @@ def cases_table(rows: Iterable[dict[str, Any]]) -> str:
     for r in rows:
         tokens = _num(r["tokens"], 0) + ("" if r["trained"] else " (not trained)")
         lines.append(
-            f"| {r['run']} | {_what(r['case'])} | {tokens} | {_num(r['mfu'])} | {_num(r['cv'])} ({r['steps']:.0f}) "
+            f"| {r['run']} | {_what(r['case'])} | {tokens} | {_num(r['mfu'])} "
+            f"| {_num(r['cv']) if r['steps'] > 1 else 'n/a'} ({r['steps']:.0f}) "
             f"| {r['allocated']:.2f} | {r['predicted']:.2f} | {r['error_pct']:+.1f} |"
         )
     return "\n".join(lines)
@@ -120,11 +135,15 @@ def summary_table(gpu_dir: Path) -> str:
             continue
         trained = [r for r in rows if r["trained"] and r["tokens"]]
         best = max(trained, key=lambda r: r["tokens"]) if trained else None
-        cvs, errors = [r["cv"] for r in rows if r["cv"] is not None], [r["error_pct"] for r in rows]
+        # a CV of one measured step is no spread at all (n/a in the case table)
+        cvs = [r["cv"] for r in rows if r["cv"] is not None and r["steps"] > 1]
+        errors = [r["error_pct"] for r in rows]
         t = timings.get(f"{run_dir.parent.name}/{run_dir.name}")
         minutes = f"{t['took_s'] / 60:.1f} / {t['estimated_s'] / 60:.1f}" if t else ""
         if t and t["interrupted"]:
             minutes += f" (stopped after {len(rows)} of {t['planned']})"
+        elif t and t["kept"]:
+            minutes += f" ({t['planned']} of them; {t['kept']} kept from an earlier run)"
         what = (
             f"{_num(best['tokens'], 0)} ({best['case'].strategy} bs{best['case'].batch_size})"
             if best
@@ -132,20 +151,23 @@ def summary_table(gpu_dir: Path) -> str:
         )
         lines.append(
             f"| {run_dir.parent.name}/{run_dir.name} | {len(rows)} | {what} | {_num(best['mfu']) if best else ''} "
-            f"| {min(cvs):.1f}-{max(cvs):.1f} | {min(errors):+.1f}% to {max(errors):+.1f}% | {minutes} |"
+            f"| {f'{min(cvs):.1f}-{max(cvs):.1f}' if cvs else 'n/a'} | {min(errors):+.1f}% to {max(errors):+.1f}% "
+            f"| {minutes} |"
         )
     return "\n".join(lines)
 
 
 def fidelity_lines(gpu_dir: Path) -> str:
-    """The suite-vs-bare-loop lines of part 4's reports."""
+    """The suite-vs-bare-loop lines of every fidelity report (parts 4 and 6), with each paired
+    repeat's gap where the report has them."""
     out = []
-    for path in sorted(gpu_dir.glob("part4_*/fidelity-*.txt")):
+    for path in sorted(gpu_dir.glob("part*/fidelity-*.txt")):
         text = path.read_text()
         case = re.search(r"^case: (.+)$", text, re.M)
         ratio = re.search(r"suite median step time: .+$", text, re.M)
+        pairs = re.search(r"^suite vs bare per paired repeat: (.+)$", text, re.M)
         if case and ratio:
-            out.append(f"- {case[1]}: {ratio[0]}")
+            out.append(f"- {case[1]}: {ratio[0]}" + (f" (pairs: {pairs[1].strip()})" if pairs else ""))
     return "\n".join(out)
 
 
