@@ -1,29 +1,33 @@
 #!/usr/bin/env bash
-# Reference results on one NVIDIA GPU (H100/H200), in parts ordered by value, each at most 8
-# minutes and all of them at most 25 by the project's own duration estimate (not measurements):
+# Reference results on one NVIDIA GPU (H100/H200), in parts (scripts/gpu_reference/partN_*.sh):
 #   1 smoke: every strategy family, bf16 and fp16, compile, act-ckpt, profile, snapshot, a real OOM
-#   2 MFU of the Llama-style 1B model      3 GPT-2 124M strategy sweep      4 suite vs bare-loop fidelity
+#   2 MFU of the Llama-style 1B model      3 GPT-2 124M strategy sweep      4 fidelity, bf16 batch 8
+#   5 llama3_1b eager vs compiled          6 fidelity, bf16 batch 32        7 --bench-tune on part 3's grid
+#   8 peak memory out of sample            9 a smoke of the worker as changed
 #
-#   bash scripts/gpu_reference.sh --out DIR [--results DIR] [--budget-min M] [PART...]   # every part, or those named
-#   bash scripts/gpu_reference.sh --dry-run [--gpu-name NAME] [PART...] # cases and minutes, no GPU needed
+#   bash scripts/gpu_reference.sh --out DIR [--results DIR] [PART...]     # every part in order, or those named
+#   bash scripts/gpu_reference.sh --budget-min M --out DIR [--results DIR] # a GPU slot: the queue, within M minutes
+#   bash scripts/gpu_reference.sh --dry-run [--budget-min M] [--gpu-name NAME] [--results DIR] [PART...]
 #
-# Each part (scripts/gpu_reference/partN_*.sh, also runnable alone) leaves DIR/partN_NAME.tar.gz
-# (its run folders and log, under 16 MiB), finished, failed or interrupted; run again, it continues
-# its run folders (--bench-resume). A failed part does not stop the next; an interrupt stops all.
-# --budget-min M: everything ends within M minutes of the script's start (a GPU lease's slot): each
-# part runs under `timeout` with what is left, less a reserve for the last part's stop and archive,
-# and a part with under a minute left is not started.
+# The queue is the parts in value order (QUEUE); each counts only what the results folder (default
+# results/reference/<gpu>, see common.sh) does not hold yet at this measurement version, so a part
+# that is done costs nothing and an interrupted one continues. --budget-min M runs, in queue order,
+# each part whose estimate fits in what is left of M minutes (less a reserve for the last part's
+# stop), under `timeout`; the dry run with --budget-min lists what the next slot would run.
+# Each part leaves DIR/partN_NAME.tar.gz (its run folders and log, under 16 MiB), finished, failed or
+# interrupted. A failed part does not stop the next; an interrupt stops all.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 source scripts/gpu_reference/steps.sh
 
 PART_LIMIT_MIN=8
-TOTAL_LIMIT_MIN=27  # three slots of 9 minutes of commands
+QUEUE_LIMIT_MIN=27  # the queue in at most three slots of 9 minutes of commands
+QUEUE=(9 3 7 4 6 5 8)  # by value: smoke of a changed worker, sweep, tuner, fidelity, compile, memory
 STOP_RESERVE_S=60  # a stopped part's pytest ends its case, writes its results, then the archive
 MIN_PART_S=60      # a part with less left is not started
 
 usage_error() {
-  echo "gpu_reference.sh: $1 (usage: $0 --out DIR [--results DIR] [--budget-min M] [PART...] | --dry-run [--gpu-name NAME] [PART...])" >&2
+  echo "gpu_reference.sh: $1 (usage: $0 --out DIR [--results DIR] [--budget-min M] [PART...] | --dry-run [--budget-min M] [--gpu-name NAME] [--results DIR] [PART...])" >&2
   exit 2
 }
 
@@ -36,7 +40,7 @@ part_script() {  # part_script N: the one script of part N
 pass=() parts=() dry_run="" budget_s=""
 while (( $# )); do
   case $1 in
-    --dry-run) dry_run=1; pass+=("$1") ;;
+    --dry-run) dry_run=1 ;;
     --budget-min)
       (( $# >= 2 )) && [[ $2 =~ ^[0-9]+(\.[0-9]+)?$ ]] || usage_error "--budget-min needs a number of minutes"
       budget_s=$(awk -v m="$2" 'BEGIN { printf "%d", m * 60 }')
@@ -52,37 +56,70 @@ while (( $# )); do
 done
 [[ -n $dry_run || " ${pass[*]} " == *" --out "* ]] || usage_error "--out DIR is required (where each part leaves its log and archive)"
 if (( ${#parts[@]} == 0 )); then
-  for script in scripts/gpu_reference/part*_*.sh; do
-    name=${script##*/part}
-    parts+=("${name%%_*}")
-  done
+  if [[ -n $budget_s ]]; then
+    parts=("${QUEUE[@]}")
+  else
+    for script in scripts/gpu_reference/part*_*.sh; do
+      name=${script##*/part}
+      parts+=("${name%%_*}")
+    done
+    mapfile -t parts < <(printf '%s\n' "${parts[@]}" | sort -n)
+  fi
 fi
 
-dry_run_all() {  # every part's estimate, then the table and the limits (exit 1 when one is broken)
-  local n script text summary rows=() total_s=0 total_cases=0 failed=0 name cases seconds
+minutes() { awk -v s="$1" 'BEGIN { printf "%.1f", s / 60 }'; }
+
+estimate_part() {  # estimate_part N: the part's dry run; sets part_text, part_name, part_cases, part_s
+  local dry=(--dry-run) arg
+  for arg in "${pass[@]}"; do [[ $arg == --out ]] && break; done
+  # the part's own options but --out (a dry run writes nothing)
+  local opts=() skip=""
+  for arg in "${pass[@]}"; do
+    if [[ -n $skip ]]; then skip=""; continue; fi
+    [[ $arg == --out ]] && { skip=1; continue; }
+    opts+=("$arg")
+  done
+  part_text=$(bash "$(part_script "$1")" "${dry[@]}" "${opts[@]}") || return 1
+  # the part's last line but one: "partN_NAME: C case(s), M min (S s)"
+  local summary
+  summary=$(grep -E '^part[0-9]+_[^ ]*: [0-9]+ case\(s\), ' <<<"$part_text" | tail -1)
+  [[ -n $summary ]] || return 1
+  read -r part_name part_cases part_s < <(awk '{ gsub(/[:(]/, ""); print $1, $2, $(NF - 1) }' <<<"$summary")
+}
+
+in_queue() { [[ " ${QUEUE[*]} " == *" $1 "* ]]; }
+
+dry_run_all() {  # every part's estimate, the table, the limits and, with a budget, the next slot
+  local n rows=() total_s=0 total_cases=0 queue_s=0 failed=0 over=0 row name cases seconds
+  local slot=() later=() left=$(( ${budget_s:-0} - STOP_RESERVE_S ))
   for n in "${parts[@]}"; do
-    script=$(part_script "$n")
-    text=$(bash "$script" "${pass[@]}") || failed=1
-    echo "$text"
-    # the part's last line but one: "partN_NAME: C case(s), M min (S s)"
-    summary=$(grep -E '^part[0-9]+_[^ ]*: [0-9]+ case\(s\), ' <<<"$text" | tail -1)
-    [[ -n $summary ]] || { failed=1; continue; }
-    read -r name cases seconds < <(awk '{ gsub(/[:(]/, ""); print $1, $2, $(NF - 1) }' <<<"$summary")
-    rows+=("$name $cases $seconds")
-    total_s=$((total_s + seconds))
-    total_cases=$((total_cases + cases))
+    if ! estimate_part "$n"; then
+      echo "$part_text"; failed=1; continue
+    fi
+    echo "$part_text"
+    rows+=("$part_name $part_cases $part_s")
+    total_s=$((total_s + part_s)); total_cases=$((total_cases + part_cases))
+    in_queue "$n" && queue_s=$((queue_s + part_s))
+    if [[ -n $budget_s ]] && (( part_s > 0 )); then
+      if (( part_s <= left )); then slot+=("$part_name"); left=$((left - part_s)); else later+=("$part_name"); fi
+    fi
   done
   echo
-  printf '%-20s %6s %8s\n' part cases minutes
-  local row over=0
+  printf '%-28s %6s %8s\n' part cases minutes
   for row in "${rows[@]}"; do
     read -r name cases seconds <<<"$row"
-    printf '%-20s %6d %8s' "$name" "$cases" "$(awk -v s="$seconds" 'BEGIN { printf "%.1f", s / 60 }')"
-    if (( seconds > PART_LIMIT_MIN * 60 )); then echo "  over ${PART_LIMIT_MIN} min"; over=1; else echo; fi
+    printf '%-28s %6d %8s' "$name" "$cases" "$(minutes "$seconds")"
+    if (( seconds > PART_LIMIT_MIN * 60 )); then echo "  over ${PART_LIMIT_MIN} min"; over=1
+    elif (( seconds == 0 )); then echo "  done"; else echo; fi
   done
-  printf '%-20s %6d %8s' total "$total_cases" "$(awk -v s="$total_s" 'BEGIN { printf "%.1f", s / 60 }')"
-  if (( total_s > TOTAL_LIMIT_MIN * 60 )); then echo "  over ${TOTAL_LIMIT_MIN} min"; over=1; else echo; fi
-  echo "limits: ${PART_LIMIT_MIN} min per part, ${TOTAL_LIMIT_MIN} min in all (estimates, not measurements)"
+  printf '%-28s %6d %8s\n' total "$total_cases" "$(minutes "$total_s")"
+  printf '%-28s %6s %8s' "queue (${QUEUE[*]})" "" "$(minutes "$queue_s")"
+  if (( queue_s > QUEUE_LIMIT_MIN * 60 )); then echo "  over ${QUEUE_LIMIT_MIN} min"; over=1; else echo; fi
+  echo "limits: ${PART_LIMIT_MIN} min per part, ${QUEUE_LIMIT_MIN} min for what the queue still has to do (estimates, not measurements)"
+  if [[ -n $budget_s ]]; then
+    echo "next slot (--budget-min $(minutes "$budget_s"), ${STOP_RESERVE_S} s kept for the last stop): ${slot[*]:-nothing left to run}"
+    echo "  $(minutes $(( budget_s - STOP_RESERVE_S - left ))) min by the estimate; after it: ${later[*]:-nothing}"
+  fi
   (( failed )) && echo "!! a part's dry run failed (see above)" >&2
   (( failed || over )) && exit 1
   exit 0
@@ -100,7 +137,20 @@ for n in "${parts[@]}"; do
       worst=$(( worst > 124 ? worst : 124 ))
       continue
     fi
-    echo "== part $n: $left s left of the budget"
+    if ! estimate_part "$n"; then
+      echo "!! part $n: its dry run failed; not started" >&2
+      worst=$(( worst > 1 ? worst : 1 ))
+      continue
+    fi
+    if (( part_s == 0 )); then
+      echo "== part $n: done at this measurement version (results folder)"
+      continue
+    fi
+    if (( part_s > left )); then
+      echo "== part $n: not started, estimated $part_s s with $left s left of the budget"
+      continue
+    fi
+    echo "== part $n: estimated $part_s s, $left s left of the budget"
     # TERM at the deadline: the part stops its step and writes its archive; KILL only if it hangs
     step "part $n" timeout --signal=TERM --kill-after=$((STOP_RESERVE_S - 10)) "$left" bash "$(part_script "$n")" "${pass[@]}"
   else

@@ -25,7 +25,7 @@ from fsdp_bench.results.layout import RunLayout, create_run_dir, foreign_entries
 from fsdp_bench.results.load import load_case_result
 from fsdp_bench.results.metrics import M
 from fsdp_bench.results.records import CaseResult
-from fsdp_bench.results.schema import ResultError
+from fsdp_bench.results.schema import ResultError, is_current_ok
 
 
 class SessionError(RuntimeError):
@@ -113,11 +113,12 @@ class SweepSession:
         return facts
 
     def kept_on_resume(self, case_ids: list[str]) -> frozenset[str]:
-        """The ids of the cases a --bench-resume keeps (ok in the run folder): not run again."""
+        """The ids of the cases a --bench-resume keeps (ok in the run folder, measured by this
+        version's loop): not run again."""
         if self.sweep.resume is None or not self.launch.owns_results:
             return frozenset()
         run = RunLayout(self.sweep.resume)
-        return frozenset(cid for cid in case_ids if (_load_or_none(run.result_file(cid)) or {}).get("status") == "ok")
+        return frozenset(cid for cid in case_ids if is_current_ok(_load_or_none(run.result_file(cid))))
 
     def _write_environment(self, folder: Path) -> None:
         from fsdp_bench.launch.environment import write_environment
@@ -275,7 +276,7 @@ class SweepSession:
                 (cid, r)
                 for cid, _ in todo
                 for r in range(1, self.sweep.repeats + 1)
-                if (_load_or_none(run.result_file(cid, repeat=r)) or {}).get("status") == "ok"
+                if is_current_ok(_load_or_none(run.result_file(cid, repeat=r)))
             }
         self._rounds = RepeatRounds(todo, self.sweep.repeats, kept=done)
 
@@ -286,8 +287,8 @@ class SweepSession:
     def _run(self, run: RunLayout, case: Case) -> CaseResult:
         repeats = self.sweep.repeats
         previous = self._previous_result(run, case, repeats) if self.launch.owns_results else None
-        if previous is not None and previous["status"] == "ok":
-            result = previous  # resumed: an ok case is never re-run
+        if is_current_ok(previous):
+            result = previous  # resumed: an ok case of this loop's version is never re-run
         elif repeats > 1:
             if previous is not None:  # the merged result only: its ok repeats are kept
                 _set_aside(run, case.id, with_dir=False)
@@ -342,7 +343,7 @@ class SweepSession:
         """One repeat: kept when an earlier attempt left it ok, else (the earlier attempt set
         aside) launched in its own fresh torchrun and folder."""
         done = _load_or_none(run.result_file(case.id, repeat=repeat)) if self.launch.owns_results else None
-        if done is not None and done["status"] == "ok":
+        if is_current_ok(done):
             return done
         self.check_run_dir()
         check_free_space(run.root)
@@ -445,11 +446,12 @@ def _load_or_none(path: Path) -> CaseResult | None:
 
 def _has_repeats(merged: CaseResult | None, repeats: int) -> bool:
     """True when a merged result is ok with at least `repeats` repeats (not run again)."""
-    return merged is not None and merged["status"] == "ok" and len(merged.get(M.repeats) or []) >= repeats
+    return is_current_ok(merged) and len(merged.get(M.repeats) or []) >= repeats
 
 
 def _set_aside(run: RunLayout, case_id: str, *, repeat: int | None = None, with_dir: bool = True) -> None:
-    """Keep an earlier non-ok attempt (of the case, or of one repeat) under cases/.attempts/
+    """Keep an earlier attempt that is not kept (not ok, or measured by an older loop: results.schema.
+    MEASUREMENT_VERSION), of the case or of one repeat, under cases/.attempts/
     instead of overwriting it. `with_dir=False`: the merged result only, the repeats stay."""
     run.attempts_dir.mkdir(exist_ok=True)
     name = case_id if repeat is None else run.repeat_attempt_name(case_id, repeat)

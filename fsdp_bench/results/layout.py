@@ -9,7 +9,7 @@
                                     torchrun.pid, rank-N.pid, rank-N.json)
       cases/<case-id>/repeat-<r>/   with --bench-repeats N > 1: repeat r's own work folder (`CaseDir`)
       cases/<case-id>/repeat-<r>.json  repeat r's result; cases/<case-id>.json merges the repeats
-      cases/.attempts/<case-id>.N/  an earlier attempt that did not finish ok, set aside on resume
+      cases/.attempts/<case-id>.N/  an earlier attempt a resume does not keep (not ok, older loop)
       cases/.attempts/<case-id>-repeat<r>.N/  the same for one repeat
       nodes/node-<R>/cases/...      node R > 0: the same work folders for its own ranks
       tune/tune-<model>.json        --bench-tune: the tuning's answer (pick, rounds, cost), rewritten

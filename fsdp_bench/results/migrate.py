@@ -46,8 +46,18 @@ def _v2_to_v3(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+def _v3_to_v4(data: dict[str, Any]) -> dict[str, Any]:
+    """Each rank's `measurement_version` (results.schema.MEASUREMENT_VERSION), read off what the
+    rank recorded: the loop that took update norms on a few steps only also recorded which ones
+    (`update_norm_steps`, version 2); before it, every step (version 1)."""
+    for rank in data.get("ranks") or []:
+        if isinstance(rank, dict) and "measurement_version" not in rank:
+            rank["measurement_version"] = 2 if "update_norm_steps" in rank else 1
+    return data
+
+
 # version -> the step that lifts a file of that version by one
-STEPS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3}
+STEPS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4}
 
 
 def migrate_case_result(data: dict[str, Any]) -> dict[str, Any]:

@@ -43,6 +43,7 @@ class RankRecord(TypedDict, total=False):
     step_times_s: list[Number | None]
     losses: list[Number | None]
     grad_norms: list[Number]
+    measurement_version: int  # results.schema.MEASUREMENT_VERSION of the loop that measured it
     update_norms: list[Number]
     update_norm_steps: list[int]  # the step (warmup included) each norm is of; older files: every step
     update_norms_null_reason: str

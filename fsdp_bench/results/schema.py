@@ -10,12 +10,19 @@ from typing import Any, Union, get_args, get_origin, get_type_hints, is_typeddic
 from fsdp_bench.results.metrics import METRICS
 from fsdp_bench.results.records import CaseResult, RankRecord
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 # Versions this code reads; older ones are brought to the current one at load (results.migrate),
 # so no reader ever looks at an old shape. 2 added measurement fields (memory breakdown, model
 # state, FLOPs/MFU, profile, update norms, timeline), all optional. 3: the metrics always carry
 # `effective_sharding` in the catalog's words and, with a prediction, rank 0's measured peak.
-READABLE_SCHEMA_VERSIONS = (1, 2, 3)
+# 4: every rank record carries the `measurement_version` of the loop that measured it.
+READABLE_SCHEMA_VERSIONS = (1, 2, 3, 4)
+# The worker's way of measuring, bumped when the timed loop changes what a step's time means; each
+# rank record carries it, and a resume re-runs an ok case measured by an older loop (set aside under
+# .attempts/) rather than mix two harnesses in one run. 1: update norms copied every parameter to
+# the host between measured steps (files without the field). 2: norms on the warmup steps and the
+# first and last measured step only (commit 0e79098), which halved host-bound H100 steps.
+MEASUREMENT_VERSION = 2
 STATUSES = ("ok", "failed", "oom", "timeout", "skipped")
 FAILED_STATUSES = ("failed", "oom", "timeout")
 
@@ -46,6 +53,17 @@ _FSDP1_SHARDING_WORDS = {"NO_SHARD": "replicated", "SHARD_GRAD_OP": "shard_grad_
 def sharding_word(name: str) -> str:
     """An FSDP1 ShardingStrategy name (or a word already in the catalog's terms) in catalog terms."""
     return _FSDP1_SHARDING_WORDS.get(name, name.lower())
+
+
+def measurement_version(result: CaseResult) -> int:
+    """The oldest loop that measured any rank of a result (files are migrated to carry it; a
+    result without ranks, such as a failed stand-in, reads as the oldest)."""
+    return min((r.get("measurement_version", 1) for r in result.get("ranks") or []), default=1)
+
+
+def is_current_ok(result: CaseResult | None) -> bool:
+    """An ok result measured by this version's loop: what a resume keeps."""
+    return result is not None and result.get("status") == "ok" and measurement_version(result) == MEASUREMENT_VERSION
 
 
 class ResultError(ValueError):

@@ -13,12 +13,13 @@ from fsdp_bench.plan.case import Case
 from fsdp_bench.plan.faults import faults_for
 from fsdp_bench.results.io import utc_now, write_json_atomic
 from fsdp_bench.results.records import RankRecord
-from fsdp_bench.results.schema import GIB, SCHEMA_VERSION, STAGE_LABELS
+from fsdp_bench.results.schema import GIB, MEASUREMENT_VERSION, SCHEMA_VERSION, STAGE_LABELS
 
 
 def new_record(case: Case, *, rank: int, world_size: int) -> RankRecord:
     return {
         "schema_version": SCHEMA_VERSION,
+        "measurement_version": MEASUREMENT_VERSION,
         "case_id": case.id,
         "rank": rank,
         "world_size": world_size,

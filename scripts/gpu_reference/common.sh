@@ -5,10 +5,15 @@
 #
 #   --out DIR      where the part leaves its log (partN_NAME.log) and ONE archive
 #                  (partN_NAME.tar.gz: its run folders and the log), finished, failed or interrupted
-#   --results DIR  where the run folders go (default results/reference/<gpu-name>); the part's are
-#                  under DIR/partN_NAME/ and a second run continues them (--bench-resume)
+#   --results DIR  where the run folders go (default results/reference/<gpu-name>, the visible GPU's
+#                  name from nvidia-smi; without a GPU, results/reference/$REFERENCE_GPU_DIR, by
+#                  default NVIDIA-H100-80GB-HBM3); the part's are under DIR/partN_NAME/ and a
+#                  second run continues them (--bench-resume)
 #   --dry-run      launch nothing: each run's case count and the project's own duration estimate
-#                  (pytest --collect-only), then the part's total
+#                  (pytest --collect-only) of what is still to measure, then the part's total. A
+#                  run whose folder already holds every case ok at this measurement version
+#                  (results.schema.MEASUREMENT_VERSION; older ones are re-run by --bench-resume)
+#                  is "done" and counts 0; so is a fidelity report already written at it
 #   --gpu-name     whose published figures the estimate uses (--bench-gpu-name; default: the visible
 #                  GPU, else H100 SXM)
 #
@@ -64,7 +69,7 @@ fi
 
 # --- dry run: the project's own estimate of each run ---------------------------------------------
 
-part_cases=0 part_seconds=0 figures=""
+part_cases=0 part_seconds=0 figures="" last_estimate_s=0
 
 estimate_fields() {  # the estimate line's "<seconds> <cases> <repeats>" (1m05s or 2h03m formats)
   awk '{
@@ -79,7 +84,7 @@ estimate_fields() {  # the estimate line's "<seconds> <cases> <repeats>" (1m05s 
 }
 
 estimate_run() {  # estimate_run NAME PYTEST-ARGS...: count and time one run by `pytest --collect-only`
-  local name=$1 text line rc=0 seconds cases repeats collected
+  local name=$1 text line rc=0 seconds cases repeats collected kept
   shift
   text=$("$py" -m pytest benchmarks --collect-only "$@" 2>&1) || rc=$?
   line=$(grep -m1 '^fsdp-bench: estimated duration' <<<"$text")
@@ -87,21 +92,41 @@ estimate_run() {  # estimate_run NAME PYTEST-ARGS...: count and time one run by 
     echo "!! $name: pytest --collect-only exited $rc without an estimate:" >&2
     tail -3 <<<"$text" >&2
     status=1
+    last_estimate_s=-1
     return 0
   fi
   read -r seconds cases repeats < <(estimate_fields "$line")
+  kept=$(grep -Eo '\(([0-9]+) kept from the resumed run\)' <<<"$line" | grep -Eo '[0-9]+')
+  kept=${kept:-0}
   collected=$(grep -Eo '^[0-9]+(/[0-9]+)? tests? collected' <<<"$text" | grep -Eo '^[0-9]+')
+  figures=${line##*a rough figure from model FLOPs }  # "with <GPU>'s published peak, see ..."
+  if (( ${collected:-0} > cases + kept )); then
+    echo "!! $name: $((collected - cases - kept)) collected case(s) would be skipped: drop them from the run" >&2
+  fi
+  last_estimate_s=$seconds
+  if (( cases == 0 )); then  # every case kept: nothing left to measure
+    printf '  %-26s done (%d case(s) ok at measurement version %s)\n' "$name" "$kept" "$(measurement_version)"
+    last_estimate_s=0
+    return 0
+  fi
   local runs="" minutes
   (( repeats > 1 )) && runs=" x $repeats runs"
   minutes=$(awk -v s="$seconds" 'BEGIN { printf "%.1f", s / 60 }')
-  printf '  %-26s %3d case(s)%-10s %5s min\n' "$name" "$cases" "$runs" "$minutes"
-  figures=${line##*a rough figure from model FLOPs }  # "with <GPU>'s published peak, see ..."
-  if (( ${collected:-0} > cases )); then
-    echo "!! $name: $((collected - cases)) collected case(s) would be skipped: drop them from the run" >&2
-  fi
+  printf '  %-26s %3d case(s)%-10s %5s min' "$name" "$cases" "$runs" "$minutes"
+  (( kept )) && printf '  (%d kept)' "$kept"
+  echo
   part_cases=$((part_cases + cases * repeats))
   part_seconds=$((part_seconds + seconds))
 }
+
+measurement_version() {  # the worker loop's version (results.schema): what a resume keeps
+  "$py" -c 'from fsdp_bench.results.schema import MEASUREMENT_VERSION; print(MEASUREMENT_VERSION)'
+}
+
+worker_hash() {  # 8 hex digits of the worker's source: a smoke per version of the code that measures
+  find fsdp_bench/worker -name '*.py' | LC_ALL=C sort | xargs cat | sha1sum | cut -c1-8
+}
+
 
 # --- a real run: log, traps, archive -------------------------------------------------------------
 
@@ -112,6 +137,10 @@ results_folder() {  # the default --results: results/reference/<gpu-name>
     return
   fi
   name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | tr ' /' '--')
+  if [[ -z $name && -n $dry_run ]]; then  # planning without a GPU: the GPU whose results are committed
+    echo "results/reference/${REFERENCE_GPU_DIR:-NVIDIA-H100-80GB-HBM3}"
+    return
+  fi
   [[ -n $name ]] || { echo "!! no NVIDIA GPU visible (nvidia-smi); give --results DIR to run anyway" >&2; return 1; }
   echo "results/reference/$name"
 }
@@ -184,7 +213,8 @@ on_exit() {  # EXIT: the archive, whatever ended the part; then the part's exit 
 
 start_part() {  # start_part TITLE: the log and the traps (the dry run has neither)
   if [[ -n $dry_run ]]; then
-    echo "$part ($1), by the project's own estimate (pytest --collect-only):"
+    [[ -n $results ]] || results=$(results_folder)
+    echo "$part ($1), by the project's own estimate (pytest --collect-only), against $results:"
     return
   fi
   start_log
@@ -205,19 +235,59 @@ run() {  # run NAME PYTEST-ARGS...: one run folder per question; an interrupted 
   local name=$1
   shift
   local args=("${common[@]}" "$@" "${standin[@]}")
-  if [[ -n $dry_run ]]; then
-    estimate_run "$name" "${args[@]}"
+  local folder="$results/$part/$name" resume=()
+  # ok cases of this measurement version are kept, the rest (failed, older loop) run again
+  [[ -d $folder/cases ]] && resume=(--bench-resume "$folder")
+  if [[ -n $dry_run ]]; then  # what is still to measure: a resume's estimate counts only that
+    estimate_run "$name" "${args[@]}" "${resume[@]}"
     return 0
   fi
-  local folder="$results/$part/$name"
-  local where=(--bench-results-dir="$results/$part" --bench-run-id="$name")
-  if [[ -d $folder/cases ]]; then
-    where=(--bench-resume "$folder")  # ok cases are kept, the rest run again
+  if (( ${#resume[@]} )); then
+    estimate_run "$name" "${args[@]}" "${resume[@]}" >/dev/null
+    if (( last_estimate_s == 0 )); then
+      echo "== $name: done, every case ok at measurement version $(measurement_version) ($folder)"
+      return 0
+    fi
   fi
+  local where=("${resume[@]}")
+  (( ${#where[@]} )) || where=(--bench-results-dir="$results/$part" --bench-run-id="$name")
   echo "== $name: pytest benchmarks ${args[*]} ${where[*]}"
   # Failed and oom cases are data (the report shows them); the exit status still says so.
   step "$name" "$py" -m pytest benchmarks "${args[@]}" "${where[@]}"
 }
+
+# A tuning stops after its case-seconds and may finish the round it is in (at most 3 cases x its
+# repeats): the estimate of the whole grid would overstate it several times.
+TUNE_ROUND_S=120
+SESSION_EXTRA_S=20  # pytest's start and the report at the end
+
+tune_run() {  # tune_run NAME TUNE-TIME-S PYTEST-ARGS...: --bench-tune, a folder per measurement version
+  local name tune_s=$2
+  name="$1-m$(measurement_version)"
+  shift 2
+  local args=("${common[@]}" --bench-tune --bench-tune-time-s="$tune_s" "$@" "${standin[@]}")
+  local folder="$results/$part/$name" resume=()
+  if compgen -G "$folder/tune/tune-*.json" >/dev/null; then
+    if [[ -n $dry_run ]]; then printf '  %-26s done (answered in %s/tune)\n' "$name" "$folder"
+    else echo "== $name: done, answered ($folder/tune)"; fi
+    return 0
+  fi
+  [[ -d $folder/cases ]] && resume=(--bench-resume "$folder")
+  if [[ -n $dry_run ]]; then
+    local before=$part_seconds cap=$((tune_s + TUNE_ROUND_S + SESSION_EXTRA_S))
+    estimate_run "$name" "${args[@]}" "${resume[@]}"
+    if (( part_seconds - before > cap )); then
+      part_seconds=$((before + cap))
+      echo "    (it stops after $tune_s case-seconds and the round it is in: counted as $cap s)"
+    fi
+    return 0
+  fi
+  local where=("${resume[@]}")
+  (( ${#where[@]} )) || where=(--bench-results-dir="$results/$part" --bench-run-id="$name")
+  echo "== $name: pytest benchmarks ${args[*]} ${where[*]}"
+  step "$name" "$py" -m pytest benchmarks "${args[@]}" "${where[@]}"
+}
+
 
 # The fidelity measurement: the suite's step time vs scripts/bare_loop.py on the same case, paired
 # repeats (bare loop then suite, back to back) so drift hits both alike.
@@ -229,7 +299,13 @@ fi
 fidelity() {  # fidelity STRATEGY PRECISION BATCH: scripts/measure_fidelity.py, its report in the run folders
   local strategy=$1 precision=$2 batch=$3
   [[ -n $standin_mode ]] && batch=2
-  local name="fidelity-$strategy-$precision-bs$batch"
+  # the report names the measurement version of the suite's loop it compared (results.schema)
+  local name="fidelity-$strategy-$precision-bs$batch-m$(measurement_version)"
+  if [[ -s $results/$part/$name.txt ]]; then  # a result is never overwritten: measured once per version
+    [[ -n $dry_run ]] && printf '  %-26s done (%s)\n' "$name" "$results/$part/$name.txt"
+    [[ -z $dry_run ]] && echo "== $name: done ($results/$part/$name.txt)"
+    return 0
+  fi
   if [[ -n $dry_run ]]; then
     # Estimated as the suite's case run twice per repeat: the bare loop does the same steps
     # without the probe steps, so counting it as a case errs long.
@@ -240,10 +316,6 @@ fidelity() {  # fidelity STRATEGY PRECISION BATCH: scripts/measure_fidelity.py, 
     return 0
   fi
   local report="$results/$part/$name.txt"
-  if [[ -s $report ]]; then  # a result is never overwritten: a second run of the part skips it
-    echo "== $name: already measured ($report)"
-    return 0
-  fi
   echo "== $name: scripts/measure_fidelity.py, report $report"
   # into a temporary file first: a stopped measurement leaves no half report
   step "$name" bash -c 'exec "$@" >"$0"' "$report.partial" "$py" scripts/measure_fidelity.py --strategy "$strategy" \
@@ -259,7 +331,7 @@ fidelity() {  # fidelity STRATEGY PRECISION BATCH: scripts/measure_fidelity.py, 
 finish() {  # the part's total (dry run) or its exit status (the EXIT trap writes the archive)
   if [[ -n $dry_run ]]; then
     echo "$part: $part_cases case(s), $(awk -v s="$part_seconds" 'BEGIN { printf "%.1f", s / 60 }') min ($part_seconds s)"
-    echo "  (estimated from model FLOPs $figures)"
+    [[ -n $figures ]] && echo "  (estimated from model FLOPs $figures)"
   fi
   exit "$status"
 }

@@ -131,3 +131,34 @@ def test_resume_of_a_run_in_use_is_refused(interrupted, tmp_path):
     assert proc.returncode == 4
     assert "--bench-resume:" in proc.stderr and "in use by another running sweep" in proc.stderr
     assert "Traceback" not in proc.stderr + proc.stdout
+
+
+def test_resume_reruns_a_case_an_older_loop_measured(interrupted, resumed):
+    """A run measured partly by an older timed loop (results.schema.MEASUREMENT_VERSION) would mix
+    two harnesses: the resume sets that case aside and measures it again; the others are kept."""
+    from fsdp_bench.results.schema import MEASUREMENT_VERSION
+
+    run = interrupted["run"]
+    old = run / "cases" / f"{IDS[2]}.json"
+    data = json.loads(old.read_text())
+    assert all(r["measurement_version"] == MEASUREMENT_VERSION for r in data["ranks"])
+    data["schema_version"] = 3  # as the first loop's files read: no version, a norm every step
+    for rank in data["ranks"]:
+        del rank["measurement_version"], rank["update_norm_steps"]
+    old.write_text(json.dumps(data))
+    kept = (run / "cases" / f"{IDS[0]}.json").read_bytes()
+    proc = subprocess.run(
+        pytest_cmd("test_sweep.py", "-q", *OPTIONS, "--bench-resume", str(run)),
+        cwd=interrupted["root"],
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert "(2 kept from the resumed run)" in proc.stdout
+    assert (run / "cases" / f"{IDS[0]}.json").read_bytes() == kept
+    again = json.loads(old.read_text())
+    assert again["status"] == "ok" and all(r["measurement_version"] == MEASUREMENT_VERSION for r in again["ranks"])
+    set_aside = json.loads((run / "cases" / ".attempts" / f"{IDS[2]}.1" / f"{IDS[2]}.json").read_text())
+    assert set_aside["schema_version"] == 3 and all("measurement_version" not in r for r in set_aside["ranks"])

@@ -17,14 +17,30 @@ def _result(version):
     return {"schema_version": version, "case_id": "ddp-x", "case": {}, "status": "ok", "metrics": {}, "ranks": []}
 
 
-def test_schema_is_3_and_older_versions_load_migrated(tmp_path):
-    assert SCHEMA_VERSION == 3
-    for v in (1, 2, 3):
+def test_schema_is_4_and_older_versions_load_migrated(tmp_path):
+    assert SCHEMA_VERSION == 4
+    for v in (1, 2, 3, 4):
         write_json_atomic(tmp_path / f"v{v}.json", _result(v))
-        assert load_case_result(tmp_path / f"v{v}.json")["schema_version"] == 3
-    write_json_atomic(tmp_path / "v4.json", _result(4))
-    with pytest.raises(ResultError, match="reads 1, 2, 3"):
-        load_case_result(tmp_path / "v4.json")
+        assert load_case_result(tmp_path / f"v{v}.json")["schema_version"] == 4
+    write_json_atomic(tmp_path / "v5.json", _result(5))
+    with pytest.raises(ResultError, match="reads 1, 2, 3, 4"):
+        load_case_result(tmp_path / "v5.json")
+
+
+def test_migration_reads_which_loop_measured_each_rank(tmp_path):
+    """Version-3 files name no measurement version: a rank that recorded which steps got an update
+    norm was measured by the loop that took them on a few steps only (2), any other by the first (1)."""
+    from fsdp_bench.results.schema import MEASUREMENT_VERSION, is_current_ok
+
+    old = {**_result(3), "ranks": [{"rank": 0, "update_norm_steps": [0, 1, 24]}, {"rank": 1}]}
+    write_json_atomic(tmp_path / "old.json", old)
+    ranks = load_case_result(tmp_path / "old.json")["ranks"]
+    assert [r["measurement_version"] for r in ranks] == [2, 1]
+    assert MEASUREMENT_VERSION == 2
+    assert not is_current_ok(load_case_result(tmp_path / "old.json"))  # rank 1 is the older loop
+    old["ranks"] = old["ranks"][:1]
+    write_json_atomic(tmp_path / "v2loop.json", old)
+    assert is_current_ok(load_case_result(tmp_path / "v2loop.json"))
 
 
 def test_migration_fills_what_the_report_used_to_backfill(tmp_path):
