@@ -1,5 +1,5 @@
 """A case's headline metrics from its ranks' records: throughput, memory, model state, FLOPs and
-MFU, profile times, utilization, and the loss deviation from DDP (pure, no torch)."""
+MFU, profile times, utilization and GPU busy share, and the loss deviation from DDP (pure, no torch)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
+from fsdp_bench.analysis.busy import is_host_bound
 from fsdp_bench.plan.catalog import is_baseline, sharding_word
 from fsdp_bench.results.records import RankRecord
 from fsdp_bench.results.schema import GIB
@@ -146,10 +147,29 @@ def aggregate_measurements(ranks: Sequence[RankRecord], headline: dict[str, Any]
         out["gpu_util_pct_mean"] = statistics.fmean(means) if means else None
         if not means:
             out["gpu_util_null_reason"] = utils[0].get("null_reason")
+    out.update(busy_metrics(ranks))
     norms = [r["update_norms"] for r in ranks if r.get("update_norms")]
     if norms:
         out["update_norm_min"] = min(min(n) for n in norms)
     return out
+
+
+def busy_metrics(ranks: Sequence[RankRecord]) -> dict[str, Any]:
+    """gpu_busy_pct, gpu_idle_ms_per_step and host_bound from the least busy rank: a synchronous
+    step waits for its slowest rank, and the others' NCCL kernels, spinning while they wait for
+    it, read as busy, so the rank mean would hide the one rank the step waits on."""
+    busy = [r["gpu_busy"] for r in ranks if r.get("gpu_busy")]
+    if not busy:
+        return {}  # records made before the busy probe
+    measured = [b for b in busy if b.get("pct") is not None]
+    if not measured:
+        return {"gpu_busy_pct": None, "host_bound": None, "gpu_busy_null_reason": busy[0].get("null_reason")}
+    least = min(measured, key=lambda b: b["pct"])
+    return {
+        "gpu_busy_pct": least["pct"],
+        "gpu_idle_ms_per_step": least["idle_ms_per_step"],
+        "host_bound": is_host_bound(least["pct"]),
+    }
 
 
 # A prediction is flagged when it misses the measurement by more than this (report.md says so).

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fsdp_bench.analysis.busy import host_bound_detail
 from fsdp_bench.analysis.duration import format_duration
 from fsdp_bench.launch.session import SessionError, SweepSession
 from fsdp_bench.plan.case import Case
@@ -184,6 +185,7 @@ def _measured_parts(metrics: dict[str, Any]) -> list[str]:
     if key is not None:
         peak, name = metrics[key], label(key).split(" (")[0]
         parts.append(f"{name} {peak:.2f} GiB" if peak >= 0.1 else f"{name} {peak * 1024:.1f} MiB")
+    parts += _busy_parts(metrics)
     cv = metrics.get(M.step_time_cv_pct)
     if isinstance(cv, (int, float)) and cv > NOISY_CV_PCT:
         parts.append(f"NOISY (CV {cv:.0f}%)")
@@ -191,6 +193,17 @@ def _measured_parts(metrics: dict[str, Any]) -> list[str]:
     if isinstance(spread, (int, float)) and (metrics.get(M.repeats) or 1) > 1:
         parts.append(f"{metrics.get(M.repeats)} repeats, medians spread {spread:.0f}%")
     return parts
+
+
+def _busy_parts(metrics: dict[str, Any]) -> list[str]:
+    """`HOST-BOUND (GPU idle 105 ms/step, busy 16%)`, or `GPU busy 95%`; nothing where the busy
+    share is not measured (CPU, --bench-no-probes)."""
+    busy, idle = metrics.get(M.gpu_busy_pct), metrics.get(M.gpu_idle_ms_per_step)
+    if not isinstance(busy, (int, float)):
+        return []
+    if metrics.get(M.host_bound) and isinstance(idle, (int, float)):
+        return [f"HOST-BOUND ({host_bound_detail(busy, idle)})"]
+    return [f"GPU busy {busy:.0f}%"]
 
 
 def sigterm_as_interrupt() -> Callable[[], None]:

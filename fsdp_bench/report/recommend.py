@@ -7,8 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from fsdp_bench.analysis.busy import HOST_BOUND_BUSY_PCT, host_bound_detail, host_bound_text
 from fsdp_bench.analysis.run_noise import SINGLE_RUN_NOISE, speed_interval, widened
-from fsdp_bench.report.table import left_out, trained_rows
+from fsdp_bench.report.table import is_set, left_out, trained_rows
 from fsdp_bench.results.metrics import M
 from fsdp_bench.results.stats import CONFIDENCE_PCT
 
@@ -146,6 +147,28 @@ def _winner_text(rec: Recommendation, budget: str) -> str:
     return text
 
 
+def _short(row: dict[str, Any]) -> str:
+    return f"{row['strategy']} batch {row['batch_size']} x accum {row['grad_accum']}"
+
+
+def host_overhead_note(rows: list[dict[str, Any]]) -> str:
+    """What the ranked cases' GPU busy shares say about the ranking: '' when none is host-bound
+    (or none was measured); when all are, the ranking is decided by host overhead."""
+    bound = [r for r in rows if is_set(r.get(M.host_bound))]
+    if not bound:
+        return ""
+    if len(rows) == 1:
+        return f"; it is {host_bound_text(bound[0][M.gpu_busy_pct], bound[0][M.gpu_idle_ms_per_step])}"
+    each = "; ".join(f"{_short(r)}: {host_bound_detail(r[M.gpu_busy_pct], r[M.gpu_idle_ms_per_step])}" for r in bound)
+    if len(bound) < len(rows):
+        return f"; {len(bound)} of the {len(rows)} ranked configurations host-bound ({each})"
+    return (
+        f"; this ranking is decided by host overhead: {'both' if len(rows) == 2 else f'all {len(rows)}'} ranked "
+        f"configurations are host-bound, the GPU busy under {HOST_BOUND_BUSY_PCT:.0f}% of the step ({each}), so "
+        "their order measures Python, hook and kernel-launch time on this host more than the strategies' GPU work"
+    )
+
+
 def recommendation_lines(df, budget_gib: float | None = None) -> list[str]:
     lines = []
     for rec in recommend(df, budget_gib):
@@ -157,6 +180,7 @@ def recommendation_lines(df, budget_gib: float | None = None) -> list[str]:
             )
             continue
         text = _winner_text(rec, budget)
+        text += host_overhead_note(rec.tied if len(rec.tied) > 1 else rec.picks)
         if rec.over_budget:
             text += f"; {rec.over_budget} trained configuration(s) over the budget left out"
         if rec.unmeasured:

@@ -9,9 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from fsdp_bench.analysis.busy import HOST_BOUND_BUSY_PCT, host_bound_detail
 from fsdp_bench.plan.catalog import is_baseline, strategy_order
 from fsdp_bench.report.charts.style import TIMING_LABELS
-from fsdp_bench.report.table import left_out, ok_rows, trained_rows
+from fsdp_bench.report.table import is_set, left_out, ok_rows, trained_rows
 from fsdp_bench.results.metrics import M
 from fsdp_bench.results.schema import FAILED_STATUSES
 from fsdp_bench.results.stats import CONFIDENCE_PCT, NOISY_CV_PCT
@@ -80,6 +81,13 @@ def _gain_text(best, second) -> str:
     )
 
 
+def _host_decided(best, second) -> str:
+    """', decided by host overhead (both host-bound)' when the two cases compared are host-bound."""
+    if is_set(best.get(M.host_bound)) and is_set(second.get(M.host_bound)):
+        return ", decided by host overhead (both host-bound)"
+    return ""
+
+
 def fastest_per_batch(df) -> list[str]:
     lines = []
     for model, every in df.groupby("model"):
@@ -95,7 +103,7 @@ def fastest_per_batch(df) -> list[str]:
             best = ranked.iloc[0]
             text = f"batch {size}: {best['strategy']} ({_fmt(best[M.tokens_per_s_per_device])} tokens/s/device"
             if len(ranked) > 1:
-                text += ", " + _gain_text(best, ranked.iloc[1])
+                text += ", " + _gain_text(best, ranked.iloc[1]) + _host_decided(best, ranked.iloc[1])
             items.append(text + ")")
         if items:
             accums = sorted(set(mdf["grad_accum"]))
@@ -259,6 +267,28 @@ def exposed_communication(df) -> list[str]:
     return [f"Exposed communication as a share of step time (median over cases): {', '.join(items)}."]
 
 
+def host_bound_cases(df) -> list[str]:
+    """Which cases the host holds back: GPU busy under HOST_BOUND_BUSY_PCT of the step, with the
+    idle time per step (only where the busy share was measured: CUDA, probes on)."""
+    ok = ok_rows(df)
+    if M.host_bound not in ok or M.gpu_busy_pct not in ok or ok[M.gpu_busy_pct].isna().all():
+        return []
+    ok = ok[ok[M.gpu_busy_pct].notna()]
+    bound = ok[ok[M.host_bound] == True]  # noqa: E712 (pandas mask, not identity)
+    if bound.empty:
+        return [f"GPU-bound: the GPU is busy at least {HOST_BOUND_BUSY_PCT:.0f}% of the step in all {len(ok)} cases."]
+    items = [
+        f"{r['case_id']} ({host_bound_detail(r[M.gpu_busy_pct], r[M.gpu_idle_ms_per_step])})"
+        for r in bound.sort_values(M.gpu_busy_pct).to_dict("records")
+    ]
+    return [
+        f"Host-bound (GPU busy under {HOST_BOUND_BUSY_PCT:.0f}% of the step) in {len(bound)} of {len(ok)} cases: "
+        "the host's overhead (Python, hooks, kernel launches) sets their step time, so the order among them "
+        f"measures the host more than the strategies; a larger batch or torch.compile shrinks that share: "
+        f"{'; '.join(items)}."
+    ]
+
+
 QUESTIONS: Sequence[tuple[str, Callable[[Any], list[str]]]] = (
     ("Did every case finish?", failures),
     ("Largest batch that fits per strategy", largest_batch_that_fits),
@@ -267,6 +297,7 @@ QUESTIONS: Sequence[tuple[str, Callable[[Any], list[str]]]] = (
     ("Does building the optimizer before sharding train?", optimizer_timing_effect),
     ("Do strategies train the same model?", loss_agreement),
     ("How much communication is exposed?", exposed_communication),
+    ("Is the GPU kept busy?", host_bound_cases),
     ("Best hardware utilization", best_mfu),
     ("Are the timings trustworthy?", timing_noise),
 )

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from fsdp_bench.analysis.busy import is_host_bound
 from fsdp_bench.analysis.case_time import case_time_split
 from fsdp_bench.plan.case import timing_order
 from fsdp_bench.plan.catalog import strategy_order
@@ -61,6 +62,9 @@ REPORT_COLUMN_ORDER = (
     M.peak_reserved_gib,
     M.peak_rss_gib,
     M.mfu_pct,
+    M.gpu_busy_pct,
+    M.gpu_idle_ms_per_step,
+    M.host_bound,
     M.comm_exposed_s_per_step,
     "effective_sharding",
     M.loss_first,
@@ -205,6 +209,7 @@ def flatten_rank(result: CaseResult, rank: RankRecord) -> dict[str, Any]:
     for key in (M.step_time_s_median, M.step_time_s_p10, M.step_time_s_p90):
         row[key] = stats.get(key)
     row[M.steps_measured] = len(times)
+    row.update(_rank_busy(rank))
     losses = rank.get("losses") or []
     row[M.loss_first] = losses[0] if losses else None
     row[M.loss_last] = losses[-1] if losses else None
@@ -223,6 +228,16 @@ def flatten_rank(result: CaseResult, rank: RankRecord) -> dict[str, Any]:
     return row
 
 
+def _rank_busy(rank: RankRecord) -> dict[str, Any]:
+    """This rank's GPU busy share (its own probe step against its own median step)."""
+    busy = rank.get("gpu_busy") or {}
+    return {
+        M.gpu_busy_pct: busy.get("pct"),
+        M.gpu_idle_ms_per_step: busy.get("idle_ms_per_step"),
+        M.host_bound: is_host_bound(busy.get("pct")),
+    }
+
+
 def build_per_rank_table(results: Iterable[CaseResult]):
     import pandas as pd
 
@@ -239,6 +254,12 @@ def build_per_rank_table(results: Iterable[CaseResult]):
         .drop(columns="_c")
         .reset_index(drop=True)
     )
+
+
+def is_set(value: Any) -> bool:
+    """Whether a flag column (host_bound, ...) holds True in a row: a Python or a numpy bool;
+    False, None and NaN (not measured) are not set."""
+    return value is not None and value == value and bool(value)
 
 
 def ok_rows(df):

@@ -111,8 +111,18 @@ METRICS: tuple[Metric, ...] = (
     _m("compute_s_per_step", "s", _COMM.format(what="compute")),
     _m("optimizer_s_per_step", "s", "union of Optimizer.step spans per profiled step"),
     _m("data_host_s_per_step", "s", "step time covered by neither compute nor communication", LOWER),
-    _m("gpu_util_pct_mean", "%", "mean NVML utilization while the timed steps ran (needs nvidia-ml-py); null + "
-       "gpu_util_null_reason otherwise", HIGHER, "GPU util (%)", CHART),
+    _m("gpu_util_pct_mean", "%", "NVML sampled: mean of NVML's utilization readings taken while timed steps ran "
+       "(the share of the driver's 1/6-1 s sample periods in which any kernel ran, periods that straddle the "
+       "work around the step; needs nvidia-ml-py): not a busy measure, see gpu_busy_pct; null + "
+       "gpu_util_null_reason otherwise", HIGHER, "NVML sampled util (%)", CHART),
+    _m("gpu_busy_pct", "%", "share of the median timed step in which the GPU runs kernels, copies or memsets: "
+       "their union on the device timeline of one untimed torch.profiler probe step / the rank's median step "
+       "time (analysis.busy); the least busy rank; CUDA only, null + gpu_busy_null_reason on CPU or with "
+       "--bench-no-probes", None, "GPU busy (%)", TABLE, LIVE),
+    _m("gpu_idle_ms_per_step", "ms", "median timed step minus the GPU's busy time in it, same rank", None,
+       "GPU idle (ms/step)", TABLE),
+    _m("host_bound", "bool", "gpu_busy_pct < analysis.busy.HOST_BOUND_BUSY_PCT (80): the GPU waits on the host "
+       "for over a fifth of the step, so host overhead decides the step time", None, "host-bound", TABLE, LIVE),
     _m("repeats", "count", "--bench-repeats: torchrun processes the case ran in", None, "repeats", TABLE),
     _m("repeat_spread_pct", "%", "(max - min) / median of the repeats' step-time medians", None,
        "spread between repeats (%)", TABLE, LIVE),

@@ -77,6 +77,7 @@ class RankRecord(TypedDict, total=False):
     prediction: dict[str, Any]
     profile: dict[str, Any]
     gpu_util: dict[str, Any]
+    gpu_busy: dict[str, Any]
     checkpoint: dict[str, Any]
     simulation: dict[str, Any]
     oom: dict[str, Any]

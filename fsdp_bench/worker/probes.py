@@ -1,5 +1,5 @@
 """Untimed probe steps after the measured ones: FLOP counting, model-state bytes, the memory
-breakdown and profiling, plus the model facts the FLOPs formula needs.
+breakdown, the GPU busy share and profiling, plus the model facts the FLOPs formula needs.
 
 Each probe runs one real training step (so the model keeps training) outside every timed region;
 nothing here runs during the measured steps. Inside the timed region only the memory timeline's
@@ -303,6 +303,29 @@ def _probe_breakdown(
             record["memory"]["method"] = f"unavailable: {refusal}"
 
 
+def _probe_busy(
+    case: Case, step: Callable[[], Any], *, record: RankRecord, guard: ProbeGuard, device: torch.device
+) -> None:
+    """One step under the profiler (CUDA): the GPU busy share of this rank's timed step.
+
+    It runs after the measured steps' peaks were read (worker.loop reads them before any probe),
+    so the profiler's buffers never enter a reported peak, and only on CUDA: a CPU run has no
+    device timeline to read."""
+    from fsdp_bench.analysis.busy import NO_DEVICE_TIMELINE, busy_record
+    from fsdp_bench.worker.profiling import probe_device_busy
+
+    if device.type != "cuda":
+        record["gpu_busy"] = {"pct": None, "null_reason": NO_DEVICE_TIMELINE}
+        return
+    if not case.probes:
+        record["gpu_busy"] = {"pct": None, "null_reason": PROBES_OFF}
+        return
+    probe, reason = guard.run("gpu_busy", lambda: probe_device_busy(step, device_type=device.type))
+    busy = busy_record(probe if reason is None else {"null_reason": reason}, record["step_times_s"])
+    busy["method"] = "torch.profiler over 1 untimed probe step: union of kernel/memcpy/memset intervals / timed median"
+    record["gpu_busy"] = busy
+
+
 def run_probes(
     case: Case,
     model,
@@ -315,7 +338,8 @@ def run_probes(
     out_dir: Path | None,
     fault: str | None = None,
 ) -> ProbeGuard:
-    """The untimed probe steps: FLOPs + model state, memory breakdown, then profiling if asked.
+    """The untimed probe steps: FLOPs + model state, memory breakdown, the GPU busy share, then
+    profiling if asked.
 
     `train_step(on_phase=None)` runs one optimizer step exactly as the timed loop does. Every
     probe runs under a `ProbeGuard` (returned: its `must_leave` tells the caller the process
@@ -334,6 +358,7 @@ def run_probes(
     _probe_flops_and_state(case, model, optimizer, step, record=record, guard=guard, rank=rank)
     record["prediction"] = predicted_memory(case, record["world_size"], rank)
     _probe_breakdown(case, model, optimizer, step, record=record, guard=guard, device=device)
+    _probe_busy(case, step, record=record, guard=guard, device=device)
     if case.profile:
         from fsdp_bench.worker.profiling import profile_steps
 

@@ -15,10 +15,14 @@ How events are classified:
 Exposed communication = |union(comm) - union(compute)|, not a sum of self-times.
 data_host_s_per_step = step time covered by neither compute nor communication (Python, hooks,
 data handling, waiting on a collective's result).
+device_busy_s_per_step = the union of every device interval (kernels, copies, memsets) in the
+step windows: the same reduction (`analysis.busy.device_busy`) as the one-step busy probe
+(`probe_device_busy`), which gives every CUDA case its `gpu_busy_pct`.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import tempfile
 from collections.abc import Callable, Iterable
@@ -26,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fsdp_bench.analysis.busy import device_busy
 from fsdp_bench.analysis.intervals import clip, exposed_length, total_length, union
 from fsdp_bench.plan.case import PROFILER_WARMUP_STEPS
 
@@ -102,8 +107,18 @@ def summarize_events(events: Iterable[TraceEvent]) -> dict[str, Any]:
         "compute_s_per_step": total_length(compute_iv) / n,
         "optimizer_s_per_step": total_length(optimizer_iv) / n,
         "data_host_s_per_step": (step_s - total_length(compute_iv + comm_iv)) / n,
+        "device_busy_s_per_step": busy_from_events(events).get("busy_s_per_step") if on_gpu else None,
         "method": "cuda kernels" if on_gpu else "cpu ops (gloo worker threads for collectives)",
     }
+
+
+def busy_from_events(events: Iterable[TraceEvent]) -> dict[str, Any]:
+    """The device's busy seconds per step (`analysis.busy.device_busy`): every device interval
+    inside the `fsdp_bench.step` windows (the host spans; the device-side copy of the annotation
+    is no work)."""
+    events = list(events)
+    steps = [(e.start_s, e.end_s) for e in events if e.name == STEP_MARKER and not e.on_device]
+    return device_busy(((e.start_s, e.end_s) for e in events if e.on_device), steps)
 
 
 # Chrome-trace categories that are device-side work (kernels and copies on a GPU stream).
@@ -111,8 +126,9 @@ _DEVICE_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 
 
 def load_trace_events(path: Path) -> list[TraceEvent]:
-    """Complete ("X") events of a saved chrome/TensorBoard trace, the same file a user opens."""
-    with open(path) as fh:
+    """Complete ("X") events of a saved chrome/TensorBoard trace, the same file a user opens
+    (gzip'd when its name ends in .gz, as torch's `use_gzip` writes it)."""
+    with gzip.open(path, "rt") if str(path).endswith(".gz") else open(path) as fh:
         trace = json.load(fh)
     events = trace.get("traceEvents", trace) if isinstance(trace, dict) else trace
     out = []
@@ -172,3 +188,30 @@ def profile_steps(
     if trace_dir is not None:
         summary["trace_file"] = str(written[-1])
     return summary
+
+
+def probe_device_busy(step: Callable[[], Any], *, device_type: str) -> dict[str, Any]:
+    """Run `step` once under torch.profiler and return the device's busy time in its window
+    (`busy_from_events`): one untimed step, no trace kept.
+
+    CPU activity is recorded for the step's window (the `fsdp_bench.step` span), CUDA activity for
+    the kernels; the profiler's CPU bookkeeping lengthens the host side of this step, which is why
+    the busy time is later divided by the timed median, not by this window (see analysis.busy).
+    Synchronizing before and inside the window puts exactly this step's kernels in it. On CPU
+    there are no device events: the result says so (the caller does not run it there)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    cuda = device_type == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    if cuda:
+        torch.cuda.synchronize()
+    with profile(activities=activities) as prof:
+        with record_function(STEP_MARKER):
+            step()
+            if cuda:
+                torch.cuda.synchronize()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "busy.pt.trace.json"
+        prof.export_chrome_trace(str(path))
+        return busy_from_events(load_trace_events(path))

@@ -350,3 +350,53 @@ def test_nothing_but_the_step_inside_the_timed_region(monkeypatch):
     assert windows[0][0] == "step:phases"  # phase samples come from the warmup step
     for a in clocks[2::2]:  # measured steps: utilization on right before t0, off right after the end
         assert events[a - 1] == "util.resume" and events[a + 3] == "util.pause", events[a - 3 : a + 5]
+
+
+def test_busy_probe_reads_its_step_window_from_the_real_profiler():
+    """The busy probe's profiler run, trace export and reduction on this torch: one step found
+    by its window; on CPU there are no device events, and the result says so, not 0% busy."""
+    from fsdp_bench.worker.profiling import probe_device_busy
+
+    x = torch.randn(64, 64)
+    busy = probe_device_busy(lambda: (x @ x).sum(), device_type="cpu")
+    assert busy["steps"] == 1 and busy["null_reason"].startswith("the trace has no device activity")
+
+
+def test_busy_probe_runs_after_the_peaks_are_read_and_not_without_probes(monkeypatch):
+    """The busy probe runs after every timed step and after the peaks were read (its profiler
+    buffers never reach a reported peak); --bench-no-probes and CPU give a null with the reason;
+    a CUDA probe that fails is the probe's null, never the case's failure."""
+    from fsdp_bench.analysis.busy import NO_DEVICE_TIMELINE
+    from fsdp_bench.worker import loop
+    from fsdp_bench.worker.probe_guard import ProbeGuard
+
+    events = []
+    real_peaks, real_busy = loop._record_memory_after_steps, probes._probe_busy
+
+    def peaks(setup, record, out_dir):
+        events.append("peaks read")
+        return real_peaks(setup, record, out_dir)
+
+    monkeypatch.setattr(loop, "_record_memory_after_steps", peaks)
+
+    def busy(case, step, *, record, **kw):
+        events.append(f"busy after {len(record['step_times_s'])} steps")
+        return real_busy(case, step, record=record, **kw)
+
+    monkeypatch.setattr(probes, "_probe_busy", busy)
+    record = run(Case(strategy="ddp", nproc=1, steps=2, warmup=1, seq_len=16))
+    assert events == ["peaks read", "busy after 2 steps"], events
+    assert record["gpu_busy"] == {"pct": None, "null_reason": NO_DEVICE_TIMELINE}
+    cuda = torch.device("cuda")
+    off = {"step_times_s": [0.1]}
+    real_busy(Case(strategy="ddp", nproc=1, probes=False), lambda: None, record=off, guard=None, device=cuda)
+    assert off["gpu_busy"] == {"pct": None, "null_reason": probes.PROBES_OFF}
+    failed = {"step_times_s": [0.1], "world_size": 1}
+    model = torch.nn.Linear(2, 2)
+    optimizer = torch.optim.SGD(model.parameters())
+    guard = ProbeGuard(
+        model=model, optimizer=optimizer, device=torch.device("cpu"), rank=0, world_size=1, record=failed
+    )
+    # this torch has no CUDA: the probe fails at its first CUDA call, and the failure is the probe's
+    real_busy(Case(strategy="ddp", nproc=1), lambda: None, record=failed, guard=guard, device=cuda)
+    assert failed["gpu_busy"]["pct"] is None and "in the gpu_busy probe step" in failed["gpu_busy"]["null_reason"]

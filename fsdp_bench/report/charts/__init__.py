@@ -35,7 +35,7 @@ CHARTS = (
     Chart("loss_curves.png", "Loss curves per strategy and optimizer timing", chart_loss_curves),
     Chart("communication.png", "Total vs exposed communication", chart_communication),
     Chart("step_time_breakdown.png", "Step-time breakdown", chart_step_breakdown),
-    Chart("gpu_utilization.png", "GPU utilization", chart_gpu_util),
+    Chart("gpu_utilization.png", "GPU busy share (NVML sampled for older runs)", chart_gpu_util),
     Chart("mfu_vs_batch_size.png", "MFU vs batch size", chart_mfu),
     Chart("tune_rounds.png", "Autotune rounds: measured tokens/s per round, the pick ringed", chart_tune_rounds),
 )

@@ -216,13 +216,23 @@ def chart_mfu(run: RunData, path: Path) -> None:
     )
 
 
+# The heatmap's figure, first found first: the busy share from the device timeline; NVML's sampled
+# figure only for runs made before the busy probe (it is no busy measure: see analysis.busy).
+_UTIL_COLUMNS = (
+    (M.gpu_busy_pct, "GPU busy (% of the median step)", "GPU busy share of the step (profiler probe step)"),
+    (M.gpu_util_pct_mean, "NVML sampled utilization (%)", "NVML sampled utilization, not a busy measure"),
+)
+
+
 def chart_gpu_util(run: RunData, path: Path) -> None:
-    if M.gpu_util_pct_mean not in run.df or not ok_rows(run.df)[M.gpu_util_pct_mean].notna().any():
-        raise ChartSkipped("no finished case has gpu_util_pct_mean (measured on GPUs only)")
+    found = [c for c in _UTIL_COLUMNS if c[0] in run.df and ok_rows(run.df)[c[0]].notna().any()]
+    if not found:
+        raise ChartSkipped("no finished case has gpu_busy_pct or gpu_util_pct_mean (measured on GPUs only)")
+    column, bar_label, title = found[0]
     import numpy as np
 
     plt = pyplot()
-    ref = reference_slice(run.df, M.gpu_util_pct_mean, with_batch=False)
+    ref = reference_slice(run.df, column, with_batch=False)
     part = ref.select(run.df)
     strategies = strategies_in(part)
     sizes = sorted(int(b) for b in part["batch_size"].unique())
@@ -230,9 +240,9 @@ def chart_gpu_util(run: RunData, path: Path) -> None:
     labels = [[""] * len(sizes) for _ in strategies]
     for _, row in part.iterrows():
         i, j = strategies.index(row["strategy"]), sizes.index(int(row["batch_size"]))
-        if row["status"] == "ok" and row.get(M.gpu_util_pct_mean) == row.get(M.gpu_util_pct_mean):
-            grid[i, j] = row[M.gpu_util_pct_mean]
-            labels[i][j] = f"{row[M.gpu_util_pct_mean]:.0f}%"
+        if row["status"] == "ok" and row.get(column) == row.get(column):
+            grid[i, j] = row[column]
+            labels[i][j] = f"{row[column]:.0f}%"
         elif row["status"] in STATUS_MARKS:
             labels[i][j] = STATUS_MARKS[row["status"]]
     fig, ax = plt.subplots(figsize=(1.2 * len(sizes) + 3, 0.55 * len(strategies) + 2))
@@ -255,6 +265,6 @@ def chart_gpu_util(run: RunData, path: Path) -> None:
     for tick, strategy in zip(ax.get_yticklabels(), strategies):
         tick.set_color(strategy_color(strategy))
     ax.set_xlabel("per-device batch size (samples)")
-    fig.colorbar(image, ax=ax, label="mean GPU utilization (%)")
-    ax.set_title(f"GPU utilization (mean over measured steps)\n{ref.describe()}", fontsize=10)
+    fig.colorbar(image, ax=ax, label=bar_label)
+    ax.set_title(f"{title}\n{ref.describe()}", fontsize=10)
     save_figure(fig, path)
