@@ -398,6 +398,6 @@ def test_budget_starts_only_parts_that_fit_and_ends_in_time(tmp_path):
         assert int(estimate) <= int(left)
         name = {"3": "part3_gpt2_sweep", "4": "part4_fidelity"}[part]
         check_archive(tmp_path, name)
-    for part, estimate, left, short in skipped:
+    for _part, estimate, left, short in skipped:
         assert (estimate and int(estimate) > int(left)) or int(short) < 60
     assert processes_left(tmp_path / "results") == []
