@@ -6,7 +6,7 @@ eager training with SDPA attention (torch's CPU flash kernel: output plus a log-
 head; `transpose(1, 2).contiguous()` of its output is a view, so the output projection's input
 costs nothing more). Checked against `torch.autograd.graph.saved_tensors_hooks` on the real
 modules (tests/integration/test_peak_model.py):
-- llama-style layer (llama, qwen2, mistral): 6 x hidden (layer input, two RMSNorms' normalized
+- llama_style layer (the catalog's shape: llama, qwen2, mistral, gemma): 6 x hidden (layer input, two RMSNorms' normalized
   value and output, the attention residual), 2 x q width (rotated q, attention output),
   2 x kv width (rotated k, v), 4 x intermediate (gate, SiLU, up, their product), 2 RMSNorm
   rsqrt values and one log-sum-exp per query head; cos/sin of the rotary embedding once.
@@ -40,7 +40,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from fsdp_bench.analysis.hf_units import LLAMA_STYLE
 from fsdp_bench.plan.flavors import ModelFlavor, load_config_dict
 
 INT64 = 8
@@ -99,23 +98,35 @@ def _gpt2_layer(c: Mapping[str, Any], seq_len: int) -> _Layer:
     return _Layer(per_token + heads, lse=heads, norms=2)
 
 
-# Bytes per hidden element each norm keeps beyond its low-precision count: Hugging Face's RMSNorm
-# keeps an fp32 copy of its input; under autocast every norm's input is fp32 (and RMSNorm's
-# normalized value too).
-_NORM_FP32_EXTRA = {("rms", False): 2, ("rms", True): 4, ("ln", False): 0, ("ln", True): 2}
+# Bytes per hidden element each norm keeps beyond its low-precision count, by the catalog's `norm`
+# (plan.architectures) and whether autocast runs: Hugging Face's RMSNorm keeps an fp32 copy of its
+# input; Gemma's computes through its weight in fp32, so its output is fp32 as well (measured on
+# gemma_tiny in bf16: +2 bytes x hidden per norm beyond Llama's); under autocast every norm's input
+# is fp32 (and an RMSNorm's normalized value too).
+_NORM_FP32_EXTRA = {
+    ("none", False): 0,
+    ("none", True): 0,
+    ("layernorm", False): 0,
+    ("layernorm", True): 2,
+    ("rmsnorm", False): 2,
+    ("rmsnorm", True): 4,
+    ("rmsnorm_fp32", False): 4,
+    ("rmsnorm_fp32", True): 4,
+}
 
 
 def _dims(flavor: ModelFlavor, seq_len: int) -> dict[str, Any]:
-    """hidden, vocab, layers, embedding dropout, norm kind and the per-layer counts of the flavor."""
-    c = flavor.config
-    if not flavor.takes_tokens:
+    """hidden, vocab, layers, embedding dropout, norm kind and the per-layer counts of the flavor,
+    by its architecture's shape model (plan.architectures)."""
+    c, shape = flavor.config, flavor.architecture.shape
+    if shape == "linear":
         return {"h": c["dim"], "vocab": 0, "layers": c["n_layers"], "embd_drop": 0, "layer": _Layer(c["dim"])}
-    common = {"embd_drop": 0, "norm": (2, 2), "positions": True, "norm_kind": "ln"}
-    if not flavor.from_hf_config:  # the project's nanoGPT-style model
+    common = {"embd_drop": 0, "norm": (2, 2), "positions": True}
+    if shape == "nanogpt":  # the project's GPT
         layer = _Layer(16 * c["n_embd"] + 2 + c["n_head"], lse=c["n_head"], norms=2)
         return {**common, "h": c["n_embd"], "vocab": c["vocab_size"], "layers": c["n_layer"], "layer": layer}
     cfg = load_config_dict(flavor)
-    if cfg["model_type"] == "gpt2":
+    if shape == "gpt2":
         return {
             **common,
             "h": cfg["n_embd"],
@@ -124,7 +135,7 @@ def _dims(flavor: ModelFlavor, seq_len: int) -> dict[str, Any]:
             "embd_drop": cfg["n_embd"] if cfg.get("embd_pdrop", 0.1) > 0 else 0,
             "layer": _gpt2_layer(cfg, seq_len),
         }
-    if cfg["model_type"] in LLAMA_STYLE:
+    if shape == "llama_style":
         return {
             **common,
             "h": cfg["hidden_size"],
@@ -132,10 +143,9 @@ def _dims(flavor: ModelFlavor, seq_len: int) -> dict[str, Any]:
             "layers": cfg["num_hidden_layers"],
             "norm": (3, 1),
             "positions": False,
-            "norm_kind": "rms",
             "layer": _llama_layer(cfg, seq_len),
         }
-    raise ValueError(f"no activation model for Hugging Face model_type {cfg['model_type']!r}")
+    raise ValueError(f"no activation model for the {shape!r} shape (Hugging Face model_type {cfg['model_type']!r})")
 
 
 def _matmul_weights(flavor: ModelFlavor, vocab: int, h: int) -> int:
@@ -165,13 +175,13 @@ def estimate_activations(
     low = dtype_bytes < 4
     layer_def: _Layer = d["layer"]
     h, vocab = d["h"], d["vocab"]
-    norm_extra = _NORM_FP32_EXTRA[d.get("norm_kind", "ln"), autocast] if low else 0
+    norm_extra = _NORM_FP32_EXTRA[flavor.architecture.norm, autocast] if low else 0
     fp32_extra = (4 - dtype_bytes) * layer_def.lse + norm_extra * h * layer_def.norms
     if autocast and low:
         fp32_extra += layer_def.separate_inputs * h * dtype_bytes
     layer = (layer_def.per_token * dtype_bytes + fp32_extra) * tokens
     weight_copies = _matmul_weights(flavor, vocab, h) * dtype_bytes if autocast and low else 0
-    if not flavor.takes_tokens:  # the linear stack: input and target (fp32 data); each block its ReLU output
+    if flavor.architecture.shape == "linear":  # input and target (fp32 data); each block its ReLU output
         input_copy = h * tokens * dtype_bytes if low else 0
         weight_copies -= h * h * dtype_bytes if weight_copies else 0  # the first block's: no input gradient
         return Activations(tuple([layer] * d["layers"]), 2 * h * tokens * 4 + input_copy + weight_copies, 0)

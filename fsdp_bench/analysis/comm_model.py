@@ -75,17 +75,20 @@ def _hf_units(flavor: ModelFlavor) -> list[Unit]:
     return [Unit("root", root_shapes, True)] + [Unit(f"layers.{i}", s) for i, s in enumerate(layers)]
 
 
-# One parameter-shape model per flavor family (the builder's own shapes, checked against the modules).
-_UNITS = {"linear": lambda f: _linear_units(f.config), "gpt": lambda f: _gpt_units(f.config), "hf": _hf_units}
+# One parameter-shape model per catalog shape (plan.architectures; checked against the modules).
+_UNITS = {
+    "linear": lambda f: _linear_units(f.config),
+    "nanogpt": lambda f: _gpt_units(f.config),
+    "llama_style": _hf_units,
+    "gpt2": _hf_units,
+}
 
 
 def model_units(flavor: ModelFlavor) -> list[Unit]:
     """The units of a flavor, parameters in registration order, root first; tied weights once
     (the GPT head shares the token embedding). Hugging Face flavors: shapes from the config
     (analysis.hf_units). Checked against the real modules."""
-    if flavor.family not in _UNITS:
-        raise ValueError(f"no communication model for model family {flavor.family!r}")
-    return _UNITS[flavor.family](flavor)
+    return _UNITS[flavor.architecture.shape](flavor)
 
 
 def fsdp2_padded_numel(unit: Unit, shard: int) -> int:

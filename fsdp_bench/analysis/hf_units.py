@@ -1,11 +1,13 @@
 """Parameter shapes of Hugging Face causal LMs from their config dict alone (pure, no torch).
 
-Two architecture shapes are known, parameters listed in the order transformers registers them
-(checked against the real modules in tests/integration/test_hf_units.py):
-- llama-style (`llama`, `qwen2`, `mistral`): per decoder layer q/k/v/o projections (q: heads x
-  head_dim, k/v: num_key_value_heads x head_dim; qwen2 adds q/k/v biases, `attention_bias` adds
-  biases to all four), gate/up/down MLP (`mlp_bias` adds biases), two RMSNorm weights; root:
-  embed_tokens, final norm, lm_head unless `tie_word_embeddings` (absent: untied, as in transformers).
+Two architecture shapes are known (the catalog's `shape`, plan.architectures), parameters listed
+in the order transformers registers them (checked against the real modules in
+tests/integration/test_hf_units.py):
+- llama_style (`llama`, `qwen2`, `mistral`, `gemma`): per decoder layer q/k/v/o projections (q:
+  heads x head_dim, k/v: num_key_value_heads x head_dim; a row with `qkv_bias` (qwen2) adds q/k/v
+  biases, `attention_bias` adds biases to all four), gate/up/down MLP (`mlp_bias` adds biases),
+  two RMSNorm weights; root: embed_tokens, final norm, lm_head unless the embeddings are tied
+  (`tie_word_embeddings`, absent: the row's `tied_by_default`, as in transformers).
 - gpt2: per block ln_1 (w, b), attn.c_attn (Conv1D: weight is (in, out)) and bias, attn.c_proj,
   ln_2, mlp.c_fc, mlp.c_proj, each with a bias; root: wte, wpe, ln_f; the head is tied to wte.
 """
@@ -15,26 +17,22 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from fsdp_bench.plan.architectures import HF_MODEL_TYPES, hf_architecture
+
 Shape = tuple[int, ...]
-LLAMA_STYLE = ("llama", "qwen2", "mistral")
-KNOWN_MODEL_TYPES = LLAMA_STYLE + ("gpt2",)
-# transformers' own default when a config.json leaves `tie_word_embeddings` out: LlamaConfig,
-# Qwen2Config and MistralConfig untie the head, GPT2Config ties it.
-TIED_BY_DEFAULT = {"llama": False, "qwen2": False, "mistral": False, "gpt2": True}
 
 
 def tied_embeddings(config: Mapping[str, Any]) -> bool:
     """Whether the output head shares the token embedding, with transformers' per-type default."""
-    return bool(config.get("tie_word_embeddings", TIED_BY_DEFAULT[config["model_type"]]))
+    return bool(config.get("tie_word_embeddings", hf_architecture(config).tied_by_default))
 
 
 def unsupported_reason(config: Mapping[str, Any]) -> str | None:
     """Why the shapes of this config cannot be computed (None: they can)."""
     model_type = config.get("model_type")
-    if model_type not in KNOWN_MODEL_TYPES:
+    if model_type not in HF_MODEL_TYPES:
         return (
-            f"no parameter-shape model for Hugging Face model_type {model_type!r} "
-            f"(known: {', '.join(KNOWN_MODEL_TYPES)})"
+            f"no parameter-shape model for Hugging Face model_type {model_type!r} (known: {', '.join(HF_MODEL_TYPES)})"
         )
     return None
 
@@ -44,7 +42,7 @@ def _llama_layer(c: Mapping[str, Any]) -> tuple[Shape, ...]:
     heads = c["num_attention_heads"]
     kv = c.get("num_key_value_heads") or heads
     hd = c.get("head_dim") or d // heads
-    qkv_bias = c["model_type"] == "qwen2" or bool(c.get("attention_bias"))
+    qkv_bias = hf_architecture(c).qkv_bias or bool(c.get("attention_bias"))
     o_bias = bool(c.get("attention_bias"))
     mlp_bias = bool(c.get("mlp_bias"))
     shapes: list[Shape] = []
@@ -80,7 +78,7 @@ def hf_shapes(config: Mapping[str, Any]) -> tuple[tuple[Shape, ...], list[tuple[
     reason = unsupported_reason(config)
     if reason:
         raise ValueError(reason)
-    if config["model_type"] == "gpt2":
+    if hf_architecture(config).shape == "gpt2":
         return _gpt2_root(config), [_gpt2_layer(config)] * config["n_layer"]
     return _llama_root(config), [_llama_layer(config)] * config["num_hidden_layers"]
 
@@ -90,7 +88,7 @@ def hf_dims(config: Mapping[str, Any]) -> dict[str, int]:
     reason = unsupported_reason(config)
     if reason:
         raise ValueError(reason)
-    if config["model_type"] == "gpt2":
+    if hf_architecture(config).shape == "gpt2":
         d = config["n_embd"]
         return {
             "hidden": d,
@@ -110,8 +108,10 @@ def attention_layers_and_width(flavor) -> tuple[int, int]:
     """(attention layers, model width) of a flavor; (0, 0) for the attention-free linear stack."""
     from fsdp_bench.plan.flavors import load_config_dict
 
-    if flavor.from_hf_config:
-        dims = hf_dims(load_config_dict(flavor))
-        return dims["layers"], dims["hidden"]
-    c = flavor.config
-    return (c["n_layer"], c["n_embd"]) if flavor.takes_tokens else (0, 0)
+    shape = flavor.architecture.shape
+    if shape == "linear":
+        return 0, 0
+    if shape == "nanogpt":
+        return flavor.config["n_layer"], flavor.config["n_embd"]
+    dims = hf_dims(load_config_dict(flavor))
+    return dims["layers"], dims["hidden"]

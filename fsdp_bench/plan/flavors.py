@@ -9,12 +9,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fsdp_bench.plan.architectures import ARCHITECTURES, HF_MODEL_TYPES, Architecture
+
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"  # shipped Hugging Face configs (no weights)
 
 
 @dataclass(frozen=True)
 class ModelFlavor:
-    """A named model size. `family` picks the builder; `config` is passed to it."""
+    """A named model size. `family` picks the builder (plan.architectures.BUILDERS); `config` is
+    passed to it. What the flavor is (tokens or features, built on meta, its shape model) is its
+    architecture's row (`architecture`): a Hugging Face flavor's from its config's model_type."""
 
     name: str
     family: str  # "linear", "gpt" or "hf" (a transformers causal LM from a shipped or local config)
@@ -23,9 +27,16 @@ class ModelFlavor:
     description: str
 
     @property
+    def architecture(self) -> Architecture:
+        """The catalog row: the project's own model by its builder, a Hugging Face one by model_type."""
+        if self.family != "hf":
+            return ARCHITECTURES[self.family]
+        return _hf_row(self)
+
+    @property
     def takes_tokens(self) -> bool:
         """A language model (token ids in, next-token loss); the linear stack takes vectors."""
-        return self.family in ("gpt", "hf")
+        return self.family == "hf" or self.architecture.takes_tokens
 
     @property
     def from_hf_config(self) -> bool:
@@ -37,7 +48,7 @@ class ModelFlavor:
     def built_on_meta(self) -> bool:
         """Built on the meta device and materialized after sharding (big HF models never exist
         whole on one rank)."""
-        return self.family == "hf"
+        return self.family == "hf" or self.architecture.built_on_meta
 
 
 def _linear(name: str, dim: int, n_layers: int, description: str) -> ModelFlavor:
@@ -150,15 +161,9 @@ def is_hf_path(model: str) -> bool:
     return model.startswith(HF_PREFIX) and len(model) > len(HF_PREFIX)
 
 
-# The Hugging Face model types whose shapes this project models (analysis.hf_units), with the
-# size fields each needs: every one must be a positive integer. Optional size fields, when given,
-# must be too. Checked at collection, so a bad config.json is one line, never a launched case.
-HF_SIZE_FIELDS = {
-    "llama": ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "vocab_size"),
-    "qwen2": ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "vocab_size"),
-    "mistral": ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "vocab_size"),
-    "gpt2": ("n_embd", "n_layer", "n_head", "vocab_size"),
-}
+# The Hugging Face model types are the catalog's (plan.architectures), each with the size fields it
+# needs: every one must be a positive integer. Optional size fields, when given, must be too.
+# Checked at collection, so a bad config.json is one line, never a launched case.
 _HF_OPTIONAL_SIZES = ("num_key_value_heads", "max_position_embeddings", "n_positions", "n_inner", "head_dim")
 MAX_CONFIG_BYTES = 1 << 20  # a config.json is a few KB; never read a huge file whole
 
@@ -167,11 +172,11 @@ def hf_config_problem(data: Any, where: Path) -> str | None:
     """Why a config.json's content cannot be built and measured (None: it can)."""
     if not isinstance(data, dict) or not isinstance(data.get("model_type"), str):
         return f"{where} has no model_type"
-    needed = HF_SIZE_FIELDS.get(data["model_type"])
-    if needed is None:
+    if data["model_type"] not in HF_MODEL_TYPES:
         return (
-            f"{where}: model_type {data['model_type'][:40]!r} is not supported (supported: {', '.join(HF_SIZE_FIELDS)})"
+            f"{where}: model_type {data['model_type'][:40]!r} is not supported (supported: {', '.join(HF_MODEL_TYPES)})"
         )
+    needed = ARCHITECTURES[data["model_type"]].size_fields
     for key in needed:
         if key not in data:
             return f"{where}: {key} is missing"
@@ -243,6 +248,23 @@ def flavor_for(model: str) -> ModelFlavor:
         context,
         f"local Hugging Face model folder {folder}",
     )
+
+
+def _hf_row(flavor: ModelFlavor) -> Architecture:
+    """A Hugging Face flavor's catalog row, read off its config (cached: the file is the same)."""
+    key = (flavor.config.get("path"), flavor.config.get("config_file"), json.dumps(flavor.config.get("overrides", {})))
+    if key not in _HF_ROWS:
+        model_type = load_config_dict(flavor).get("model_type")
+        if model_type not in HF_MODEL_TYPES:
+            raise ValueError(
+                f"{flavor.name}: Hugging Face model_type {str(model_type)[:40]!r} is not supported "
+                f"(supported: {', '.join(HF_MODEL_TYPES)})"
+            )
+        _HF_ROWS[key] = ARCHITECTURES[model_type]
+    return _HF_ROWS[key]
+
+
+_HF_ROWS: dict[tuple[Any, ...], Architecture] = {}
 
 
 def load_config_dict(flavor: ModelFlavor) -> dict[str, Any]:

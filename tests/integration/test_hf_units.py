@@ -18,6 +18,10 @@ HF_TINY = ["qwen2_tiny", "codellama_tiny", "llama3_tiny", "gpt2_tiny"]
 HF_TEST_CONFIGS = sorted(
     p.parent for p in (Path(__file__).resolve().parents[1] / "data" / "hf_configs").glob("*/config.json")
 )
+# Architectures added as one catalog row (plan/architectures.py) and one config file.
+HF_TEST_CONFIGS += sorted(
+    p.parent for p in (Path(__file__).resolve().parents[1] / "data" / "hf_architectures").glob("*/config.json")
+)
 HF_TEST_MODELS = [f"hf:{p}" for p in HF_TEST_CONFIGS]
 
 
@@ -64,7 +68,7 @@ def test_an_absent_tie_key_takes_transformers_default():
 
 def test_unknown_model_type_is_a_clear_value_error(tmp_path):
     (tmp_path / "config.json").write_text('{"model_type": "mamba", "hidden_size": 8}')
-    with pytest.raises(ValueError, match="no parameter-shape model.*'mamba'"):
+    with pytest.raises(ValueError, match=r"model_type 'mamba' is not supported \(supported: llama, qwen2, "):
         model_units(flavor_for(f"hf:{tmp_path}"))
     with pytest.raises(ValueError):
         hf_shapes({"model_type": "t5"})

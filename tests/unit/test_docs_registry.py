@@ -62,6 +62,22 @@ def test_every_model_flavor_is_documented():
     assert not missing, f"docs/models.md lacks {missing}"
 
 
+def test_the_model_catalog_is_documented_row_by_row():
+    """docs/models.md's "Adding a model" table is the catalog (plan.architectures), field by field."""
+    from fsdp_bench.plan.architectures import ARCHITECTURES
+
+    text = (DOCS / "models.md").read_text()
+    assert "## Adding a model" in text
+    table = text.split("<!-- architectures:", 1)[1].split("\n", 1)[1].split("<!-- end of architectures -->")[0]
+    yes = {True: "yes", False: "no"}
+    expected = [
+        f"| `{a.name}` | {a.builder} | {a.shape} | {yes[a.takes_tokens]} | {yes[a.built_on_meta]} "
+        f"| {yes[a.tied_by_default]} | {a.norm} |"
+        for a in ARCHITECTURES.values()
+    ]
+    assert table.strip().splitlines() == expected
+
+
 def test_the_metrics_table_lives_in_docs():
     assert START in (DOCS / "metrics.md").read_text() and START not in (ROOT / "README.md").read_text()
 

@@ -23,14 +23,15 @@ def build_model(flavor: ModelFlavor, *, seed: int, device: torch.device | str = 
     `meta=True` (Hugging Face flavors) leaves parameters on the meta device; `materialize_*`
     gives them their values after sharding.
     """
-    if flavor.from_hf_config:
+    builder = flavor.architecture.builder  # the catalog row's (plan.architectures)
+    if builder == "hf":
         from fsdp_bench.worker.models.hf import build_hf_model
 
         model = build_hf_model(flavor, meta=meta)
         return model if meta else model.to(device)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = _BUILDERS[flavor.family](**flavor.config)
+        model = _BUILDERS[builder](**flavor.config)
     # already there: skip .to(), which under fake tensors (worker.estimate) cannot swap tied parameters
     return model if next(model.parameters()).device == torch.device(device) else model.to(device)
 
