@@ -9,9 +9,22 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from fsdp_bench.report import document as doc
 from fsdp_bench.report.cost import time_blocks
-from fsdp_bench.report.document import Bullets, Cell, Heading, Image, Paragraph, Rich, Row, Table, md_text, plain
+from fsdp_bench.report.document import (
+    Bullets,
+    Cell,
+    Document,
+    Heading,
+    Image,
+    Paragraph,
+    Rich,
+    Row,
+    Table,
+    md_text,
+    plain,
+)
+from fsdp_bench.report.document import render_html as document_html
+from fsdp_bench.report.document import render_markdown as document_markdown
 from fsdp_bench.report.table import REPORT_COLUMNS, best_index, did_train
 from fsdp_bench.results.metrics import M
 
@@ -199,7 +212,7 @@ def prediction_blocks(df) -> list:
 
 def prediction_section(df) -> list[str]:
     """The section in markdown, as lines (for tests and the terminal)."""
-    return doc.render_markdown(doc.Document("", prediction_blocks(df))).split("\n")[2:]
+    return document_markdown(Document("", prediction_blocks(df))).split("\n")[2:]
 
 
 def _comparison_blocks(df) -> list:
@@ -370,7 +383,7 @@ def _tuning_blocks(page: Page) -> list:
     return blocks
 
 
-def page_document(page: Page) -> doc.Document:
+def page_document(page: Page) -> Document:
     """The page, section by section, in the order a reader wants them."""
     sections = (
         _summary_blocks(page),
@@ -382,12 +395,12 @@ def page_document(page: Page) -> doc.Document:
         time_blocks(page.df),
         _files_blocks(page),
     )
-    return doc.Document(f"fsdp-bench report: {page.run_name}", [b for section in sections for b in section])
+    return Document(f"fsdp-bench report: {page.run_name}", [b for section in sections for b in section])
 
 
 def render_markdown(page: Page) -> str:
-    return doc.render_markdown(page_document(page))
+    return document_markdown(page_document(page))
 
 
 def render_html(page: Page) -> str:
-    return doc.render_html(page_document(page))
+    return document_html(page_document(page))

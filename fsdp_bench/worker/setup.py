@@ -191,7 +191,13 @@ def _shard_and_build_optimizer(
 ):
     """Apply the strategy, with the optimizer built before or after it as the case says."""
     from fsdp_bench.worker.memory import peak_rss_bytes, rss_bytes
-    from fsdp_bench.worker.strategies import repoint_optimizer, shard_model
+    from fsdp_bench.worker.strategies import (
+        apply_strategy,
+        checkpoint_after_wrapping,
+        prepare_blocks,
+        repoint_optimizer,
+        shard_context,
+    )
     from fsdp_bench.worker.training import build_optimizer, optimizer_matches_model, optimizer_tensors_not_in_model
 
     row, timing = catalog_strategy(case.strategy), optimizer_timing(case.optimizer_timing)
@@ -203,7 +209,9 @@ def _shard_and_build_optimizer(
         before = dict(model.named_parameters())
         optimizer = build_optimizer(model.parameters(), case)
     stages.enter("shard")
-    model, optimizer = shard_model(case, model, optimizer, device=device)  # 5-7
+    model, blocks = prepare_blocks(model, case)  # 5
+    model, optimizer = apply_strategy(model, optimizer, ctx=shard_context(case, blocks, device))  # 6
+    checkpoint_after_wrapping(model, blocks, case)  # 7
     record["construction"] = {
         "method": _construction_method(case, flavor),
         "rss_before_bytes": started["rss_before_bytes"],

@@ -220,7 +220,7 @@ def make_accelerator(plugin, mixed_precision: str, device: torch.device):
 def prepare_blocks(model: nn.Module, case: Case) -> tuple[nn.Module, list[nn.Module]]:
     """Compile and/or activation-checkpoint every block before sharding; the blocks to shard.
 
-    FSDP1 gets its checkpoint wrappers after wrapping (see `finish_fsdp1`), as its docs advise;
+    FSDP1 gets its checkpoint wrappers after wrapping (`checkpoint_after_wrapping`), as its docs advise;
     blocks are compiled in place (`Module.compile`) so the module tree and names stay the same.
     """
     from fsdp_bench.worker.models.build import block_modules
@@ -251,34 +251,21 @@ def _checkpoint_blocks(model: nn.Module, blocks: list[nn.Module]) -> list[nn.Mod
     return [m for m in model.modules() if isinstance(m, CheckpointWrapper)]
 
 
-def shard_model(
-    case: Case, model: nn.Module, optimizer: torch.optim.Optimizer | None, *, device: torch.device
+def shard_context(case: Case, blocks: list[nn.Module], device: torch.device) -> ShardContext:
+    """What the case's strategy verb needs besides the model (setup.build_rank, step 6)."""
+    return ShardContext(
+        device=device, blocks=blocks, row=catalog_strategy(case.strategy), knobs=Knobs.of(case), seed=case.seed
+    )
+
+
+def apply_strategy(
+    model: nn.Module, optimizer: torch.optim.Optimizer | None, *, ctx: ShardContext
 ) -> tuple[nn.Module, torch.optim.Optimizer | None]:
-    """Apply the case's strategy and knobs; returns the model to train (and accelerate's optimizer)."""
-    model, blocks = prepare_blocks(model, case)  # 5 (setup.build_rank lists the whole order)
-    row = catalog_strategy(case.strategy)
-    ctx = ShardContext(device=device, blocks=blocks, row=row, knobs=Knobs.of(case), seed=case.seed)
-    if row.family == "accelerate":
-        from fsdp_bench.worker.models.build import has_meta_params, materialize_module
-
-        if has_meta_params(model):
-            materialize_module(model, device, case.seed)
-        try:
-            return apply_accelerate_fsdp2(model, optimizer, ctx=ctx)
-        except RuntimeError as exc:
-            if _is_platform_refusal(exc):
-                raise StrategyUnavailable(f"accelerate_fsdp2 on {device.type}: {exc}") from exc
-            raise
-    model = apply_strategy(model, ctx=ctx)  # 6
-    if case.act_ckpt and not row.checkpoints_before_sharding:  # 7: FSDP1 (accelerate returned above)
-        _checkpoint_blocks(model, [m for m in model.modules() if type(m) in {type(b) for b in blocks}])
-    return model, optimizer
-
-
-def apply_strategy(model: nn.Module, *, ctx: ShardContext) -> nn.Module:
-    """The verb of the row's family, applied; a platform's refusal becomes StrategyUnavailable."""
+    """The verb of the row's family, applied: the model to train and the optimizer (accelerate
+    returns its own wrapper; the other families leave it as it was). A platform's refusal becomes
+    StrategyUnavailable."""
     try:
-        return APPLY_BY_FAMILY[ctx.row.family](model, ctx=ctx)
+        return APPLY_BY_FAMILY[ctx.row.family](model, optimizer, ctx=ctx)
     except RuntimeError as exc:
         # torch refuses some strategy/device pairs with a RuntimeError at wrap time; that is
         # a property of the platform, not a bug in the case, so it becomes a skip.
@@ -287,12 +274,24 @@ def apply_strategy(model: nn.Module, *, ctx: ShardContext) -> nn.Module:
         raise
 
 
+def checkpoint_after_wrapping(model: nn.Module, blocks: list[nn.Module], case: Case) -> None:
+    """Activation-checkpoint wrappers on the wrapped units, for the strategies whose docs want them
+    after wrapping (FSDP1: the catalog's `checkpoints_before_sharding` is False); a no-op otherwise."""
+    if case.act_ckpt and not catalog_strategy(case.strategy).checkpoints_before_sharding:
+        _checkpoint_blocks(model, [m for m in model.modules() if type(m) in {type(b) for b in blocks}])
+
+
+def _model_only(apply: Callable[..., nn.Module]) -> Callable[..., tuple[nn.Module, torch.optim.Optimizer | None]]:
+    """A verb that shards the model alone, in apply_strategy's shape (the optimizer passes through)."""
+    return lambda model, optimizer, *, ctx: (apply(model, ctx=ctx), optimizer)
+
+
 # One verb per catalog family (`fsdp_bench.plan.catalog.FAMILIES`); a test checks they match.
-APPLY_BY_FAMILY: dict[str, Callable[..., nn.Module]] = {
-    "ddp": apply_ddp,
-    "fsdp1": apply_fsdp1,
-    "fsdp2": apply_fsdp2,
-    "accelerate": lambda model, *, ctx: apply_accelerate_fsdp2(model, None, ctx=ctx)[0],
+APPLY_BY_FAMILY: dict[str, Callable[..., tuple[nn.Module, torch.optim.Optimizer | None]]] = {
+    "ddp": _model_only(apply_ddp),
+    "fsdp1": _model_only(apply_fsdp1),
+    "fsdp2": _model_only(apply_fsdp2),
+    "accelerate": apply_accelerate_fsdp2,
 }
 
 
