@@ -62,7 +62,7 @@ from fsdp_bench.analysis.comm_model import model_units
 from fsdp_bench.analysis.flops import PEAK_TFLOPS, flops_per_token, lookup_peak_tflops
 from fsdp_bench.analysis.hf_units import attention_layers_and_width
 from fsdp_bench.plan.case import PROFILED_STEPS, PROFILER_WARMUP_STEPS, Case
-from fsdp_bench.plan.catalog import PRECISIONS
+from fsdp_bench.plan.catalog import precision as precision_row
 from fsdp_bench.plan.catalog import strategy as catalog_strategy
 from fsdp_bench.plan.flavors import flavor_for
 
@@ -134,7 +134,7 @@ def check_gpu_name(name: str) -> str:
 def cuda_flops(gpu_name: str, precision: str) -> float:
     """FLOP/s one GPU is assumed to reach: its dense peak for the precision x CUDA_PEAK_FRACTION.
     A GPU without a tensor-core peak for the dtype (V100 has no bf16) counts at its fp32 rate."""
-    peak, _why = lookup_peak_tflops(gpu_name, PRECISIONS[precision])
+    peak, _why = lookup_peak_tflops(gpu_name, precision_row(precision).dtype)
     if peak is None:
         peak, _why = lookup_peak_tflops(gpu_name, "float32")
     if peak is None:

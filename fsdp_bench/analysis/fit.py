@@ -22,6 +22,8 @@ from fsdp_bench.analysis.comm_model import Unit, model_units, padded_numel
 from fsdp_bench.analysis.model_state import allocated_model_state_bytes, shard_size
 from fsdp_bench.analysis.peak_moments import phase_bytes, with_block_moments
 from fsdp_bench.plan.case import Case
+from fsdp_bench.plan.catalog import DEFAULT_PRECISION
+from fsdp_bench.plan.catalog import precision as precision_row
 from fsdp_bench.plan.catalog import strategy as catalog_strategy
 from fsdp_bench.plan.flavors import ModelFlavor, flavor_for
 from fsdp_bench.results.metrics import M
@@ -115,7 +117,7 @@ def predict_peak_bytes(
     optimizer_impl: str = "auto",
     device: str = "cpu",
     act_ckpt: bool = False,
-    precision: str = "fp32",
+    precision: str = DEFAULT_PRECISION,
     buckets_from_start: bool | None = None,
     grad_sync: str = "every",
 ) -> dict[str, Any]:
@@ -130,7 +132,7 @@ def predict_peak_bytes(
     reduce at the last micro-step only (`accumulated_gradient_bytes`)."""
     units = model_units(flavor)
     states = allocated_model_state_bytes(strategy, units, world_size, mesh=mesh)
-    row, compute_bytes = catalog_strategy(strategy), 2 if precision in ("bf16", "fp16") else 4
+    row, compute_bytes = catalog_strategy(strategy), precision_row(precision).bytes
     acts = estimate_activations(
         flavor, batch_size, seq_len, act_ckpt=act_ckpt, dtype_bytes=compute_bytes, autocast=row.autocasts
     )
@@ -219,7 +221,7 @@ def largest_batch(
     act_bytes_per_sample: float | None = None,
     limit: int = 1 << 16,
     margin: float = FIT_MARGIN,
-    precision: str = "fp32",
+    precision: str = DEFAULT_PRECISION,
 ) -> int:
     """The largest per-device batch whose predicted peak, plus `margin`, fits `device_bytes`
     (0: not even 1)."""
@@ -269,7 +271,7 @@ def fit_table(
     batch_size: int,
     world_sizes: Sequence[int] = WORLD_SIZES,
     calibration: Mapping[str, float] | None = None,
-    precision: str = "fp32",
+    precision: str = DEFAULT_PRECISION,
 ) -> list[dict[str, Any]]:
     """One row per (model, strategy, world size)."""
     rows = []

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fsdp_bench.plan.catalog import PRECISIONS
+
 
 def flops_per_token(
     *, n_matmul_params: int, n_layers: int = 0, n_heads: int = 0, head_dim: int = 0, seq_len: int = 0
@@ -104,7 +106,9 @@ PEAK_TFLOPS: tuple[tuple[tuple[str, ...], PeakFlops], ...] = (
     (("t4",), PeakFlops("T4", None, 65.0, 8.1, None)),
 )
 
-DTYPE_FIELDS = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "tf32": "tf32"}
+# The peak-FLOPs column of each compute dtype: every precision's row names its own (plan.catalog);
+# TF32 is what fp32 matmuls run as on CUDA when torch allows it, not a precision a case takes.
+DTYPE_FIELDS = {p.dtype: p.peak_flops_column for p in PRECISIONS.values()} | {"tf32": "tf32"}
 
 
 def lookup_peak_tflops(device_name: str | None, dtype: str) -> tuple[float | None, str | None]:

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from fsdp_bench.plan.catalog import OPTIMIZER_TIMING_ROWS, PRECISIONS, STRATEGIES
+from fsdp_bench.plan.catalog import DEFAULT_PRECISION, OPTIMIZER_TIMING_ROWS, PRECISIONS, STRATEGIES, precision
 from fsdp_bench.plan.catalog import strategy as catalog_strategy
 from fsdp_bench.plan.flavors import MODEL_FLAVORS, hf_path_problem, is_hf_path
 
@@ -64,7 +64,9 @@ class Case:
     lr: float = 1e-3
     pg_timeout_s: float = 120.0  # collective timeout; the runner keeps the case timeout above it
     # Training knobs (issue 5). In the id only when not at these defaults.
-    precision: str = "fp32"  # fp32 | bf16 | fp16: FSDP1 MixedPrecision, FSDP2 MixedPrecisionPolicy, DDP autocast
+    precision: str = (
+        DEFAULT_PRECISION  # fp32 | bf16 | fp16: FSDP1 MixedPrecision, FSDP2 MixedPrecisionPolicy, DDP autocast
+    )
     act_ckpt: bool = False  # activation checkpointing of every block
     compile: bool = False  # torch.compile of every block
     optimizer_impl: str = "auto"  # AdamW implementation: auto (torch picks) | fused | foreach | plain
@@ -333,7 +335,7 @@ def skip_reason(case: Case) -> str | None:
     """Why this case cannot run where it would run, known before launching it (None: it can)."""
     row = catalog_strategy(case.strategy)
     if case.device == "cpu":
-        if case.precision == "fp16":
+        if precision(case.precision).grad_scaler:
             return (
                 "fp16 needs CUDA: the fp16 recipe (half params + sharded GradScaler) is a GPU training "
                 "choice; CPU kernels for half matmuls are slow emulation, so its timings mean nothing"

@@ -154,7 +154,17 @@ OPTIMIZER_TIMING_ROWS: dict[str, OptimizerTiming] = {
         OptimizerTiming("before_shard_fixed", "before_fixed", "optimizer before sharding + fix", ":", True, True),
     )
 }
-INTENDED_TIMING = "after_shard"  # the way the PyTorch docs build it
+INTENDED_TIMING = "after_shard"  # the way the PyTorch docs build it: the correct program, shown first
+
+
+def intended_timing() -> OptimizerTiming:
+    """The timing the report takes as the correct program (its main slice, no optimizer note)."""
+    return OPTIMIZER_TIMING_ROWS[INTENDED_TIMING]
+
+
+def timings_before_shard() -> tuple[OptimizerTiming, ...]:
+    """The timings that build the optimizer before sharding, whose effect the report checks."""
+    return tuple(t for t in OPTIMIZER_TIMING_ROWS.values() if t.builds_before_shard)
 
 
 def is_baseline(name: object) -> bool:
@@ -284,5 +294,36 @@ def strategy_order(name: str) -> int:
     return names.index(name) if name in names else len(names)
 
 
-# Precision names a case takes, and the torch dtype name each computes in.
-PRECISIONS: dict[str, str] = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+@dataclass(frozen=True)
+class Precision:
+    """One compute precision a case takes (`--bench-precision`): everything code asks of it."""
+
+    name: str  # the case's word
+    dtype: str  # the torch dtype name the model computes in
+    bytes: int  # bytes per element of that dtype (activations, gathered parameters)
+    grad_scaler: bool  # fp16's gradients underflow without a loss scaler
+    accelerate: str  # accelerate's `mixed_precision` word
+    peak_flops_column: str  # the peak-FLOPs table's column (analysis.flops.PeakFlops)
+
+    @property
+    def low(self) -> bool:
+        """Below fp32: FSDP casts parameters to it, DDP runs under autocast."""
+        return self.bytes < 4
+
+
+PRECISIONS: dict[str, Precision] = {
+    p.name: p
+    for p in (
+        Precision("fp32", "float32", 4, False, "no", "fp32"),
+        Precision("bf16", "bfloat16", 2, False, "bf16", "bf16"),
+        Precision("fp16", "float16", 2, True, "fp16", "fp16"),
+    )
+}
+
+
+DEFAULT_PRECISION = "fp32"  # a case's, and every function's that takes a precision
+
+
+def precision(name: str) -> Precision:
+    """The row of a precision name (KeyError for an unknown one: cases are validated first)."""
+    return PRECISIONS[name]

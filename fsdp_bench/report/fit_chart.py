@@ -18,7 +18,7 @@ from typing import Any
 
 from fsdp_bench.analysis.fit import WORLD_SIZES, calibrate_from_results, fit_table, gib_text
 from fsdp_bench.plan.case import CaseError
-from fsdp_bench.plan.catalog import STRATEGIES
+from fsdp_bench.plan.catalog import DEFAULT_PRECISION, PRECISIONS, STRATEGIES
 from fsdp_bench.plan.option_values import parse_models
 from fsdp_bench.report.charts.style import pyplot, save_figure
 from fsdp_bench.report.trace import trace_cases, trace_line, trace_rows
@@ -65,7 +65,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seq-len", type=int, default=1024)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument(
-        "--precision", choices=("fp32", "bf16", "fp16"), default="fp32", help="compute precision (as --bench-precision)"
+        "--precision",
+        choices=tuple(PRECISIONS),
+        default=DEFAULT_PRECISION,
+        help="compute precision (as --bench-precision)",
     )
     parser.add_argument("--calibrate", type=Path, default=None, help="run folder whose ok cases give activation bytes")
     parser.add_argument("--out", type=Path, default=Path("fit"))

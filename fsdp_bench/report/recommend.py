@@ -9,6 +9,7 @@ from typing import Any
 
 from fsdp_bench.analysis.busy import HOST_BOUND_BUSY_PCT, host_bound_detail, host_bound_text
 from fsdp_bench.analysis.run_noise import SINGLE_RUN_NOISE, speed_interval, widened
+from fsdp_bench.plan.catalog import intended_timing
 from fsdp_bench.report.table import is_set, left_out, trained_rows
 from fsdp_bench.results.metrics import M
 from fsdp_bench.results.stats import CONFIDENCE_PCT
@@ -69,7 +70,11 @@ def recommend(df, budget_gib: float | None = None) -> list[Recommendation]:
 
 
 def describe(row: dict[str, Any], memory: str) -> str:
-    timing = "" if row.get("optimizer_timing") in (None, "after_shard") else f", optimizer {row['optimizer_timing']}"
+    timing = (
+        ""
+        if row.get("optimizer_timing") in (None, intended_timing().name)
+        else f", optimizer {row['optimizer_timing']}"
+    )
     value = row.get(memory)
     mem = "not measured" if value is None or value != value else format_gib(value)
     interval = speed_interval(row)

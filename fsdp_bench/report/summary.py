@@ -10,8 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from fsdp_bench.analysis.busy import HOST_BOUND_BUSY_PCT, host_bound_detail
-from fsdp_bench.plan.catalog import is_baseline, strategy_order
-from fsdp_bench.report.charts.style import TIMING_LABELS
+from fsdp_bench.plan.catalog import PRECISIONS, intended_timing, is_baseline, strategy_order, timings_before_shard
 from fsdp_bench.report.table import is_set, left_out, ok_rows, trained_rows
 from fsdp_bench.results.metrics import M
 from fsdp_bench.results.schema import FAILED_STATUSES
@@ -32,7 +31,8 @@ def _fmt(value: float, digits: int = 3) -> str:
 
 def _main_slice(df):
     """Optimizer built after sharding (the correct program) at the smallest grad-accum, per model."""
-    part = df[df["optimizer_timing"] == "after_shard"] if (df["optimizer_timing"] == "after_shard").any() else df
+    intended = df["optimizer_timing"] == intended_timing().name
+    part = df[intended] if intended.any() else df
     return part[part["grad_accum"] == part["grad_accum"].min()]
 
 
@@ -178,12 +178,13 @@ def optimizer_timing_effect(df) -> list[str]:
     ok = ok_rows(df)
     if M.params_changed not in ok:
         return lines
-    for timing in ("before_shard", "before_shard_fixed"):
+    for row in timings_before_shard():
+        timing = row.name
         rows = ok[ok["optimizer_timing"] == timing]
         if rows.empty:
             continue
         frozen = rows[rows[M.params_changed] == False]  # noqa: E712 (pandas mask, not identity)
-        label = TIMING_LABELS[timing]
+        label = row.label
         if len(frozen):
             names = ", ".join(sorted(set(frozen["strategy"]), key=strategy_order))
             lines.append(
@@ -195,7 +196,7 @@ def optimizer_timing_effect(df) -> list[str]:
     return lines
 
 
-LOW_PRECISIONS = ("bf16", "fp16")
+LOW_PRECISIONS = tuple(p.name for p in PRECISIONS.values() if p.low)
 
 
 def loss_agreement(df) -> list[str]:

@@ -11,7 +11,7 @@ from typing import Any
 from fsdp_bench.analysis.busy import is_host_bound
 from fsdp_bench.analysis.case_time import case_time_split
 from fsdp_bench.plan.case import timing_order
-from fsdp_bench.plan.catalog import strategy_order
+from fsdp_bench.plan.catalog import DEFAULT_PRECISION, strategy_order
 from fsdp_bench.results.metrics import HIGHER_IS_BETTER, LOWER_IS_BETTER, M
 from fsdp_bench.results.metrics import label as metric_label
 from fsdp_bench.results.records import CaseResult, RankRecord
@@ -140,7 +140,7 @@ def compare_group(row: Mapping[str, Any]) -> str | None:
     tokens = row.get("tokens_per_optimizer_step")
     if row.get("model") is None or not isinstance(tokens, (int, float)) or tokens != tokens:
         return None
-    return f"{row['model']} sl{int(row['seq_len'])} tok{int(tokens)} {row.get('precision') or 'fp32'}"
+    return f"{row['model']} sl{int(row['seq_len'])} tok{int(tokens)} {row.get('precision') or DEFAULT_PRECISION}"
 
 
 def did_train(row: Mapping[str, Any]) -> bool:

@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 
 from fsdp_bench.plan.case import Case
-from fsdp_bench.plan.catalog import PRECISIONS, optimizer_timing, sharding_word
+from fsdp_bench.plan.catalog import optimizer_timing, precision, sharding_word
 from fsdp_bench.plan.catalog import strategy as catalog_strategy
 from fsdp_bench.results.records import RankRecord
 from fsdp_bench.worker.record import StageTracker
@@ -145,7 +145,8 @@ def _build_model(
     # The peak-FLOPs column MFU uses: mixed precision computes in its low dtype; fp32 matmuls
     # run as TF32 on CUDA only when torch allows it.
     tf32 = device.type == "cuda" and first_param.dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32
-    low = PRECISIONS[case.precision] if case.precision != "fp32" else None
+    row = precision(case.precision)
+    low = row.dtype if row.low else None
     record["compute_dtype"] = low or ("tf32" if tf32 else record["dtype"])
     record["flops"] = {"formula_inputs": {"n_matmul_params": count_matmul_params(model), **attention_shape(model)}}
     stages.done("model")

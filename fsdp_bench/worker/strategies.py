@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from fsdp_bench.plan.case import Case, hybrid_mesh_shape
-from fsdp_bench.plan.catalog import PRECISIONS, Strategy
+from fsdp_bench.plan.catalog import Strategy, precision
 from fsdp_bench.plan.catalog import strategy as catalog_strategy
 
 
@@ -56,8 +56,8 @@ class ShardContext:
     seed: int = 0
 
 
-def compute_dtype(precision: str) -> torch.dtype:
-    return getattr(torch, PRECISIONS[precision])
+def compute_dtype(name: str) -> torch.dtype:
+    return getattr(torch, precision(name).dtype)
 
 
 def build_hybrid_mesh(ctx: ShardContext):
@@ -199,8 +199,8 @@ def apply_accelerate_fsdp2(model: nn.Module, optimizer: torch.optim.Optimizer | 
         activation_checkpointing=bool(ctx.knobs.act_ckpt),
         mixed_precision_policy=policy,
     )
-    precision = {"fp32": "no", "bf16": "bf16", "fp16": "fp16"}[ctx.knobs.precision]
-    accelerator = make_accelerator(plugin, precision, ctx.device)
+    mixed = precision(ctx.knobs.precision).accelerate
+    accelerator = make_accelerator(plugin, mixed, ctx.device)
     prepared = accelerator.prepare(model, optimizer) if optimizer is not None else (accelerator.prepare(model),)
     if not any(isinstance(p, DTensor) for p in prepared[0].parameters()):
         raise StrategyUnavailable(

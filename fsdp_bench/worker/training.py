@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from fsdp_bench.plan.case import Case
+from fsdp_bench.plan.catalog import precision
 from fsdp_bench.plan.catalog import strategy as catalog_strategy
 from fsdp_bench.worker.strategies import compute_dtype
 
@@ -59,7 +60,7 @@ class Trainer:
         # and updates it); a second scaler around it would unscale the gradients twice.
         owned = catalog_strategy(case.strategy).owns_grad_scaler
         self.accelerate_scaler = getattr(optimizer, "scaler", None) if owned else None
-        self.scaler = _grad_scaler(model, device) if case.precision == "fp16" and not owned else None
+        self.scaler = _grad_scaler(model, device) if precision(case.precision).grad_scaler and not owned else None
         self.grad_norms: list[float] = []
         self.output_dtype: str | None = None
         self._probe = _first_block_output_probe(model, self)
@@ -124,7 +125,7 @@ class Trainer:
 
     def summary(self) -> dict[str, Any]:
         """What the run used: configured param/reduce dtypes and the dtype blocks really produced."""
-        if self.case.precision == "fp32":
+        if not precision(self.case.precision).low:
             param = reduce = "float32"
             mode = "full precision"
         elif self.autocast:

@@ -251,3 +251,71 @@ def test_every_field_written_to_a_record_is_declared_in_results_records():
     assert len({field for _, kind, field in writes if kind == "record"}) > 30  # the pattern still finds them
     undeclared = [f"{where}: {kind}[{field!r}]" for where, kind, field in writes if field not in declared[kind]]
     assert not undeclared, "\n".join(undeclared)
+
+
+# --- registries: one source, every field read ------------------------------------------------------
+
+# The registries whose rows code must ask, never restate: each a dataclass in its own module.
+# (The strategy rows are read through catalog helpers such as names_where(**traits), which this
+# attribute check cannot follow; test_strategy_traits_are_never_read_from_the_name holds them.)
+REGISTRIES = {"plan/catalog.py": ("OptimizerTiming", "Precision"), "plan/architectures.py": ("Architecture",)}
+
+
+def _dataclass_fields(path: Path, name: str) -> list[str]:
+    tree = ast.parse(path.read_text())
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name)
+    fields = [n.target.id for n in cls.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)]
+    props = [
+        n.name
+        for n in cls.body
+        if isinstance(n, ast.FunctionDef)
+        and any(isinstance(d, ast.Name) and d.id == "property" for d in n.decorator_list)
+    ]
+    return fields + props
+
+
+def _attributes_read(paths: list[Path]) -> set[str]:
+    return {n.attr for p in paths for n in ast.walk(ast.parse(p.read_text())) if isinstance(n, ast.Attribute)}
+
+
+@pytest.mark.parametrize("module, cls", [(m, c) for m, classes in REGISTRIES.items() for c in classes])
+def test_every_registry_field_has_a_reader_outside_its_module(module: str, cls: str):
+    """A field nobody reads is a second source waiting to drift (the optimizer timings' labels and
+    line styles once had copies in report/charts/style.py while their own went unread)."""
+    home = PACKAGE / module
+    read = _attributes_read([p for p in _modules() if p != home])
+    unread = [f for f in _dataclass_fields(home, cls) if f not in read]
+    assert not unread, f"{cls} fields read nowhere outside {module}: {unread}"
+
+
+def registry_literals(source: str, names: set[str]) -> list[tuple[int, str]]:
+    """(line, name) of every string literal that is exactly a registry key."""
+    return [
+        (n.lineno, n.value)
+        for n in ast.walk(ast.parse(source))
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value in names
+    ]
+
+
+def _precision_and_timing_names() -> set[str]:
+    from fsdp_bench.plan.catalog import OPTIMIZER_TIMING_ROWS, PRECISIONS
+
+    return set(PRECISIONS) | set(OPTIMIZER_TIMING_ROWS)
+
+
+def test_precision_and_timing_names_are_spelled_only_in_plan():
+    """Code asks the rows (plan.catalog.precision(), intended_timing(), ...), never compares a
+    case's precision or optimizer timing with a name of its own."""
+    names = _precision_and_timing_names()
+    found = [
+        f"{p.relative_to(ROOT)}:{line} {value!r}"
+        for p in _modules()
+        if _layer(p) != "plan"
+        for line, value in registry_literals(p.read_text(), names)
+    ]
+    assert not found, "\n".join(found)
+
+
+def test_the_literal_rule_catches_a_planted_name():
+    planted = 'def scaler(case):\n    return case.precision == "fp16"\n\nLABEL = "after_shard"\n'
+    assert sorted(registry_literals(planted, _precision_and_timing_names())) == [(2, "fp16"), (4, "after_shard")]

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fsdp_bench.plan.catalog import STRATEGIES, strategy_order
+from fsdp_bench.plan.catalog import OPTIMIZER_TIMING_ROWS, STRATEGIES, intended_timing, strategy_order
 from fsdp_bench.report.table import ok_rows
 from fsdp_bench.results.records import CaseResult
 from fsdp_bench.results.schema import FAILED_STATUSES
@@ -32,12 +32,9 @@ _PALETTE = (
     "#F0E442",
 )
 STRATEGY_COLORS = {name: _PALETTE[i % len(_PALETTE)] for i, name in enumerate(STRATEGIES)}
-TIMING_STYLES = {"after_shard": "-", "before_shard": "--", "before_shard_fixed": ":"}
-TIMING_LABELS = {
-    "after_shard": "optimizer after sharding",
-    "before_shard": "optimizer before sharding (no fix)",
-    "before_shard_fixed": "optimizer before sharding + fix",
-}
+# The optimizer-timing rows' own line styles and labels (plan.catalog), by timing name.
+TIMING_STYLES = {name: row.line_style for name, row in OPTIMIZER_TIMING_ROWS.items()}
+TIMING_LABELS = {name: row.label for name, row in OPTIMIZER_TIMING_ROWS.items()}
 STATUS_MARKS = {"oom": "OOM", "failed": "FAIL", "timeout": "TIMEOUT"}
 
 
@@ -211,7 +208,7 @@ def reference_slice(df, column: str | None = None, *, with_batch: bool = True) -
         raise ChartSkipped(f"no finished case has {column}")
     keys = ["model", "grad_accum", "optimizer_timing"] + (["batch_size"] if with_batch else [])
     counts = ok.groupby(keys)["strategy"].nunique().reset_index()
-    counts["_after"] = counts["optimizer_timing"] == "after_shard"
+    counts["_after"] = counts["optimizer_timing"] == intended_timing().name
     counts["_bs"] = counts["batch_size"] if with_batch else 0
     counts = counts.sort_values(["strategy", "_after", "grad_accum", "_bs"], ascending=[False, False, True, False])
     top = counts.iloc[0]
