@@ -62,6 +62,7 @@ REPORT_COLUMN_ORDER = (
     M.peak_rss_gib,
     M.mfu_pct,
     M.comm_exposed_s_per_step,
+    M.measure_timed_share_pct,
     "effective_sharding",
     M.loss_first,
     M.loss_last,
