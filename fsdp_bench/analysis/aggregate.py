@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from fsdp_bench.analysis.busy import is_host_bound
+from fsdp_bench.analysis.case_time import measure_timed_share_pct
 from fsdp_bench.plan.catalog import is_baseline, sharding_word
 from fsdp_bench.results.records import RankRecord
 from fsdp_bench.results.schema import GIB
@@ -63,6 +64,9 @@ def aggregate_rank_metrics(
         reasons = {r.get("measurement_stop_reason") for r in ranks} - {None}
         if len(reasons) == 1:  # every rank decided alike (analysis.adaptive); records before it have none
             metrics["measurement_stop_reason"] = reasons.pop()
+        # The rank whose measured stretch held the most untimed work; null if a rank cannot say.
+        shares = [measure_timed_share_pct(r) for r in ranks]
+        metrics["measure_timed_share_pct"] = None if None in shares else min(shares)
     losses = [r["losses"] for r in ranks if r.get("losses")]
     if losses and len(losses) == len(ranks):
         curve = mean_across_ranks(losses)

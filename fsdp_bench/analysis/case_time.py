@@ -12,6 +12,9 @@ A sweep's cost is mostly what surrounds the measured steps; this splits each cas
 The parts add up to the case's wall time as the runner measured it (`launched_unix` to
 `finished_unix`). On several nodes rank 0 may run on another host than node 0's runner: launch
 and exit then mix two hosts' clocks and are only as good as their synchronization.
+
+Within train, `measure_timed_share_pct` says how much of the measured stretch the timed steps
+themselves fill: what is left is bookkeeping between and after them, during which a GPU idles.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from fsdp_bench.results.records import CaseResult
+from fsdp_bench.results.records import CaseResult, RankRecord
 
 TIME_PARTS = ("launch", "setup", "train", "probes", "exit")
 PART_OF_STAGE = {
@@ -35,6 +38,34 @@ PART_OF_STAGE = {
     "memory_probe": "probes",
     "end": "exit",
 }
+
+
+# The stage the first measured step runs in: "measure" after warmup steps, else "first_step"
+# (warmup 0: step 0 is measured). The stretch ends where the first later part begins.
+_AFTER_TRAIN = frozenset(stage for stage, part in PART_OF_STAGE.items() if part in ("probes", "exit"))
+
+
+def measure_timed_share_pct(rank: RankRecord) -> float | None:
+    """Percent of one rank's measured stretch spent inside its timed steps: the sum of its
+    `step_times_s` over the wall time from the start of the stage its first measured step ran in
+    to the start of the stage after training (checkpoint, probes or end). The rest is what runs
+    between and after the timed steps (update norms, loss reads, the stop decision, the records
+    of the steps). None for a record without stage times (files from before them), without
+    measured steps, or that never left training."""
+    starts = rank.get("stage_started_unix")
+    times = rank.get("step_times_s")
+    if not isinstance(starts, Mapping) or not times:
+        return None
+    first = "measure" if rank.get("warmup_step_times_s") else "first_step"
+    begin = starts.get(first)
+    if not isinstance(begin, (int, float)):
+        return None
+    after = [t for stage, t in starts.items() if stage in _AFTER_TRAIN and isinstance(t, (int, float)) and t >= begin]
+    if not after or min(after) <= begin:
+        return None
+    # Step times come from perf_counter, stage starts from the wall clock: a share a hair above
+    # 100 is the two clocks' disagreement, not time found.
+    return min(100.0, 100.0 * sum(times) / (min(after) - begin))
 
 
 def time_split_columns() -> list[str]:

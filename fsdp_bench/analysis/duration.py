@@ -2,7 +2,11 @@
 
 A case costs a fixed start-up (torchrun, imports, process group, model build, result merge) plus
 its optimizer steps: warmup + measured + the untimed probe steps (FLOP counter and MemTracker,
-each slower than a plain step) + the profiled steps when profiling. One optimizer step costs
+each slower than a plain step) + the profiled steps when profiling, plus what runs between the
+steps of the timed loop: STEP_BOOKKEEPING_S per warmup and measured step, and the update norms of
+the warmup steps (`Case.update_norm_steps`: a host copy of the rank's local parameters each,
+UPDATE_NORM_S_PER_PARAM, and the first one's host buffers, UPDATE_NORM_BUFFERS_S_PER_PARAM).
+One optimizer step costs
 
     step_s = flops_per_token x tokens per rank per step x recompute / device FLOP/s
              + overhead per micro-step + host optimizer step (offloaded strategies)
@@ -20,19 +24,48 @@ sweep for a GPU can be planned on a machine without one:
   `analysis.flops.PEAK_TFLOPS`) x CUDA_PEAK_FRACTION. The GPU is the one named by
   `--bench-gpu-name`, else the visible one, else DEFAULT_GPU_NAME (H100 SXM). 25% is an assumed
   model FLOPs utilization for the project's models on one GPU (nanoGPT and torchtitan report
-  30-50% for tuned, compiled runs; small eager cases reach less), so GPU estimates lean long.
+  30-50% for tuned, compiled runs; small eager cases reach less), so GPU estimates lean long: on
+  the H100 (2026-11-26) GPT-2 124M bf16 stepped in 0.052-0.055 s at batch 8 (estimated 0.068 s)
+  and 0.095-0.106 s at batch 32 (0.154 s), llama3_1b at batch 8 x 2048 in 0.361 s eager (0.584 s).
 The fixed cost per case on CPU is 5 s: 3.5 s measured on the quiet 2-core VM (launch 2.0 s,
 setup 1.0 s of which torch._dynamo's import is most, exit 0.1 s, pytest's share 0.4 s; see
-scripts/measure_sweep_cost.py), about twice that when the machine is loaded. On CUDA 20 s were
-measured on an H100 for GPT-2 124M (CUDA context, NCCL, the model's build), plus SETUP_S_PER_PARAM
-for larger models. The overhead per micro-step (50 ms on
-CPU; tiny models' steps take 10-70 ms) was read off tiny sweeps (gpt_tiny, 2 gloo ranks) on the
-same VM. A sweep adds SESSION_S once: pytest's own start and the report at its end (1.8 s and
-1.3-1.7 s measured on the VM, docs/metrics.md "What a sweep costs"). A model between tiny and GPT-2 runs faster than 10 GFLOP/s on CPU (gpt_small: 0.41 s
-measured for a 1.5 s estimate), so estimates for such models err long too.
+scripts/measure_sweep_cost.py), about twice that when the machine is loaded. The overhead per
+micro-step (50 ms on CPU; tiny models' steps take 10-70 ms) was read off tiny sweeps (gpt_tiny,
+2 gloo ranks) on the same VM, so it holds their bookkeeping between steps too (STEP_BOOKKEEPING_S
+is 0 on CPU). A sweep adds SESSION_S once: pytest's own start and the report at its end (1.8 s and
+1.3-1.7 s measured on the VM, docs/metrics.md "What a sweep costs"; 7.0-7.6 s on the H100 machine,
+whose report draws more charts). A model between tiny and GPT-2 runs faster than 10 GFLOP/s on CPU
+(gpt_small: 0.41 s measured for a 1.5 s estimate), so estimates for such models err long too.
+
+The CUDA constants are read off the H100 runs of 2026-11-26 (results/reference/NVIDIA-H100-80GB-HBM3,
+each case's `time_*_s` split and its rank records' stage and step times; the 2026-11-24 runs took
+an update norm on every step and are not comparable). Fitted on part3's six GPT-2 124M bf16 cases
+and part5's eager llama3_1b case; part7's five GPT-2 cases (9 runs) and part5's compiled case held out:
+- CASE_FIXED_S 15 s: launch + setup + exit 12.5-15.9 s per GPT-2 case (median 13.3), less the model
+  build that SETUP_S_PER_PARAM counts (1.2 s), plus the first step's one-off CUDA start (cuBLAS,
+  kernel loading: step 0 took 1.4-2.2 s more than a measured step, llama3_1b eager 1.6 s) and the
+  probe steps' own start (0.53-0.79 s beyond three plain steps: FlopCounterMode and MemTracker):
+  14.4 s, rounded up. The first lease (2026-11-24) took 16.5-22.7 s for the same launch + setup +
+  exit of a one-rank GPT-2 case (launch 8.3-11.6 s): a machine in that state runs longer than this.
+- SETUP_S_PER_PARAM 1e-8 s: llama3_1b's launch + setup + exit took 23.9 s, 10.6 s more than GPT-2's
+  for 1.11 B more parameters (transformers' build on the meta device, every shard materialized
+  with its seeded values).
+- UPDATE_NORM_S_PER_PARAM 1e-9 s: a warmup step's gap beyond its step time was 0.11-0.13 s for
+  GPT-2 124M (124.5 M local parameters); UPDATE_NORM_BUFFERS_S_PER_PARAM 5e-9 s: the first norm
+  took 0.67-1.08 s (its pinned host buffers, 2 x 0.5 GB; an offloaded model's parameters, already
+  on the host, 0.13-0.15 s: the estimate errs long there). llama3_1b's 4.9 GB of local parameters
+  are above UPDATE_NORM_MAX_BYTES: no norms. CPU (2-core VM, probe at about 130 GFLOP/s, start-up
+  x0.5): 0.28 s per GPT-2 124M norm, so 4.5e-9 s per parameter at REFERENCE_GFLOPS; its buffers
+  0.14 s on a loaded VM (1e-9).
+- STEP_BOOKKEEPING_S 2.5 ms: llama3_1b bs8 (no norms) spent 0.04-0.05 s of its measure stage
+  outside its 20 timed steps, 1-2 ms per warmup step.
+With these the part3 sweep's six cases estimate at 2m23s for its measured 2m09s (+7% in cases;
+was 2m53s), the held-out part7 runs at +6% (-2% to +15% per case) and the llama3_1b eager +
+compiled pair at 1m43s for its 89 s (+19% in cases, the step estimate's; was 2m17s);
+tests/unit/test_duration_constants.py holds these to the files.
 
 torch.compile adds COMPILE_S per case (every case is a fresh process, so every case compiles;
-measured on an H100); an offloaded strategy pays OFFLOAD_S_PER_PARAM per parameter and step
+on the H100 llama3_1b bs8 compiled took 10.6 s more than eager in setup and first step, 2026-11-26); an offloaded strategy pays OFFLOAD_S_PER_PARAM per parameter and step
 (host AdamW plus the copies over PCIe: 0.25 s for GPT-2 124M on the H100 machine). Assumed, not
 measured: writing a memory snapshot or a profiler trace adds ARTIFACT_S.
 
@@ -61,7 +94,7 @@ from fsdp_bench.analysis.adaptive import max_measured_steps
 from fsdp_bench.analysis.comm_model import model_units
 from fsdp_bench.analysis.flops import PEAK_TFLOPS, flops_per_token, lookup_peak_tflops
 from fsdp_bench.analysis.hf_units import attention_layers_and_width
-from fsdp_bench.plan.case import PROFILED_STEPS, PROFILER_WARMUP_STEPS, Case
+from fsdp_bench.plan.case import PROFILED_STEPS, PROFILER_WARMUP_STEPS, UPDATE_NORM_MAX_BYTES, Case
 from fsdp_bench.plan.catalog import precision as precision_row
 from fsdp_bench.plan.catalog import strategy as catalog_strategy
 from fsdp_bench.plan.flavors import flavor_for
@@ -69,13 +102,13 @@ from fsdp_bench.plan.flavors import flavor_for
 CPU_FLOPS = 10e9  # per rank, see the module docstring
 DEFAULT_GPU_NAME = "H100 SXM"  # whose figures a CUDA estimate uses when no GPU is named or visible
 CUDA_PEAK_FRACTION = 0.25  # assumed model FLOPs utilization on one GPU, see the module docstring
-# CUDA figures from the H100 reference runs (results/reference/NVIDIA-H100-80GB-HBM3, launch +
-# setup + exit of each case): 19.7-21.2 s per GPT-2 124M case, 44 s per llama3_1b case (its
-# build: SETUP_S_PER_PARAM); compile 10 s (a compiled case's training stage less an eager one's,
-# both models); GPT-2 124M at batch 4 stepped in 0.040-0.094 s against 0.014 s of FLOPs at 25%.
-CASE_FIXED_S = {"cpu": 5.0, "cuda": 20.0}  # start-up and teardown of one case's process tree
-SETUP_S_PER_PARAM = {"cpu": 0.0, "cuda": 2e-8}  # building and placing the model, beyond CASE_FIXED_S
+# CUDA figures from the H100 runs of 2026-11-26: see the module docstring.
+CASE_FIXED_S = {"cpu": 5.0, "cuda": 15.0}  # start-up and teardown of one case's process tree
+SETUP_S_PER_PARAM = {"cpu": 0.0, "cuda": 1e-8}  # building and placing the model, beyond CASE_FIXED_S
 MICRO_STEP_OVERHEAD_S = {"cpu": 0.05, "cuda": 0.04}  # Python, kernel launches, collectives per micro-step
+STEP_BOOKKEEPING_S = {"cpu": 0.0, "cuda": 0.0025}  # between two steps of the timed loop (CPU: in the above)
+UPDATE_NORM_S_PER_PARAM = {"cpu": 4.5e-9, "cuda": 1e-9}  # one update norm, per local parameter
+UPDATE_NORM_BUFFERS_S_PER_PARAM = {"cpu": 1e-9, "cuda": 5e-9}  # the first norm's host buffers (pinned on CUDA)
 COMPILE_S = {"cpu": 30.0, "cuda": 10.0}  # torch.compile of the blocks, forward and backward, per case
 # host AdamW and the copies over PCIe, per parameter and step: on the H100 reference machine (16
 # cores) fsdp2_offload stepped GPT-2 124M 0.245 s slower than fsdp2 (bs4, bf16): 2 ns per parameter
@@ -86,7 +119,7 @@ SESSION_S = 5.0  # pytest's start and the table and charts at the end, once per 
 PROBE_STEP_EQUIVALENTS = 3  # FLOP-counter step + MemTracker step (about twice a plain one)
 FIRST_STEP_LIMIT_S = 60.0  # CPU: a first step estimated longer than this stops the sweep
 CPU_MATMUL_EFFICIENCY = 0.5  # training FLOP/s per rank / single-thread 256x256 matmul FLOP/s (see Calibration)
-REFERENCE_GFLOPS = 48.0  # the probe's rate at which CASE_FIXED_S and MICRO_STEP_OVERHEAD_S hold on CPU
+REFERENCE_GFLOPS = 48.0  # the probe's rate at which the CPU's fixed, per-micro-step and norm figures hold
 
 
 @dataclass(frozen=True)
@@ -185,18 +218,52 @@ def step_seconds(case: Case, gpu_name: str = DEFAULT_GPU_NAME, calibration: Cali
 
 
 def case_seconds(case: Case, gpu_name: str = DEFAULT_GPU_NAME, calibration: Calibration = FIXED) -> float:
-    """The whole case: start-up plus warmup, measured, probe and profiled steps. With adaptive
-    measurement (`case.target_ci_pct`) the measured steps are counted at their most: up to the
-    case's time cap or MAX_STEPS steps, never fewer than `case.steps` (so the estimate errs long)."""
-    probes = PROBE_STEP_EQUIVALENTS if case.probes else 0
+    """The whole case: start-up plus warmup, measured, probe and profiled steps, the update norms
+    and the bookkeeping that runs between steps. With adaptive measurement (`case.target_ci_pct`)
+    the measured steps are counted at their most: up to the case's time cap or MAX_STEPS steps,
+    never fewer than `case.steps` (so the estimate errs long)."""
     step = step_seconds(case, gpu_name, calibration)
-    steps = case.warmup + probes + (PROFILED_STEPS + PROFILER_WARMUP_STEPS if case.profile else 0)
-    measured = case.steps * step
+    untimed = (PROBE_STEP_EQUIVALENTS if case.probes else 0) + (
+        PROFILED_STEPS + PROFILER_WARMUP_STEPS if case.profile else 0
+    )
+    measured = case.steps
     if case.target_ci_pct > 0:
-        measured = max(
-            measured, min(case.measure_cap_s + step, max_measured_steps(case.steps, case.target_ci_pct) * step)
-        )
-    return fixed_seconds(case, calibration) + steps * step + measured
+        measured = max(measured, min(case.measure_cap_s / step + 1, max_measured_steps(case.steps, case.target_ci_pct)))
+    loop_step = step + bookkeeping_seconds(case, calibration)  # a warmup or measured step of the timed loop
+    return (
+        fixed_seconds(case, calibration)
+        + untimed * step
+        + (case.warmup + measured) * loop_step
+        + update_norm_seconds(case, calibration)
+    )
+
+
+def bookkeeping_seconds(case: Case, calibration: Calibration = FIXED) -> float:
+    """What runs between two steps of the timed loop (and, spread over them, after the last):
+    synchronization, the loss read, the stop decision, the records of the steps."""
+    device = _device(case)
+    return STEP_BOOKKEEPING_S[device] * (calibration.fixed_scale if device == "cpu" else 1.0)
+
+
+def local_params(case: Case) -> int:
+    """Parameters one rank holds between steps: all of them, or its shard when the strategy
+    shards parameters (a hybrid mesh counts as sharded over every rank: the estimate errs short
+    there by the replica count, on norms of a fraction of a second)."""
+    params = case_params(case)
+    return params // case.nproc if catalog_strategy(case.strategy).shards_parameters else params
+
+
+def update_norm_seconds(case: Case, calibration: Calibration = FIXED) -> float:
+    """The update norms of the case's warmup steps (`Case.update_norm_steps`), each a host copy
+    of the rank's local parameters and a sum of squares, plus the first one's host buffers;
+    none above UPDATE_NORM_MAX_BYTES of local fp32 parameters, as the worker decides."""
+    norms = len(case.update_norm_steps)
+    local = local_params(case)
+    if norms == 0 or local * 4 > UPDATE_NORM_MAX_BYTES:
+        return 0.0
+    device = _device(case)
+    scale = calibration.fixed_scale if device == "cpu" else 1.0
+    return (norms * UPDATE_NORM_S_PER_PARAM[device] + UPDATE_NORM_BUFFERS_S_PER_PARAM[device]) * local * scale
 
 
 def fixed_seconds(case: Case, calibration: Calibration = FIXED) -> float:

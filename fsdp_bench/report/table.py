@@ -66,6 +66,7 @@ REPORT_COLUMN_ORDER = (
     M.gpu_idle_ms_per_step,
     M.host_bound,
     M.comm_exposed_s_per_step,
+    M.measure_timed_share_pct,
     "effective_sharding",
     M.loss_first,
     M.loss_last,

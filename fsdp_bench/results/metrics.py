@@ -61,6 +61,10 @@ METRICS: tuple[Metric, ...] = (
     _m("time_per_optimizer_step_s", "s", "= step_time_s_median; one step = grad_accum micro-batches + one "
        "optimizer step", LOWER),
     _m("steps_measured", "count", "measured steps"),
+    _m("measure_timed_share_pct", "%", "timed steps / wall time of the measured stretch (start of the stage of the "
+       "first measured step to the start of the checkpoint, probes or end), the rank with the least; the rest is "
+       "bookkeeping between and after the steps (analysis.case_time). Null for files without stage times", None,
+       "timed share of measure (%)", TABLE),
     _m("measurement_stop_reason", "label", "what ended the measured steps: ci_target (interval within "
        "--bench-target-ci-pct), time_cap (--bench-measure-cap-s), max_steps, fixed_steps (no target)"),
     _m("loss_first", "loss", "rank-mean loss of the first step (warmup included)", None, "loss first", TABLE),

@@ -20,8 +20,10 @@ READABLE_SCHEMA_VERSIONS = (1, 2, 3, 4)
 # The worker's way of measuring, bumped when the timed loop changes what a step's time means; each
 # rank record carries it, and a resume re-runs an ok case measured by an older loop (set aside under
 # .attempts/) rather than mix two harnesses in one run. 1: update norms copied every parameter to
-# the host between measured steps (files without the field). 2: norms on the warmup steps and the
-# first and last measured step only (commit 0e79098), which halved host-bound H100 steps.
+# the host between measured steps (files without the field). 2: norms on a few steps only, which
+# halved host-bound H100 steps: the warmup steps and the first and last measured step (0e79098,
+# the H100 runs of 2026-11-26), since then the warmup steps alone (no host copy between or after
+# measured steps; every measured step's neighbours are as before but two, so the median stays).
 MEASUREMENT_VERSION = 2
 STATUSES = ("ok", "failed", "oom", "timeout", "skipped")
 FAILED_STATUSES = ("failed", "oom", "timeout")

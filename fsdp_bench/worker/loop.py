@@ -98,7 +98,7 @@ def run_timed_steps(setup: Rank, record: RankRecord, stages: StageTracker, *, ou
     case, device = setup.case, setup.device
     fingerprint_before = param_fingerprint(setup.model)
     timeline = MemoryTimeline(device)
-    norms = UpdateNorms(setup.model, take=lambda step: _takes_update_norm(case, step))
+    norms = UpdateNorms(setup.model, take=lambda step: step in case.update_norm_steps)
     gpu_util = GpuUtilSampler(device)
     reset_peak(device)
     slow = stages.faults.get("measure") == "slow"  # FSDP_BENCH_FAULTS slow@measure:RANK
@@ -112,7 +112,7 @@ def run_timed_steps(setup: Rank, record: RankRecord, stages: StageTracker, *, ou
         if i == case.warmup:
             reset_peak(device)  # the reported peak is the measured steps' peak
             gpu_util.__enter__()
-        norms.before_step(i)  # untimed, but a host copy of the local parameters: few steps only
+        norms.before_step(i)  # a host copy of the local parameters: warmup steps only
         timeline.step = i
         # Phase samples (after each forward, backward and optimizer step) only in warmup steps:
         # each reads the allocator's counters, which does not belong inside a measured step.
@@ -148,21 +148,13 @@ def run_timed_steps(setup: Rank, record: RankRecord, stages: StageTracker, *, ou
     _record_after_steps(setup, record, out_dir, norms=norms, gpu_util=gpu_util, timeline=timeline)
 
 
-def _takes_update_norm(case: Case, i: int) -> bool:
-    """Whether step `i` gets an update norm: every warmup step, the first measured step and, when
-    the step count is fixed, the last. Each norm copies the local parameters to the host between
-    steps (0.36-0.46 s per GPT-2 124M step on an H100, with the GPU idle), which once took most of
-    a case's measure stage; a few steps still show whether and how far the optimizer moves."""
-    if i <= case.warmup:
-        return True
-    return case.target_ci_pct <= 0 and i == case.warmup + case.steps - 1
-
-
 def _record_after_steps(setup: Rank, record: RankRecord, out_dir: Path | None, *, norms, gpu_util, timeline) -> None:
     record["update_norms"] = norms.norms
     record["update_norm_steps"] = norms.steps
     if norms.reason:
         record["update_norms_null_reason"] = norms.reason
+    elif not norms.norms:
+        record["update_norms_null_reason"] = "no warmup step: update norms are taken on warmup steps only"
     record["gpu_util"] = gpu_util.result()
     if timeline.enabled:
         record["memory_timeline"] = timeline.samples

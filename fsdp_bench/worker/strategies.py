@@ -291,7 +291,8 @@ APPLY_BY_FAMILY: dict[str, Callable[..., tuple[nn.Module, torch.optim.Optimizer 
     "ddp": _model_only(apply_ddp),
     "fsdp1": _model_only(apply_fsdp1),
     "fsdp2": _model_only(apply_fsdp2),
-    "accelerate": apply_accelerate_fsdp2,
+    # looked up when called, so a test can swap the accelerate verb for one that runs on a CPU
+    "accelerate": lambda model, optimizer, *, ctx: apply_accelerate_fsdp2(model, optimizer, ctx=ctx),
 }
 
 

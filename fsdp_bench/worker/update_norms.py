@@ -7,13 +7,8 @@ from collections.abc import Callable
 
 import torch
 
+from fsdp_bench.plan.case import UPDATE_NORM_MAX_BYTES
 from fsdp_bench.worker.training import local_tensor
-
-# Host copies of the local parameters above this size are not made for update norms: the copies
-# (two on a GPU: before and after the step) would cost more host memory than a benchmark should
-# take (null with the reason instead).
-UPDATE_NORM_MAX_BYTES = 2 * 2**30
-
 
 # Squares summed in float64 a chunk at a time: float32 accumulation was 1% off over 117M
 # elements, and a float64 copy of every parameter at once cost 0.3-0.6 s per step on an H100's

@@ -303,7 +303,8 @@ def test_utilization_is_read_only_while_a_timed_step_runs():
 
 def test_nothing_but_the_step_inside_the_timed_region(monkeypatch):
     """Between a measured step's two clock reads: only the step, with no phase callback (no
-    allocator reads), no update-norm bookkeeping, and utilization readings on only around it."""
+    allocator reads), no update-norm bookkeeping, and utilization readings on only around it;
+    between two measured steps no update norm either."""
     import time as real_time
     import types
 
@@ -327,10 +328,20 @@ def test_nothing_but_the_step_inside_the_timed_region(monkeypatch):
 
     monkeypatch.setattr(MemoryTimeline, "__init__", enabled_timeline)
     monkeypatch.setattr(MemoryTimeline, "sample", lambda self, phase: events.append(f"sample:{phase}"))
-    for name in ("before_step", "after_step"):
-        monkeypatch.setattr(
-            update_norms.UpdateNorms, name, lambda self, step=0, name=name: events.append(f"norms.{name}")
-        )
+    real_before, real_after = update_norms.UpdateNorms.before_step, update_norms.UpdateNorms.after_step
+
+    def before_step(self, step=0):  # the host copy of the parameters, when this step takes a norm
+        if self.take(step):
+            events.append(f"norms.copy:{step}")
+        real_before(self, step)
+
+    def after_step(self, step=0):
+        if self._filled:
+            events.append(f"norms.norm:{step}")
+        real_after(self, step)
+
+    monkeypatch.setattr(update_norms.UpdateNorms, "before_step", before_step)
+    monkeypatch.setattr(update_norms.UpdateNorms, "after_step", after_step)
     for name in ("resume", "pause"):
         monkeypatch.setattr(gpu_util.GpuUtilSampler, name, lambda self, name=name: events.append(f"util.{name}"))
     real_step = worker_setup.Rank.train_step
@@ -350,6 +361,11 @@ def test_nothing_but_the_step_inside_the_timed_region(monkeypatch):
     assert windows[0][0] == "step:phases"  # phase samples come from the warmup step
     for a in clocks[2::2]:  # measured steps: utilization on right before t0, off right after the end
         assert events[a - 1] == "util.resume" and events[a + 3] == "util.pause", events[a - 3 : a + 5]
+    # update norms (a host copy of every parameter) only around the warmup step: none between
+    # or after the measured steps, where the GPU would idle while the host copies
+    norm_events = [i for i, e in enumerate(events) if e.startswith("norms.")]
+    assert [events[i] for i in norm_events] == ["norms.copy:0", "norms.norm:0"]
+    assert max(norm_events) < clocks[2]
 
 
 def test_busy_probe_reads_its_step_window_from_the_real_profiler():

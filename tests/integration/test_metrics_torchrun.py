@@ -155,9 +155,10 @@ def test_holistic_trace_analysis_finds_the_steps(results):
 def test_update_norms_and_params_changed(results):
     for res in _cases(results).values():
         for rank in res["ranks"]:
-            assert len(rank["update_norms"]) == 3 and min(rank["update_norms"]) > 0
-            assert rank["update_norm_steps"] == [0, 1, 3]  # warmup, first and last measured step
+            assert len(rank["update_norms"]) == 1 and min(rank["update_norms"]) > 0
+            assert rank["update_norm_steps"] == [0]  # the warmup step, never a measured one
         assert res["metrics"]["params_changed"] is True
+        assert 0 < res["metrics"]["measure_timed_share_pct"] <= 100
 
 
 def test_loss_parity_across_strategies(results):

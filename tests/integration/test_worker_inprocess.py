@@ -42,3 +42,34 @@ def test_repointing_fixes_an_optimizer_built_before_fully_shard():
     assert stale_count["not_model_parameters"] == stale_count["optimizer_tensors"] > 0  # observed, not named
     assert fixed["optimizer_vs_model"]["not_model_parameters"] == 0
     assert stale["construction"]["method"]
+
+
+def test_models_are_initialized_once_by_their_init_weights(monkeypatch):
+    """The build skips nn.Linear's and nn.Embedding's own random initialization, which
+    init_weights overwrote (every GPT-2 parameter was drawn twice): the weights still follow
+    the models' initialization, are a function of the seed, and torch's defaults come back."""
+    import torch
+    from torch import nn
+
+    from fsdp_bench.plan.flavors import flavor_for
+    from fsdp_bench.worker.models.build import build_model
+
+    calls = []
+    for cls in (nn.Linear, nn.Embedding):
+        default = cls.reset_parameters
+        monkeypatch.setattr(cls, "reset_parameters", lambda self, d=default: calls.append(self) or d(self))
+    gpt = build_model(flavor_for("gpt_small"), seed=0)
+    linear = build_model(flavor_for("linear_tiny"), seed=0)
+    assert calls == []  # no default initialization ran
+    assert build_model(flavor_for("gpt_small"), seed=0).state_dict().keys() == gpt.state_dict().keys()
+    again, other = build_model(flavor_for("gpt_small"), seed=0), build_model(flavor_for("gpt_small"), seed=1)
+    assert all(torch.equal(a, b) for a, b in zip(gpt.parameters(), again.parameters()))
+    assert not torch.equal(gpt.wte.weight, other.wte.weight)
+    assert gpt.lm_head.weight is gpt.wte.weight
+    assert gpt.wte.weight.std().item() == pytest.approx(0.02, rel=0.02)  # GPT-2's N(0, 0.02)
+    assert torch.equal(gpt.blocks[0].ln_1.weight, torch.ones(256))
+    bound = 1 / 256**0.5  # nn.Linear's default: weights and biases within +-1/sqrt(fan_in)
+    w, b = linear.blocks[0].linear.weight, linear.blocks[0].linear.bias
+    assert bound * 0.99 < w.abs().max().item() <= bound and 0 < b.abs().max().item() <= bound
+    nn.Linear(2, 2)  # outside a build: torch's default initialization again
+    assert len(calls) == 1

@@ -1,8 +1,10 @@
 """The split of a case's wall time into launch, setup, train, probes and exit (pure)."""
 
+from pathlib import Path
+
 import pytest
 
-from fsdp_bench.analysis.case_time import case_time_split, sweep_time_split
+from fsdp_bench.analysis.case_time import case_time_split, measure_timed_share_pct, sweep_time_split
 
 
 def _result(**stages):
@@ -70,3 +72,55 @@ def test_effective_sharding_reads_alike_for_every_family_and_old_records():
     assert effective_sharding([{"effective_sharding": "NO_SHARD"}]) == "replicated"
     assert effective_sharding([{"effective_sharding": "full_shard"}, {"effective_sharding": "replicated"}]) is None
     assert effective_sharding([{"effective_sharding": "full_shard"}, {}]) is None
+
+
+# --- the share of the measured stretch that the timed steps fill (issue 32) ---------------------
+
+REFERENCE = Path(__file__).resolve().parents[2] / "results/reference/NVIDIA-H100-80GB-HBM3/part3_gpt2_sweep"
+
+
+def _rank_record(stages, steps, warmup=(0.5,)):
+    return {"stage_started_unix": stages, "step_times_s": list(steps), "warmup_step_times_s": list(warmup)}
+
+
+def test_timed_share_is_the_steps_over_the_measure_stage():
+    # measure stage 100.0 -> 102.5 (the probes start), 2.0 s of it inside timed steps
+    rank = _rank_record({"first_step": 98.0, "warmup": 99.0, "measure": 100.0, "memory_probe": 102.5}, [0.5] * 4)
+    assert measure_timed_share_pct(rank) == pytest.approx(80.0)
+    # a checkpoint benchmark after the steps ends the stretch as the probes would
+    rank["stage_started_unix"]["checkpoint"] = 102.0
+    assert measure_timed_share_pct(rank) == pytest.approx(100.0)
+
+
+def test_without_warmup_the_stretch_starts_with_the_first_step():
+    # warmup 0: step 0 is measured and runs in the first_step stage
+    rank = _rank_record({"first_step": 10.0, "measure": 10.4, "end": 11.0}, [0.4, 0.4], warmup=())
+    assert measure_timed_share_pct(rank) == pytest.approx(80.0)
+
+
+def test_timed_share_is_null_where_the_record_cannot_say():
+    assert measure_timed_share_pct({"step_times_s": [0.1], "warmup_step_times_s": [0.1]}) is None  # old file
+    # a rank that failed while measuring never reached the probes or the end
+    assert measure_timed_share_pct(_rank_record({"measure": 1.0}, [0.1])) is None
+    assert measure_timed_share_pct(_rank_record({"measure": 1.0, "end": 2.0}, [])) is None  # nothing measured
+    # the stage clock and the step clock disagree by a hair: never above 100
+    assert measure_timed_share_pct(_rank_record({"measure": 1.0, "end": 2.0}, [0.5, 0.5000001])) == 100.0
+
+
+@pytest.mark.parametrize(
+    ("case", "share_pct"),
+    [
+        # 2026-11-24: an update norm (host copy of every parameter) between every two measured steps
+        ("ddp-gpt_124m-ws1-bs8-ga1-opt_after-sl1024-bf16", 8.8),
+        ("fsdp2-gpt_124m-ws1-bs32-ga1-opt_after-sl1024-bf16", 18.7),
+        # 2026-11-26: norms on the first and last measured step only
+        ("fsdp2_no_reshard-gpt_124m-ws1-bs8-ga1-opt_after-sl1024-bf16", 75.2),
+        ("fsdp2_offload-gpt_124m-ws1-bs32-ga1-opt_after-sl1024-bf16", 95.2),
+    ],
+)
+def test_timed_share_of_the_h100_reference_cases(case, share_pct):
+    """Read off the committed H100 files: what issue 32 reported from them."""
+    import json
+
+    rank = json.loads((REFERENCE / "gpt2-124m-sweep/cases" / case / "rank-0.json").read_text())
+    assert measure_timed_share_pct(rank) == pytest.approx(share_pct, abs=0.05)

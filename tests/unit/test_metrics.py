@@ -57,6 +57,23 @@ def test_aggregate_throughput_memory_and_loss():
     assert m["params_changed"] is True
 
 
+def test_timed_share_of_the_measure_stage_is_the_worst_rank():
+    def rank(measure_s, stages=True):
+        record = {"step_times_s": [0.5, 0.5], "warmup_step_times_s": [0.5], "losses": [1.0, 1.0, 1.0]}
+        if stages:
+            record["stage_started_unix"] = {"warmup": 9.0, "measure": 10.0, "memory_probe": 10.0 + measure_s}
+        return record
+
+    def share(ranks):
+        metrics = aggregate_rank_metrics(tokens_per_step=1, samples_per_step=1, world_size=len(ranks), ranks=ranks)
+        return metrics["measure_timed_share_pct"]
+
+    # rank 1 spent 0.5 s of its measure stage outside its timed steps
+    assert share([rank(1.0), rank(1.5)]) == pytest.approx(100 * 1.0 / 1.5)
+    # a file from before the stage times (or one rank without them): null, not a partial figure
+    assert share([rank(1.0), rank(1.0, stages=False)]) is None
+
+
 def test_params_changed_requires_every_rank():
     ranks = [{"params_changed": True}, {"params_changed": False}]
     assert (

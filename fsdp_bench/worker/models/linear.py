@@ -6,6 +6,8 @@ the ODSC shape is seq_len=1.
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -27,8 +29,14 @@ class LinearStack(nn.Module):
         self.init_weights()
 
     def init_weights(self) -> None:
+        """torch's own nn.Linear initialization, written out: kaiming-uniform weights, biases
+        uniform in +-1/sqrt(fan_in). The build skips the modules' default (models.build), so this
+        is the only one."""
         for block in self.blocks:
-            block.linear.reset_parameters()
+            weight, bias = block.linear.weight, block.linear.bias
+            nn.init.kaiming_uniform_(weight, a=math.sqrt(5))
+            bound = 1 / math.sqrt(weight.shape[1])
+            nn.init.uniform_(bias, -bound, bound)
 
     def forward(self, x: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         for block in self.blocks:
