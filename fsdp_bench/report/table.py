@@ -114,6 +114,7 @@ def build_table(results: Iterable[CaseResult]):
     import pandas as pd
 
     from fsdp_bench.analysis.aggregate import loss_max_abs_dev_vs_ddp
+    from fsdp_bench.report.why import add_why_vs_best
     from fsdp_bench.results.stats import mean_across_ranks
 
     results = list(results)
@@ -129,7 +130,7 @@ def build_table(results: Iterable[CaseResult]):
     }
     deviation = loss_max_abs_dev_vs_ddp(rows, curves)
     df[M.loss_max_abs_dev_vs_ddp] = [deviation.get(c) for c in df["case_id"]]
-    df = add_ranking(df)
+    df = add_why_vs_best(add_ranking(df))
     lead = [c for c in LEAD_COLUMNS if c in df.columns]
     df = df[lead + [c for c in df.columns if c not in lead]]
     return _sorted(df)
