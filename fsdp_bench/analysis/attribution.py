@@ -119,16 +119,18 @@ def reason_text(
     faster: Mapping[str, float],
     *,
     host_label: str = "host time",
+    per: str = "per step",
 ) -> str:
     """`fsdp2 batch 8 is 47.0 ms slower per step than ddp batch 8: 45.0 ms more host time (96% of
     the difference: 50.1 against 5.1 ms); exposed communication 0.0 against 0.0 ms`.
 
-    `slower`/`faster`: `scaled_parts` of each (seconds of its measured step). The one or two parts
-    that grew most are named; exposed communication is always given, as the question is so often
-    whether the strategy's communication is what costs."""
+    `slower`/`faster`: `scaled_parts` of each (seconds of its measured step, or of the time `per`
+    names: cases doing different work per step are compared per 1,000 tokens). The one or two
+    parts that grew most are named; exposed communication is always given, as the question is so
+    often whether the strategy's communication is what costs."""
     gap = sum(slower.values()) - sum(faster.values())
     if gap <= 0:
-        return f"{slower_name} is not slower per step than {faster_name} (it does more work per second elsewhere)"
+        return f"{slower_name} is not slower {per} than {faster_name}"
     named = [(p, d) for p, d in part_differences(faster, slower)[:2] if d > 0.1 * gap]
     named = named or part_differences(faster, slower)[:1]
     labels = {**PART_LABELS, "host": host_label}
@@ -142,7 +144,7 @@ def reason_text(
             f"{labels['comm_exposed']} {1e3 * slower.get('comm_exposed', 0.0):,.1f} against "
             f"{1e3 * faster.get('comm_exposed', 0.0):,.1f} ms"
         )
-    return f"{slower_name} is {1e3 * gap:,.1f} ms slower per step than {faster_name}: " + "; ".join(said)
+    return f"{slower_name} is {1e3 * gap:,.1f} ms slower {per} than {faster_name}: " + "; ".join(said)
 
 
 def dominant_part(parts: Mapping[str, float], baseline: Mapping[str, float] | None = None) -> str:

@@ -155,7 +155,9 @@ def why_note(rec: Recommendation) -> str:
     if len(rec.picks) < 2:
         return ""
     reason = why_slower(rec.picks[1], rec.picks[0])
-    return f"; why: {reason}" if reason else ""
+    if not reason:
+        return ""
+    return f"; why{' (a difference within noise)' if len(rec.tied) > 1 else ''}: {reason}"
 
 
 def _short(row: dict[str, Any]) -> str:

@@ -23,22 +23,38 @@ def _number(value: Any) -> float | None:
     return float(value) if ok else None
 
 
-def row_parts(row: dict[str, Any]) -> dict[str, float] | None:
-    """The row's parts in seconds of its measured median step; None without a measured probe."""
+PER_TOKENS = 1000  # cases doing different work per step are compared per this many tokens per device
+
+
+def row_parts(row: dict[str, Any], *, per_tokens: int | None = None) -> dict[str, float] | None:
+    """The row's parts in seconds of its measured median step (or of the time it takes
+    `per_tokens` tokens on one device); None without a measured probe."""
     step, window = _number(row.get(M.step_time_s_median)), _number(row.get(M.probe_step_s))
     parts = {p: _number(row.get(f"part_{p}_s_per_step")) for p in PARTS}
     if step is None or not window or any(v is None for v in parts.values()):
         return None
-    return scaled_parts({"window_s": window, **{f"{p}_s": v for p, v in parts.items()}}, step)
+    scaled = scaled_parts({"window_s": window, **{f"{p}_s": v for p, v in parts.items()}}, step)
+    if per_tokens is None:
+        return scaled
+    tokens = _number(row.get("tokens_per_optimizer_step"))
+    ranks = _number(row.get("nproc")) or 1.0
+    if not tokens:
+        return None
+    return {p: s * per_tokens * ranks / tokens for p, s in scaled.items()}
 
 
 def why_slower(slower: dict[str, Any], faster: dict[str, Any]) -> str | None:
-    """`reason_text` for two table rows, or None when either has no parts."""
-    a, b = row_parts(slower), row_parts(faster)
+    """`reason_text` for two table rows, or None when either has no parts. Rows doing different
+    work per optimizer step (another batch or accumulation) are compared per PER_TOKENS tokens
+    per device, the time that decides tokens/s."""
+    same = slower.get("tokens_per_optimizer_step") == faster.get("tokens_per_optimizer_step")
+    per_tokens = None if same else PER_TOKENS
+    a, b = row_parts(slower, per_tokens=per_tokens), row_parts(faster, per_tokens=per_tokens)
     if a is None or b is None:
         return None
     host = HOST_LABELS.get(str(slower.get(M.parts_host_means)), "host time")
-    return reason_text(short_name(slower), short_name(faster), a, b, host_label=host)
+    per = "per step" if same else f"per {PER_TOKENS:,} tokens per device"
+    return reason_text(short_name(slower), short_name(faster), a, b, host_label=host, per=per)
 
 
 def add_why_vs_best(df):
