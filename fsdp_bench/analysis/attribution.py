@@ -139,6 +139,9 @@ def reason_text(
         f"{1e3 * slower.get(p, 0.0):,.1f} against {1e3 * faster.get(p, 0.0):,.1f} ms)"
         for p, d in named
     ]
+    shrunk = part_differences(faster, slower)[-1]
+    if shrunk[1] < -0.1 * gap:  # a share over 100% means another part shrank: say which
+        said.append(f"offset by {-1e3 * shrunk[1]:,.1f} ms less {labels[shrunk[0]]}")
     if "comm_exposed" not in {p for p, _ in named}:
         said.append(
             f"{labels['comm_exposed']} {1e3 * slower.get('comm_exposed', 0.0):,.1f} against "

@@ -326,7 +326,10 @@ def _probe_step_parts(
     if device.type != "cuda":
         record["gpu_busy"] = {"pct": None, "null_reason": NO_DEVICE_TIMELINE}
         return
-    busy = busy_record(parts.pop("busy") if reason is None else {"null_reason": reason}, record["step_times_s"])
+    probe = parts.pop("busy", None) if reason is None else None
+    busy = busy_record(
+        probe or {"null_reason": reason or "the probe step recorded no CUDA activity"}, record["step_times_s"]
+    )
     busy["method"] = "torch.profiler over 1 untimed probe step: union of kernel/memcpy/memset intervals / timed median"
     record["gpu_busy"] = busy
 
@@ -344,8 +347,7 @@ def run_probes(
     fault: str | None = None,
 ) -> ProbeGuard:
     """The untimed probe steps: FLOPs + model state, memory breakdown, the step's parts (and the GPU
-    busy share), then
-    profiling if asked.
+    busy share), then profiling if asked.
 
     `train_step(on_phase=None)` runs one optimizer step exactly as the timed loop does. Every
     probe runs under a `ProbeGuard` (returned: its `must_leave` tells the caller the process

@@ -67,3 +67,7 @@ def test_reason_names_the_part_that_grew_and_always_the_exposed_communication():
     assert "exposed communication 0.0 against 0.0 ms" in text
     assert dominant_part(fsdp2, ddp) == "host"
     assert "not slower" in reason_text("a", "b", ddp, fsdp2)
+    assert "offset" not in text
+    # a part that grew by more than the whole gap: the part that shrank is named too
+    shifted = {**fsdp2, "comm_exposed": 0.040, "host": 0.0}
+    assert "; offset by 5.0 ms less host time" in reason_text("b", "a", shifted, ddp)
