@@ -17,7 +17,8 @@ data_host_s_per_step = step time covered by neither compute nor communication (P
 data handling, waiting on a collective's result).
 device_busy_s_per_step = the union of every device interval (kernels, copies, memsets) in the
 step windows: the same reduction (`analysis.busy.device_busy`) as the one-step busy probe
-(`probe_device_busy`), which gives every CUDA case its `gpu_busy_pct`.
+(`probe_device_busy`, or `probe_step_events` + `attribute_events` in the step-parts probe, which
+gives every CUDA case its `gpu_busy_pct` and every case its parts).
 """
 
 from __future__ import annotations

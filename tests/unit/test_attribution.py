@@ -71,3 +71,13 @@ def test_reason_names_the_part_that_grew_and_always_the_exposed_communication():
     # a part that grew by more than the whole gap: the part that shrank is named too
     shifted = {**fsdp2, "comm_exposed": 0.040, "host": 0.0}
     assert "; offset by 5.0 ms less host time" in reason_text("b", "a", shifted, ddp)
+
+
+def test_planted_causes_act_in_every_step_and_only_there():
+    from fsdp_bench.plan.faults import check_spec, faults_for
+
+    assert faults_for("fsdp2-x", 1, "host_delay@step:1,comm_delay@step:0") == {"step": "host_delay"}
+    check_spec("slow_optimizer@step:1/fsdp2")
+    for bad in ("host_delay@measure:1", "raise@step:0"):
+        with pytest.raises(ValueError, match="act in every step and only there: KIND@step:RANK"):
+            check_spec(bad)
