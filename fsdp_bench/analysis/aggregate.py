@@ -7,6 +7,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
+from fsdp_bench.analysis.attribution import PARTS, critical_rank
 from fsdp_bench.analysis.busy import is_host_bound
 from fsdp_bench.analysis.case_time import measure_timed_share_pct
 from fsdp_bench.plan.catalog import is_baseline, sharding_word
@@ -152,6 +153,7 @@ def aggregate_measurements(ranks: Sequence[RankRecord], headline: dict[str, Any]
         if not means:
             out["gpu_util_null_reason"] = utils[0].get("null_reason")
     out.update(busy_metrics(ranks))
+    out.update(parts_metrics(ranks))
     norms = [r["update_norms"] for r in ranks if r.get("update_norms")]
     if norms:
         out["update_norm_min"] = min(min(n) for n in norms)
@@ -174,6 +176,31 @@ def busy_metrics(ranks: Sequence[RankRecord]) -> dict[str, Any]:
         "gpu_idle_ms_per_step": least["idle_ms_per_step"],
         "host_bound": is_host_bound(least["pct"]),
     }
+
+
+def parts_metrics(ranks: Sequence[RankRecord]) -> dict[str, Any]:
+    """The case's parts (`part_*_s_per_step`), from the rank the others wait for
+    (analysis.attribution.critical_rank), with its probe step against its own measured median (`probe_vs_median_pct`:
+    how far the profiled step is from what was timed)."""
+    recorded = [r.get("step_parts") for r in ranks]
+    if not any(recorded):
+        return {}  # records made before the parts probe
+    rank = critical_rank(recorded)
+    if rank is None:
+        reason = next((p.get("null_reason") for p in recorded if p and p.get("null_reason")), None)
+        return {"parts_null_reason": reason or "no rank measured its step's parts"}
+    parts = recorded[rank]
+    out: dict[str, Any] = {f"part_{p}_s_per_step": parts[f"{p}_s"] for p in PARTS}
+    for kind, seconds in sorted((parts.get("comm_exposed_by_kind_s") or {}).items()):
+        out[f"part_comm_{kind}_s_per_step"] = seconds
+    out["parts_rank"] = rank
+    out["parts_host_means"] = parts.get("host_means")
+    out["probe_step_s"] = parts["window_s"]
+    times = ranks[rank].get("step_times_s") or []
+    if times:
+        median = statistics.median(times)
+        out["probe_vs_median_pct"] = 100.0 * (parts["window_s"] / median - 1.0)
+    return out
 
 
 # A prediction is flagged when it misses the measurement by more than this (report.md says so).

@@ -9,7 +9,8 @@ host-bound. The busy share here is read off the profiler's device timeline inste
     gpu_busy_pct   = busy per step / the rank's median timed step
     idle per step  = median timed step - busy per step
 
-The device activity comes from one untimed probe step (worker.profiling.probe_device_busy).
+The device activity comes from one untimed probe step (worker.probes._probe_step_parts, whose
+profiler run also takes the step apart: analysis.attribution).
 The denominator is the timed step, not the probe's own window: the profiler records every CPU op
 and so lengthens the host side of the probe step (H100 GPT-2 bs4: 153 ms profiled against 125 ms
 timed), while the kernels' own durations stay what they were; dividing by the probe's window would

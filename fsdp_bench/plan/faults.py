@@ -15,6 +15,12 @@ KIND is one of:
   slow    only `slow@measure:RANK`: the rank sleeps SLOW_FRACTION (30%) of each measured step's
           own time inside the timed step, so the case is really slower (a synchronous step ends
           with its slowest rank): what a regression looks like, for testing `--compare`.
+  host_delay, comm_delay, slow_optimizer   only `KIND@step:RANK`: a planted cause, in every training
+          step of the rank (warmup, timed and probe steps): host_delay sleeps PLANTED_DELAY_S after
+          each forward (Python time inside the step); comm_delay holds each collective the rank
+          calls from Python (FSDP2's all-gathers and reduce-scatters; not FSDP1's nor DDP's)
+          for PLANTED_COMM_DELAY_S, as a slow link would; slow_optimizer sleeps PLANTED_DELAY_S in
+          every optimizer step. The step-time attribution must name them (tests/integration).
 STAGE is a worker stage name (`fsdp_bench.results.schema.STAGES`), or `probe_step`: part-way
 through the first untimed probe step (after its first forward), where a probe's failure must stay
 the probe's. Without a case substring the fault
@@ -30,11 +36,14 @@ from dataclasses import dataclass
 from fsdp_bench.results.schema import STAGES
 
 ENV_VAR = "FSDP_BENCH_FAULTS"
-KINDS = ("raise", "oom", "hang", "stuck", "kill", "slow")
+PLANTED = ("host_delay", "comm_delay", "slow_optimizer")  # causes planted in every step (stage `step`)
+KINDS = ("raise", "oom", "hang", "stuck", "kill", "slow", *PLANTED)
+PLANTED_DELAY_S = 0.1  # host_delay per forward, slow_optimizer per optimizer step
+PLANTED_COMM_DELAY_S = 0.02  # comm_delay per collective call
 SLOW_FRACTION = 0.3  # `slow`: the share of a measured step's time added as sleep
 SLOW_STAGES = ("measure",)  # `slow` acts on timed steps, so only where they are
 # Where a fault can fire: at the start of a stage, or inside the first probe step.
-POINTS = (*STAGES, "probe_step")
+POINTS = (*STAGES, "probe_step", "step")
 
 
 @dataclass(frozen=True)
@@ -61,6 +70,10 @@ def parse_faults(spec: str, *, stages: tuple[str, ...] | None = None) -> list[Fa
             raise ValueError(f"{ENV_VAR}: unknown stage {fault.stage!r} in {item!r}; known: {', '.join(stages)}")
         if fault.kind == "slow" and stages is not None and fault.stage not in SLOW_STAGES:
             raise ValueError(f"{ENV_VAR}: fault kind 'slow' acts on timed steps: only slow@measure:RANK, got {item!r}")
+        if (fault.kind in PLANTED) != (fault.stage == "step") and stages is not None:
+            raise ValueError(
+                f"{ENV_VAR}: {', '.join(PLANTED)} act in every step and only there: KIND@step:RANK, got {item!r}"
+            )
         if fault.rank < 0:
             raise ValueError(f"{ENV_VAR}: rank must be >= 0 in {item!r}")
         faults.append(fault)

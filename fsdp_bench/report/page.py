@@ -252,6 +252,23 @@ def _comparison_blocks(df) -> list:
     ]
 
 
+def _why_blocks(df) -> list:
+    """'Why': each compare group's fastest case taken apart, and why every other trained case is
+    slower (report.why); nothing when no case measured its parts."""
+    from fsdp_bench.report.why import why_lines
+
+    lines = why_lines(df)
+    if not lines:
+        return []
+    note = (
+        "Each case's step is taken apart from one untimed profiled probe step (analysis.attribution): compute, "
+        "exposed communication, optimizer step, data loading and host time, each scaled to the case's measured "
+        "median step; a slower case names the one or two parts that grew most. The parts are columns of "
+        "comparison.csv (part_*_s_per_step, unscaled), the reasons its why_vs_best column."
+    )
+    return [Heading("Why"), Paragraph(plain(note), note=True), Bullets(tuple(plain(line.strip()) for line in lines))]
+
+
 def _chart_blocks(page: Page) -> list:
     blocks: list = [Heading("Charts")]
     for outcome in page.charts:
@@ -387,6 +404,7 @@ def page_document(page: Page) -> Document:
     """The page, section by section, in the order a reader wants them."""
     sections = (
         _summary_blocks(page),
+        _why_blocks(page.df),
         _comparison_blocks(page.df),
         _tuning_blocks(page),
         prediction_blocks(page.df),

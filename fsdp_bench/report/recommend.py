@@ -152,6 +152,19 @@ def _winner_text(rec: Recommendation, budget: str) -> str:
     return text
 
 
+def why_note(rec: Recommendation) -> str:
+    """`; why: ...`, the runner-up's step against the winner's taken apart (report.why); '' when
+    either has no measured parts."""
+    from fsdp_bench.report.why import why_slower
+
+    if len(rec.picks) < 2:
+        return ""
+    reason = why_slower(rec.picks[1], rec.picks[0])
+    if not reason:
+        return ""
+    return f"; why{' (a difference within noise)' if len(rec.tied) > 1 else ''}: {reason}"
+
+
 def _short(row: dict[str, Any]) -> str:
     return f"{row['strategy']} batch {row['batch_size']} x accum {row['grad_accum']}"
 
@@ -185,6 +198,7 @@ def recommendation_lines(df, budget_gib: float | None = None) -> list[str]:
             )
             continue
         text = _winner_text(rec, budget)
+        text += why_note(rec)
         text += host_overhead_note(rec.tied if len(rec.tied) > 1 else rec.picks)
         if rec.over_budget:
             text += f"; {rec.over_budget} trained configuration(s) over the budget left out"

@@ -115,6 +115,7 @@ def build_table(results: Iterable[CaseResult]):
     import pandas as pd
 
     from fsdp_bench.analysis.aggregate import loss_max_abs_dev_vs_ddp
+    from fsdp_bench.report.why import add_why_vs_best
     from fsdp_bench.results.stats import mean_across_ranks
 
     results = list(results)
@@ -130,7 +131,7 @@ def build_table(results: Iterable[CaseResult]):
     }
     deviation = loss_max_abs_dev_vs_ddp(rows, curves)
     df[M.loss_max_abs_dev_vs_ddp] = [deviation.get(c) for c in df["case_id"]]
-    df = add_ranking(df)
+    df = add_why_vs_best(add_ranking(df))
     lead = [c for c in LEAD_COLUMNS if c in df.columns]
     df = df[lead + [c for c in df.columns if c not in lead]]
     return _sorted(df)
@@ -211,6 +212,7 @@ def flatten_rank(result: CaseResult, rank: RankRecord) -> dict[str, Any]:
         row[key] = stats.get(key)
     row[M.steps_measured] = len(times)
     row.update(_rank_busy(rank))
+    row.update(_rank_parts(rank))
     losses = rank.get("losses") or []
     row[M.loss_first] = losses[0] if losses else None
     row[M.loss_last] = losses[-1] if losses else None
@@ -237,6 +239,16 @@ def _rank_busy(rank: RankRecord) -> dict[str, Any]:
         M.gpu_idle_ms_per_step: busy.get("idle_ms_per_step"),
         M.host_bound: is_host_bound(busy.get("pct")),
     }
+
+
+def _rank_parts(rank: RankRecord) -> dict[str, Any]:
+    """This rank's own step taken apart (the case's columns are the waited-for rank's)."""
+    from fsdp_bench.analysis.attribution import PARTS
+
+    parts = rank.get("step_parts") or {}
+    if not parts.get("window_s"):
+        return {}
+    return {M.probe_step_s: parts["window_s"], **{f"part_{p}_s_per_step": parts.get(f"{p}_s") for p in PARTS}}
 
 
 def build_per_rank_table(results: Iterable[CaseResult]):

@@ -127,6 +127,24 @@ METRICS: tuple[Metric, ...] = (
        "GPU idle (ms/step)", TABLE),
     _m("host_bound", "bool", "gpu_busy_pct < analysis.busy.HOST_BOUND_BUSY_PCT (80): the GPU waits on the host "
        "for over a fifth of the step, so host overhead decides the step time", None, "host-bound", TABLE, LIVE),
+    *(_m(f"part_{part}_s_per_step", "s", f"the step taken apart: {what}, in the one untimed profiled probe step of "
+         "the rank the others wait for (the most step time not waiting in a collective); the parts are "
+         "disjoint and sum to "
+         "probe_step_s (analysis.attribution)", LOWER, f"{short} (s/step)", *shows)
+      for part, what, short, shows in (
+          ("compute", "ops (CPU) or kernels (CUDA) running", "compute", (CHART,)),
+          ("comm_exposed", "a collective in flight with no compute running", "exposed comm", (CHART,)),
+          ("optimizer", "inside Optimizer.step", "optimizer", (CHART,)),
+          ("data", "the batch fetch", "data", (CHART,)),
+          ("host", "nothing running: Python, hooks, launches, waits (CUDA: the device idle)", "host", (CHART,)))),
+    *(_m(f"part_comm_{kind}_s_per_step", "s", f"part_comm_exposed_s_per_step's {kind} share (present when it ran)")
+      for kind in ("all_gather", "reduce_scatter", "all_reduce", "broadcast")),
+    _m("probe_step_s", "s", "the profiled probe step the parts come from (its window; the profiler lengthens it)"),
+    _m("probe_vs_median_pct", "%", "(probe_step_s - that rank's median timed step) / the median"),
+    _m("parts_rank", "rank", "the rank whose step the parts describe"),
+    _m("parts_host_means", "label", "what part_host_s_per_step counts on this device"),
+    _m("why_vs_best", "text", "filled by the report: the one or two parts that account for most of the case's "
+       "step-time difference to the fastest case doing the same work (parts scaled to each median step)"),
     _m("repeats", "count", "--bench-repeats: torchrun processes the case ran in", None, "repeats", TABLE),
     _m("repeat_spread_pct", "%", "(max - min) / median of the repeats' step-time medians", None,
        "spread between repeats (%)", TABLE, LIVE),

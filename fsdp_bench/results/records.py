@@ -78,6 +78,7 @@ class RankRecord(TypedDict, total=False):
     profile: dict[str, Any]
     gpu_util: dict[str, Any]
     gpu_busy: dict[str, Any]
+    step_parts: dict[str, Any]  # analysis.attribution.step_parts of the rank's profiled probe step
     checkpoint: dict[str, Any]
     simulation: dict[str, Any]
     oom: dict[str, Any]

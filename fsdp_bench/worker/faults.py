@@ -27,3 +27,47 @@ def inject(kind: str, stage: str, device=None) -> None:
             time.sleep(3600)
     if kind == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def plant(kind: str, model, optimizer) -> None:
+    """Plant a cause of slowness in every later step of this rank (`plan.faults.PLANTED`), so the
+    step-time attribution can be checked against a known answer."""
+    from fsdp_bench.plan.faults import PLANTED_COMM_DELAY_S, PLANTED_DELAY_S
+
+    if kind == "host_delay":  # Python time between ops: no op, no collective runs meanwhile
+        model.register_forward_hook(lambda *_: time.sleep(PLANTED_DELAY_S))
+    elif kind == "slow_optimizer":  # pre-hooks run inside Optimizer.step's profiler span
+        inner = getattr(optimizer, "optimizer", optimizer)
+        inner.register_step_pre_hook(lambda *_: time.sleep(PLANTED_DELAY_S))
+    elif kind == "comm_delay":
+        _delay_collectives(PLANTED_COMM_DELAY_S)
+
+
+def _delay_collectives(seconds: float) -> None:
+    """Hold every collective this process calls through torch.distributed's Python functions for
+    `seconds`, inside a span the profiler reads as that collective (worker.profiling's
+    PLANTED_COMM_PREFIX): the time a slow link would keep the collective in flight."""
+    import torch.distributed as dist
+    from torch.profiler import record_function
+
+    from fsdp_bench.worker.profiling import PLANTED_COMM_PREFIX
+
+    def delayed(fn, kind):
+        def call(*args, **kwargs):
+            with record_function(f"{PLANTED_COMM_PREFIX}{kind}"):
+                time.sleep(seconds)
+            return fn(*args, **kwargs)
+
+        return call
+
+    # FSDP2 looks these up at each call (torch 2.13: the *_single ones); FSDP1 keeps the function
+    # it saw when it was built, and DDP's reducer calls C++, so neither is delayed.
+    for name, kind in (
+        ("all_gather_single", "all_gather"),
+        ("all_gather_into_tensor", "all_gather"),
+        ("reduce_scatter_single", "reduce_scatter"),
+        ("reduce_scatter_tensor", "reduce_scatter"),
+        ("all_reduce", "all_reduce"),
+    ):
+        if hasattr(dist, name):
+            setattr(dist, name, delayed(getattr(dist, name), kind))

@@ -42,6 +42,10 @@ def run(
         if case.memory_snapshot:
             record["memory_snapshot_recording"] = start_memory_history(device)
         setup = build_rank(case, device=device, rank=rank, world_size=world_size, record=record, stages=stages)
+        if stages.faults.get("step"):  # FSDP_BENCH_FAULTS KIND@step:RANK, a planted cause
+            from fsdp_bench.worker.faults import plant
+
+            plant(stages.faults["step"], setup.model, setup.optimizer)
         run_timed_steps(setup, record, stages, out_dir=out_dir)
         guard = _checkpoint_and_probes(setup, record, stages, out_dir=out_dir)
         stages.enter("end")

@@ -303,25 +303,33 @@ def _probe_breakdown(
             record["memory"]["method"] = f"unavailable: {refusal}"
 
 
-def _probe_busy(
+def _probe_step_parts(
     case: Case, step: Callable[[], Any], *, record: RankRecord, guard: ProbeGuard, device: torch.device
 ) -> None:
-    """One step under the profiler (CUDA): the GPU busy share of this rank's timed step.
+    """One step under the profiler, on every device: the step taken apart (`step_parts`: compute,
+    exposed communication by collective, optimizer, data, host; analysis.attribution) and, on
+    CUDA, the GPU busy share of this rank's timed step, both from the same events.
 
     It runs after the measured steps' peaks were read (worker.loop reads them before any probe),
-    so the profiler's buffers never enter a reported peak, and only on CUDA: a CPU run has no
-    device timeline to read."""
+    so the profiler's buffers never enter a reported peak; no trace file is written."""
     from fsdp_bench.analysis.busy import NO_DEVICE_TIMELINE, busy_record
-    from fsdp_bench.worker.profiling import probe_device_busy
+    from fsdp_bench.worker.profiling import attribute_events, probe_step_events
 
+    if not case.probes:
+        record["gpu_busy"] = {"pct": None, "null_reason": PROBES_OFF}
+        record["step_parts"] = {"null_reason": PROBES_OFF}
+        return
+    parts, reason = guard.run("step_parts", lambda: attribute_events(probe_step_events(step, device_type=device.type)))
+    record["step_parts"] = parts if reason is None else {"null_reason": reason}
+    if reason is None:
+        record["step_parts"]["method"] = "torch.profiler over 1 untimed probe step (analysis.attribution)"
     if device.type != "cuda":
         record["gpu_busy"] = {"pct": None, "null_reason": NO_DEVICE_TIMELINE}
         return
-    if not case.probes:
-        record["gpu_busy"] = {"pct": None, "null_reason": PROBES_OFF}
-        return
-    probe, reason = guard.run("gpu_busy", lambda: probe_device_busy(step, device_type=device.type))
-    busy = busy_record(probe if reason is None else {"null_reason": reason}, record["step_times_s"])
+    probe = parts.pop("busy", None) if reason is None else None
+    busy = busy_record(
+        probe or {"null_reason": reason or "the probe step recorded no CUDA activity"}, record["step_times_s"]
+    )
     busy["method"] = "torch.profiler over 1 untimed probe step: union of kernel/memcpy/memset intervals / timed median"
     record["gpu_busy"] = busy
 
@@ -338,8 +346,8 @@ def run_probes(
     out_dir: Path | None,
     fault: str | None = None,
 ) -> ProbeGuard:
-    """The untimed probe steps: FLOPs + model state, memory breakdown, the GPU busy share, then
-    profiling if asked.
+    """The untimed probe steps: FLOPs + model state, memory breakdown, the step's parts (and the GPU
+    busy share), then profiling if asked.
 
     `train_step(on_phase=None)` runs one optimizer step exactly as the timed loop does. Every
     probe runs under a `ProbeGuard` (returned: its `must_leave` tells the caller the process
@@ -358,7 +366,7 @@ def run_probes(
     _probe_flops_and_state(case, model, optimizer, step, record=record, guard=guard, rank=rank)
     record["prediction"] = predicted_memory(case, record["world_size"], rank)
     _probe_breakdown(case, model, optimizer, step, record=record, guard=guard, device=device)
-    _probe_busy(case, step, record=record, guard=guard, device=device)
+    _probe_step_parts(case, step, record=record, guard=guard, device=device)
     if case.profile:
         from fsdp_bench.worker.profiling import profile_steps
 

@@ -17,7 +17,8 @@ data_host_s_per_step = step time covered by neither compute nor communication (P
 data handling, waiting on a collective's result).
 device_busy_s_per_step = the union of every device interval (kernels, copies, memsets) in the
 step windows: the same reduction (`analysis.busy.device_busy`) as the one-step busy probe
-(`probe_device_busy`), which gives every CUDA case its `gpu_busy_pct`.
+(`probe_device_busy`, or `probe_step_events` + `attribute_events` in the step-parts probe, which
+gives every CUDA case its `gpu_busy_pct` and every case its parts).
 """
 
 from __future__ import annotations
@@ -35,6 +36,10 @@ from fsdp_bench.analysis.intervals import clip, exposed_length, total_length, un
 from fsdp_bench.plan.case import PROFILER_WARMUP_STEPS
 
 STEP_MARKER = "fsdp_bench.step"
+DATA_MARKER = "fsdp_bench.data"  # the batch fetch inside a step (worker.setup.Rank.train_step)
+# A planted collective delay (FSDP_BENCH_FAULTS comm_delay@step:RANK) runs inside a span of this
+# prefix and the collective's name: it stands for a slow link, so it is read as that collective.
+PLANTED_COMM_PREFIX = "fsdp_bench.fault.comm_delay:"
 COLLECTIVE_KINDS = ("all_gather", "reduce_scatter", "all_reduce", "broadcast", "all_to_all", "send_recv", "other")
 
 
@@ -52,7 +57,7 @@ class TraceEvent:
 def collective_kind(name: str) -> str | None:
     """The collective a communication event performs, or None when it is not communication."""
     low = name.lower()
-    if not (low.startswith("gloo:") or "nccl" in low):
+    if not (low.startswith("gloo:") or "nccl" in low or low.startswith(PLANTED_COMM_PREFIX)):
         return None
     flat = low.replace("_", "").replace(" ", "")
     for kind, keys in (
@@ -78,7 +83,7 @@ def summarize_events(events: Iterable[TraceEvent]) -> dict[str, Any]:
     comm = [(e, collective_kind(e.name)) for e in events]
     comm = [(e, k) for e, k in comm if k is not None]
     on_gpu = any(e.on_device for e in events)
-    comm_threads = {e.thread for e, _ in comm if not e.on_device}
+    comm_threads = _comm_threads(events)
     if on_gpu:
         comm_iv = [(e.start_s, e.end_s) for e, _ in comm if e.on_device]
         compute_iv = [(e.start_s, e.end_s) for e in events if e.on_device and collective_kind(e.name) is None]
@@ -110,6 +115,50 @@ def summarize_events(events: Iterable[TraceEvent]) -> dict[str, Any]:
         "device_busy_s_per_step": busy_from_events(events).get("busy_s_per_step") if on_gpu else None,
         "method": "cuda kernels" if on_gpu else "cpu ops (gloo worker threads for collectives)",
     }
+
+
+def _comm_threads(events: list[TraceEvent]) -> set[int]:
+    """The host threads that run collectives (gloo's workers), whose ops are no compute; a planted
+    delay's span sits on the training thread and does not make it one."""
+    return {
+        e.thread
+        for e in events
+        if not e.on_device and collective_kind(e.name) is not None and not e.name.startswith(PLANTED_COMM_PREFIX)
+    }
+
+
+def attribute_events(events: Iterable[TraceEvent]) -> dict[str, Any]:
+    """The probe step taken apart (`analysis.attribution.step_parts`): compute, exposed
+    communication by collective, optimizer, data and host time, summing to the step's window.
+
+    Compute is what `summarize_events` calls compute (CUDA: non-collective kernels; CPU: `aten::`
+    ops off gloo's threads); the optimizer part is the `Optimizer.step` spans on the host on both."""
+    from fsdp_bench.analysis.attribution import step_parts
+
+    events = list(events)
+    steps = union((e.start_s, e.end_s) for e in events if e.name == STEP_MARKER and not e.on_device)
+    on_gpu = any(e.on_device for e in events)
+    comm_threads = _comm_threads(events)
+    by_kind: dict[str, list[tuple[float, float]]] = {}
+    for e in events:
+        kind = collective_kind(e.name)
+        if kind is not None and (e.on_device or not on_gpu or e.name.startswith(PLANTED_COMM_PREFIX)):
+            by_kind.setdefault(kind, []).append((e.start_s, e.end_s))
+    if on_gpu:
+        compute = [(e.start_s, e.end_s) for e in events if e.on_device and collective_kind(e.name) is None]
+    else:
+        compute = [(e.start_s, e.end_s) for e in events if e.name.startswith("aten::") and e.thread not in comm_threads]
+    parts = step_parts(
+        steps,
+        compute=compute,
+        comm_by_kind=by_kind,
+        optimizer=[(e.start_s, e.end_s) for e in events if e.name.startswith("Optimizer.step#")],
+        data=[(e.start_s, e.end_s) for e in events if e.name == DATA_MARKER and not e.on_device],
+    )
+    parts["host_means"] = "device idle" if on_gpu else "no op or collective running"
+    if on_gpu:
+        parts["busy"] = busy_from_events(events)
+    return parts
 
 
 def busy_from_events(events: Iterable[TraceEvent]) -> dict[str, Any]:
@@ -190,6 +239,35 @@ def profile_steps(
     return summary
 
 
+def probe_step_events(step: Callable[[], Any], *, device_type: str) -> list[TraceEvent]:
+    """Run `step` once under torch.profiler (CPU ops, and CUDA kernels on a GPU) inside a
+    `fsdp_bench.step` span and return its events; no trace is kept. Synchronizing before and
+    inside the window puts exactly this step's kernels in it.
+
+    A barrier starts the ranks' windows together: the profiler's start takes each rank a
+    different time (tens of ms on a loaded CPU), and a rank that starts early would spend the
+    difference waiting in its first collective, communication the step never had."""
+    import torch
+    import torch.distributed as dist
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    cuda = device_type == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    if cuda:
+        torch.cuda.synchronize()
+    with profile(activities=activities) as prof:
+        if dist.is_initialized() and dist.get_world_size() > 1:
+            dist.barrier()
+        with record_function(STEP_MARKER):
+            step()
+            if cuda:
+                torch.cuda.synchronize()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "probe.pt.trace.json"
+        prof.export_chrome_trace(str(path))
+        return load_trace_events(path)
+
+
 def probe_device_busy(step: Callable[[], Any], *, device_type: str) -> dict[str, Any]:
     """Run `step` once under torch.profiler and return the device's busy time in its window
     (`busy_from_events`): one untimed step, no trace kept.
@@ -199,19 +277,4 @@ def probe_device_busy(step: Callable[[], Any], *, device_type: str) -> dict[str,
     the busy time is later divided by the timed median, not by this window (see analysis.busy).
     Synchronizing before and inside the window puts exactly this step's kernels in it. On CPU
     there are no device events: the result says so (the caller does not run it there)."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile, record_function
-
-    cuda = device_type == "cuda"
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    if cuda:
-        torch.cuda.synchronize()
-    with profile(activities=activities) as prof:
-        with record_function(STEP_MARKER):
-            step()
-            if cuda:
-                torch.cuda.synchronize()
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "busy.pt.trace.json"
-        prof.export_chrome_trace(str(path))
-        return busy_from_events(load_trace_events(path))
+    return busy_from_events(probe_step_events(step, device_type=device_type))

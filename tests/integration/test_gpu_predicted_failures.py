@@ -387,7 +387,7 @@ def test_busy_probe_runs_after_the_peaks_are_read_and_not_without_probes(monkeyp
     from fsdp_bench.worker.probe_guard import ProbeGuard
 
     events = []
-    real_peaks, real_busy = loop._record_memory_after_steps, probes._probe_busy
+    real_peaks, real_busy = loop._record_memory_after_steps, probes._probe_step_parts
 
     def peaks(setup, record, out_dir):
         events.append("peaks read")
@@ -399,7 +399,7 @@ def test_busy_probe_runs_after_the_peaks_are_read_and_not_without_probes(monkeyp
         events.append(f"busy after {len(record['step_times_s'])} steps")
         return real_busy(case, step, record=record, **kw)
 
-    monkeypatch.setattr(probes, "_probe_busy", busy)
+    monkeypatch.setattr(probes, "_probe_step_parts", busy)
     record = run(Case(strategy="ddp", nproc=1, steps=2, warmup=1, seq_len=16))
     assert events == ["peaks read", "busy after 2 steps"], events
     assert record["gpu_busy"] == {"pct": None, "null_reason": NO_DEVICE_TIMELINE}
@@ -415,4 +415,4 @@ def test_busy_probe_runs_after_the_peaks_are_read_and_not_without_probes(monkeyp
     )
     # this torch has no CUDA: the probe fails at its first CUDA call, and the failure is the probe's
     real_busy(Case(strategy="ddp", nproc=1), lambda: None, record=failed, guard=guard, device=cuda)
-    assert failed["gpu_busy"]["pct"] is None and "in the gpu_busy probe step" in failed["gpu_busy"]["null_reason"]
+    assert failed["gpu_busy"]["pct"] is None and "in the step_parts probe step" in failed["gpu_busy"]["null_reason"]

@@ -28,6 +28,15 @@ from fsdp_bench.results.metrics import M
 from fsdp_bench.results.records import CaseResult
 from fsdp_bench.results.stats import CONFIDENCE_PCT
 
+# The parts of every case's profiled probe step (analysis.attribution), drawn when a run has them;
+# older runs fall back to --bench-profile's reduction (STEP_PARTS).
+PROBE_PARTS = (
+    (M.part_compute_s_per_step, "compute", "#4C72B0"),
+    (M.part_comm_exposed_s_per_step, "exposed communication", "#C44E52"),
+    (M.part_optimizer_s_per_step, "optimizer", "#55A868"),
+    (M.part_data_s_per_step, "data loading", "#CCB974"),
+    (M.part_host_s_per_step, "host time", "#8172B2"),
+)
 STEP_PARTS = (
     (M.compute_s_per_step, "compute", "#4C72B0"),
     (M.comm_exposed_s_per_step, "exposed communication", "#C44E52"),
@@ -149,13 +158,24 @@ def median_error(row: dict) -> list[list[float]] | None:
     return [[max(0.0, median - low)], [max(0.0, high - median)]]
 
 
+def _measured_parts(df) -> list[tuple[str, str, str]]:
+    for parts in (PROBE_PARTS, STEP_PARTS):
+        present = [p for p in parts if p[0] in df and ok_rows(df)[p[0]].notna().any()]
+        if len(present) >= 2:
+            return present
+    raise ChartSkipped(
+        "no case measured its step's parts (part_*_s_per_step: probes off?) nor --bench-profile's "
+        "compute_s_per_step, comm_exposed_s_per_step, optimizer_s_per_step, data_host_s_per_step"
+    )
+
+
+def _mark_winner(ax, x: int, top: float) -> None:
+    """The fastest case of its like-for-like group, marked above its bar."""
+    ax.annotate("fastest", (x, top), xytext=(0, 4), textcoords="offset points", ha="center", fontsize=8, weight="bold")
+
+
 def chart_step_breakdown(run: RunData, path: Path) -> None:
-    present = [p for p in STEP_PARTS if p[0] in run.df and ok_rows(run.df)[p[0]].notna().any()]
-    if len(present) < 2:
-        raise ChartSkipped(
-            "fewer than two of compute_s_per_step, comm_exposed_s_per_step, optimizer_s_per_step, "
-            "data_host_s_per_step were measured"
-        )
+    present = _measured_parts(run.df)
     ref = reference_slice(run.df, present[0][0], with_batch=False)
     part = ok_rows(ref.select(run.df))
     part = part[part[present[0][0]].notna()]
@@ -181,6 +201,8 @@ def chart_step_breakdown(run: RunData, path: Path) -> None:
                 ax.bar(x, value, 0.6, bottom=bottom, color=color, label=label if x == 0 else None)
                 bottom += value
             measured = getattr(row, M.step_time_s_median, None)
+            if getattr(row, "is_best", False) is True:
+                _mark_winner(ax, x, max(bottom, measured if measured == measured and measured else 0.0))
             if measured is not None and measured == measured:
                 ax.errorbar(
                     [x],
@@ -198,7 +220,7 @@ def chart_step_breakdown(run: RunData, path: Path) -> None:
             tick.set_color(strategy_color(row.strategy))
         ax.set_title(f"batch {size}", fontsize=10)
         ax.grid(axis="y", alpha=0.3)
-    axes[0][0].set_ylabel("time per optimizer step (s)")
+    axes[0][0].set_ylabel("time per optimizer step (s): bars the profiled probe step")
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(
         handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=len(labels), fontsize=8, frameon=False
