@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from fsdp_bench.analysis.attribution import PARTS, reason_text, scaled_parts
+from fsdp_bench.plan.catalog import intended_timing
 from fsdp_bench.results.metrics import M
 
 WHY_COLUMN = M.why_vs_best
@@ -14,7 +15,9 @@ HOST_LABELS = {"device idle": "host time (device idle)", "no op or collective ru
 
 
 def short_name(row: dict[str, Any]) -> str:
-    timing = "" if row.get("optimizer_timing") in (None, "after_shard") else f", optimizer {row['optimizer_timing']}"
+    """`fsdp2 batch 8 x accum 1`, and the optimizer timing when it is not the intended one."""
+    intended = row.get("optimizer_timing") in (None, intended_timing().name)
+    timing = "" if intended else f", optimizer {row['optimizer_timing']}"
     return f"{row['strategy']} batch {row['batch_size']} x accum {row['grad_accum']}{timing}"
 
 
