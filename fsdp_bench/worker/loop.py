@@ -101,7 +101,8 @@ def run_timed_steps(setup: Rank, record: RankRecord, stages: StageTracker, *, ou
     norms = UpdateNorms(setup.model, take=lambda step: _takes_update_norm(case, step))
     gpu_util = GpuUtilSampler(device)
     reset_peak(device)
-    slow = stages.faults.get("measure") == "slow"  # FSDP_BENCH_FAULTS slow@measure:RANK
+    # FSDP_BENCH_FAULTS slow@measure:RANK[:FRACTION]; faults_for says which kind the stage's last one is
+    slow = stages.slow_fraction if stages.faults.get("measure") == "slow" else None
     agreed: list[float] = []  # every rank's slowest-rank step times, for the stop decision
     i = 0
     while True:
@@ -126,9 +127,7 @@ def run_timed_steps(setup: Rank, record: RankRecord, stages: StageTracker, *, ou
         loss = setup.train_step(i, on_phase)
         _sync(device)
         if measured and slow:  # inside the timed step: the case is really slower
-            from fsdp_bench.plan.faults import SLOW_FRACTION
-
-            time.sleep(SLOW_FRACTION * (time.perf_counter() - t0))
+            time.sleep(slow * (time.perf_counter() - t0))
         elapsed = time.perf_counter() - t0
         if measured:
             gpu_util.pause()

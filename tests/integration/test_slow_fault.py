@@ -1,6 +1,6 @@
-"""The `slow` fault (FSDP_BENCH_FAULTS=slow@measure:RANK) makes a case really slower: inside every
-measured step the rank sleeps 30% of the step's own time, so each recorded step time is at least
-1.3x its compute. Warmup steps stay untouched.
+"""The `slow` fault (FSDP_BENCH_FAULTS=slow@measure:RANK[:FRACTION]) makes a case really slower:
+inside every measured step the rank sleeps FRACTION (default 30%) of the step's own time, so each
+recorded step time is at least (1 + FRACTION)x its compute. Warmup steps stay untouched.
 
 Whether `visualize.py --compare` then claims the slowed run as a regression depends on the
 machine's run-to-run noise; that is measured by scripts/measure_verdict_noise.py (numbers in
@@ -18,7 +18,8 @@ from fsdp_bench.plan.faults import SLOW_FRACTION  # noqa: E402
 from fsdp_bench.worker import loop  # noqa: E402
 
 
-def test_each_measured_step_sleeps_its_share_inside_the_timed_region(monkeypatch):
+@pytest.mark.parametrize("spec, fraction", [("slow@measure:0", SLOW_FRACTION), ("slow@measure:0:1.5", 1.5)])
+def test_each_measured_step_sleeps_its_share_inside_the_timed_region(monkeypatch, spec, fraction):
     real_sleep = loop.time.sleep
     slept: list[float] = []
 
@@ -26,14 +27,14 @@ def test_each_measured_step_sleeps_its_share_inside_the_timed_region(monkeypatch
         slept.append(seconds)
         real_sleep(seconds)
 
-    monkeypatch.setenv("FSDP_BENCH_FAULTS", "slow@measure:0")
+    monkeypatch.setenv("FSDP_BENCH_FAULTS", spec)
     monkeypatch.setattr(loop.time, "sleep", sleep)
     record = loop.run(Case(strategy="ddp", nproc=1, steps=3, warmup=2, seq_len=16, probes=False))
     assert record["status"] == "ok"
     steps = record["step_times_s"]
     assert len(slept) == len(steps) == 3  # one sleep per measured step, none in warmup
     for step, pause in zip(steps, slept):
-        compute = pause / SLOW_FRACTION
+        compute = pause / fraction
         assert step >= compute + pause  # the sleep is inside the timed step
     assert SLOW_FRACTION == 0.3
 
