@@ -115,7 +115,7 @@ def compare_main(args: argparse.Namespace) -> int:
         print(f"visualize.py: warning: runs differ: {line}", file=sys.stderr)
     for path in write_comparison(comparison, out, base=base, new=new, threshold_pct=args.threshold):
         print(path)
-    from fsdp_bench.report.compare import noise_sentence
+    from fsdp_bench.report.compare_noise import detectable_span, noise_sentence
 
     print(
         f"{len(comparison.rows)} case(s) in both runs, {len(comparison.only_base)} only in base, "
@@ -125,14 +125,19 @@ def compare_main(args: argparse.Namespace) -> int:
     print(noise_sentence(comparison))
     total = len(comparison.rows)
     for verdict in ("faster", "within noise", "inconclusive"):
-        ids = [r["case_id"] for r in comparison.rows if r.get("verdict") == verdict]
-        if ids:
-            print(f"{len(ids)} case(s) {verdict}{_which(ids, total)}")
+        rows = [r for r in comparison.rows if r.get("verdict") == verdict]
+        if rows:
+            span = detectable_span(rows)
+            seen = f" (smallest detectable step-time change {span})" if span else ""
+            print(f"{len(rows)} case(s) {verdict}{seen}{_which([r['case_id'] for r in rows], total)}")
     noisy = [r["case_id"] for r in comparison.rows if r.get("noisy")]
     if noisy:
         print(f"noisy (step-time CV > {NOISY_CV_PCT:g}%){_which(noisy, total)}")
     for line in comparison.regressions:
         print(f"REGRESSION {line}")
+    span = detectable_span(r for r in comparison.rows if r.get("verdict") == "regression")
+    if span:
+        print(f"regressions judged at a smallest detectable step-time change of {span}")
     return 1 if comparison.regressions else 0
 
 
