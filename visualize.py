@@ -26,11 +26,12 @@ class _OneLineParser(argparse.ArgumentParser):
     """Bad arguments: one line naming the problem (argparse would add a usage block)."""
 
     def error(self, message: str):  # type: ignore[override]
-        self.exit(2, f"visualize.py: {message} (see --help)\n")
+        self.exit(2, f"{self.prog}: {message} (see --help)\n")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = _OneLineParser(description=__doc__.splitlines()[0])
+def build_parser() -> argparse.ArgumentParser:
+    """Every option of visualize.py (the workflow test parses the workflows' command lines with it)."""
+    parser = _OneLineParser(prog="visualize.py", description=__doc__.splitlines()[0])
     parser.add_argument(
         "runs", nargs="*", type=Path, help="run folders (default: the newest under --results-dir with a finished case)"
     )
@@ -52,7 +53,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--budget-gib", type=float, default=None, help="memory budget per device for the recommendation (default: none)"
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     if args.compare:
         return compare_main(args)
     try:  # every argument is checked before anything is written
