@@ -12,9 +12,10 @@ KIND is one of:
   stuck   like hang, but SIGTERM is ignored, as by a rank stuck in native code: only SIGKILL
           (torchrun's or the runner's, after their grace periods) ends it;
   kill    SIGKILL to itself, as the kernel's OOM killer or a segfault would end it;
-  slow    only `slow@measure:RANK[:FRACTION]`: the rank sleeps FRACTION (default SLOW_FRACTION,
-          0.3) of each measured step's own time inside the timed step, so the case is really
-          slower by about that share (a synchronous step ends with its slowest rank): what a
+  slow    only `slow@measure:RANK[:FRACTION]`: inside each timed step the rank sleeps FRACTION
+          (default SLOW_FRACTION, 0.3) of its fastest measured step so far (not of the current
+          step, which includes waiting for a slowed peer: worker.faults.SlowSteps), so the case is
+          really slower by about that share (a synchronous step ends with its slowest rank): what a
           regression looks like, for testing `--compare`. The size matters because a gate can
           only be tested with a slowdown larger than the change its noise lets it detect
           (`slow@measure:0:1.5` makes each step about 2.5x as long).
