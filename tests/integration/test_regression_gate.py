@@ -1,14 +1,15 @@
 """Issue #38, the gate on real sweeps (gpt_tiny, 2 gloo ranks, ddp and fsdp2 at batch 2, 3
 interleaved repeats each side): three identical sweeps compared pairwise exit 0 (three identical
 pairs), and a fourth whose fsdp2 case is slowed by a planted `slow@measure:RANK:4` fault (each
-measured step sleeps four times the rank's fastest step: +229% measured) exits 1 naming that case
-and only that one.
+measured step sleeps four times the rank's fastest step: +182% and +229% measured) exits 1 naming
+that case and only that one.
 
 The planted slowdown must be larger than the change the comparison says it could detect; on the
-shared 2-core machine, at load 6-12, one repeat of these cases moved 24-43% and the detectable
-change was +72% to +164% (docs/verdicts.md), so the planted change is about +230%, not the +30%
-that such noise hides. The noise and detectable change of each comparison are printed (-s shows them). `--history`
-over the four sweeps (a, b, slowed, c) flags the slowed run and only its fsdp2 case.
+shared 2-core machine, at load 6-12, one repeat of these cases moved 21-43% and the detectable
+change was +60% to +164% (docs/verdicts.md), so the planted change is +180-230%, not the +30%
+that such noise hides. The noise and detectable change of each comparison are printed (-s shows
+them). `--history` over the four sweeps (a, b, slowed, c) flags the slowed run and only its fsdp2
+case.
 6-8 minutes at load 6-12: four sweeps of 6 torchruns."""
 
 from __future__ import annotations
