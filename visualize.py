@@ -6,6 +6,10 @@ python visualize.py RUN_DIR [...]   # those runs
 python visualize.py --compare BASE_RUN NEW_RUN [--threshold PCT]
                                     # compare.csv/.md/.png in NEW_RUN (or --out); exit 1 on a
                                     # regression beyond PCT percent (default 5)
+python visualize.py --history RUN RUN [...] | RUNS_FOLDER [--out DIR]
+                                    # history.csv/.md/.html/.png: each case across runs, the runs
+                                    # changed beyond noise flagged (default --out: RUNS_FOLDER/history
+                                    # or the first run's parent's history/)
 """
 
 from __future__ import annotations
@@ -26,11 +30,12 @@ class _OneLineParser(argparse.ArgumentParser):
     """Bad arguments: one line naming the problem (argparse would add a usage block)."""
 
     def error(self, message: str):  # type: ignore[override]
-        self.exit(2, f"visualize.py: {message} (see --help)\n")
+        self.exit(2, f"{self.prog}: {message} (see --help)\n")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = _OneLineParser(description=__doc__.splitlines()[0])
+def build_parser() -> argparse.ArgumentParser:
+    """Every option of visualize.py (the workflow test parses the workflows' command lines with it)."""
+    parser = _OneLineParser(prog="visualize.py", description=__doc__.splitlines()[0])
     parser.add_argument(
         "runs", nargs="*", type=Path, help="run folders (default: the newest under --results-dir with a finished case)"
     )
@@ -44,6 +49,13 @@ def main(argv: list[str] | None = None) -> int:
         help="compare two runs; exit 1 when a case regresses beyond --threshold",
     )
     parser.add_argument(
+        "--history",
+        nargs="+",
+        type=Path,
+        metavar="RUN",
+        help="runs in order (or folders of runs): each case across them, runs changed beyond noise flagged",
+    )
+    parser.add_argument(
         "--threshold",
         type=float,
         default=5.0,
@@ -52,9 +64,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--budget-gib", type=float, default=None, help="memory budget per device for the recommendation (default: none)"
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.compare and args.history:
+        print("visualize.py: give either --compare or --history, not both", file=sys.stderr)
+        return 2
     if args.compare:
         return compare_main(args)
+    if args.history:
+        return history_main(args)
     try:  # every argument is checked before anything is written
         runs = args.runs or [_newest_finished(args.results_dir)]
         for run in runs:
@@ -115,7 +136,7 @@ def compare_main(args: argparse.Namespace) -> int:
         print(f"visualize.py: warning: runs differ: {line}", file=sys.stderr)
     for path in write_comparison(comparison, out, base=base, new=new, threshold_pct=args.threshold):
         print(path)
-    from fsdp_bench.report.compare import noise_sentence
+    from fsdp_bench.report.compare_noise import detectable_span, noise_sentence
 
     print(
         f"{len(comparison.rows)} case(s) in both runs, {len(comparison.only_base)} only in base, "
@@ -125,15 +146,47 @@ def compare_main(args: argparse.Namespace) -> int:
     print(noise_sentence(comparison))
     total = len(comparison.rows)
     for verdict in ("faster", "within noise", "inconclusive"):
-        ids = [r["case_id"] for r in comparison.rows if r.get("verdict") == verdict]
-        if ids:
-            print(f"{len(ids)} case(s) {verdict}{_which(ids, total)}")
+        rows = [r for r in comparison.rows if r.get("verdict") == verdict]
+        if rows:
+            span = detectable_span(rows)
+            seen = f" (smallest detectable step-time change {span})" if span else ""
+            print(f"{len(rows)} case(s) {verdict}{seen}{_which([r['case_id'] for r in rows], total)}")
     noisy = [r["case_id"] for r in comparison.rows if r.get("noisy")]
     if noisy:
         print(f"noisy (step-time CV > {NOISY_CV_PCT:g}%){_which(noisy, total)}")
     for line in comparison.regressions:
         print(f"REGRESSION {line}")
+    span = detectable_span(r for r in comparison.rows if r.get("verdict") == "regression")
+    if span:
+        print(f"regressions judged at a smallest detectable step-time change of {span}")
     return 1 if comparison.regressions else 0
+
+
+def history_main(args: argparse.Namespace) -> int:
+    from fsdp_bench.report.history import build_history, collect_run_dirs
+    from fsdp_bench.report.history_page import write_history
+
+    try:
+        if args.runs:
+            raise ResultError("give either run folders or --history RUN ..., not both")
+        if not args.threshold >= 0:
+            raise ResultError(f"--threshold: {args.threshold:g} is not a non-negative percentage")
+        runs = collect_run_dirs(args.history)
+        first = args.history[0]
+        out = args.out or ((first if not RunLayout(first).is_run() else first.parent) / "history")
+        writable_dir("--out", str(out))
+    except (ResultError, CaseError, OSError) as exc:
+        print(f"visualize.py: {exc}", file=sys.stderr)
+        return 2
+    history = build_history(runs, threshold_pct=args.threshold)
+    for note in history.notes:
+        print(f"visualize.py: {note}", file=sys.stderr)
+    for path in write_history(history, out, threshold_pct=args.threshold):
+        print(path)
+    print(f"{len(runs)} runs; {len(history.flagged)} flagged (a case changed beyond noise and {args.threshold:g}%)")
+    for run, cases in history.flagged.items():
+        print(f"FLAGGED {run}: {', '.join(cases)}")
+    return 0
 
 
 def _which(ids: list[str], total: int) -> str:

@@ -2,12 +2,13 @@
 `visualize.py --compare`, plus one pair whose second run is slowed on purpose.
 
     python scripts/measure_verdict_noise.py [--pairs 3] [--repeats 2] [--strategies ddp,fsdp2]
-                                            [--batch-sizes 2,4] [--workdir DIR]
+                                            [--batch-sizes 2,4] [--slow-fraction 0.3] [--workdir DIR]
 
 For each identical pair (A then B, same grid, same machine): the compare's exit code, how many
 cases it calls a regression (target: 0, exit 0), its verdict per case, and whether A and B give
 the same recommendation (or both say tied). Then one pair whose second run has
-FSDP_BENCH_FAULTS=slow@measure:0,slow@measure:1 (each rank sleeps 30% of every measured step):
+FSDP_BENCH_FAULTS=slow@measure:0:F,slow@measure:1:F (each rank sleeps F, default 0.3, of its
+fastest measured step inside every measured step):
 the compare must exit 1 and name every slowed case. Prints one line per pair, the load average
 before each sweep, and a closing tally; exits 1 when any target was missed.
 """
@@ -32,7 +33,11 @@ from fsdp_bench.report.table import build_table  # noqa: E402
 from fsdp_bench.report.writer import load_report_inputs  # noqa: E402
 
 SWEEP_TEST = "def test_case(bench_case, bench_run):\n    bench_run(bench_case)\n"
-SLOW = "slow@measure:0,slow@measure:1"
+
+
+def slow_spec(fraction: float) -> str:
+    """Both ranks of every case slowed by `fraction` of their fastest measured step."""
+    return f"slow@measure:0:{fraction:g},slow@measure:1:{fraction:g}"
 
 
 def grid(args: argparse.Namespace) -> list[str]:
@@ -169,7 +174,7 @@ def run(args: argparse.Namespace, project: Path) -> int:
             flush=True,
         )
     base, load_base = sweep(project, "slow-base", args)
-    slowed, load_slow = sweep(project, "slow-new", args, faults=SLOW)
+    slowed, load_slow = sweep(project, "slow-new", args, faults=slow_spec(args.slow_fraction))
     code, named, rows = compare(base, slowed, project / "cmp-slow")
     slow_ok = code == 1 and set(named) == set(rows)
     print(
@@ -193,6 +198,9 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--strategies", default="ddp,fsdp2")
     parser.add_argument("--batch-sizes", default="2,4")
+    parser.add_argument(
+        "--slow-fraction", type=float, default=0.3, help="the slowed pair's planted slowdown (default 0.3: +30%%)"
+    )
     parser.add_argument("--workdir", type=Path, help="keep the runs here (default: a temporary folder)")
     args = parser.parse_args()
     if args.pairs < 1 or args.repeats < 2:

@@ -13,6 +13,11 @@ difference of the means is significant when it exceeds Student's t at `stats.CON
 whole comparison (Bonferroni over the cases compared, so 24 cases do not give a false regression
 one time in twenty per case) times its standard error. Without repeats the noise is unknown and
 no timing change is significant.
+
+"Within noise" has a size: the smallest slowdown whose interval would exclude zero at this noise and
+these repeats (`detectable_pct`), and the repeats a side that would bring it down to a target
+(`repeats_needed`). A true change of exactly that size is caught about half the time (its
+estimate lands on either side of the bound), so a gate is tested with a larger one.
 """
 
 from __future__ import annotations
@@ -76,6 +81,7 @@ class TimingChange:
     change_pct: float  # new vs base step-time median (mean of log repeat medians), + is slower
     low_pct: float | None  # its interval at CONFIDENCE; None when the run-to-run noise is unknown
     high_pct: float | None
+    detectable_pct: float | None = None  # the smallest slowdown this comparison calls significant
 
     @property
     def significant(self) -> bool:
@@ -111,4 +117,21 @@ def timing_change(base: Sequence[float], new: Sequence[float], noise: RunNoise |
     if noise is None:
         return TimingChange(change, None, None)
     half = noise.t * noise.sd_log * math.sqrt(1 / len(lb) + 1 / len(ln))
-    return TimingChange(change, 100 * math.expm1(d - half), 100 * math.expm1(d + half))
+    return TimingChange(change, 100 * math.expm1(d - half), 100 * math.expm1(d + half), 100 * math.expm1(half))
+
+
+MAX_REPEATS = 1000  # beyond this a target is out of reach for any sweep worth running
+
+
+def repeats_needed(sd_log: float, cases: int, target_pct: float) -> int | None:
+    """Repeats a side (the same on both) for a slowdown of `target_pct` to be significant at a
+    run-to-run noise of `sd_log` per repeat, Bonferroni over `cases`, the noise pooled over every
+    case in both runs as `pooled_run_noise` does (None: more than MAX_REPEATS, or no target)."""
+    if not target_pct > 0 or not sd_log >= 0:
+        return None
+    bound = math.log1p(target_pct / 100)
+    for n in range(2, MAX_REPEATS + 1):
+        noise = RunNoise(sd_log, 2 * max(cases, 1) * (n - 1), cases)
+        if noise.t * sd_log * math.sqrt(2 / n) <= bound:
+            return n
+    return None

@@ -1,6 +1,6 @@
 """Fault injection for contributors' tests: make one rank of chosen cases fail on purpose.
 
-    FSDP_BENCH_FAULTS="KIND@STAGE:RANK[/CASE_ID_SUBSTRING],..."
+    FSDP_BENCH_FAULTS="KIND@STAGE:RANK[:FRACTION][/CASE_ID_SUBSTRING],..."
 
 KIND is one of:
   raise   RuntimeError, like any bug in model build, strategy or step;
@@ -12,9 +12,13 @@ KIND is one of:
   stuck   like hang, but SIGTERM is ignored, as by a rank stuck in native code: only SIGKILL
           (torchrun's or the runner's, after their grace periods) ends it;
   kill    SIGKILL to itself, as the kernel's OOM killer or a segfault would end it;
-  slow    only `slow@measure:RANK`: the rank sleeps SLOW_FRACTION (30%) of each measured step's
-          own time inside the timed step, so the case is really slower (a synchronous step ends
-          with its slowest rank): what a regression looks like, for testing `--compare`.
+  slow    only `slow@measure:RANK[:FRACTION]`: inside each timed step the rank sleeps FRACTION
+          (default SLOW_FRACTION, 0.3) of its fastest measured step so far (not of the current
+          step, which includes waiting for a slowed peer: worker.faults.SlowSteps), so the case is
+          really slower by about that share (a synchronous step ends with its slowest rank): what a
+          regression looks like, for testing `--compare`. The size matters because a gate can
+          only be tested with a slowdown larger than the change its noise lets it detect
+          (`slow@measure:0:1.5` makes each step about 2.5x as long).
   host_delay, comm_delay, slow_optimizer   only `KIND@step:RANK`: a planted cause, in every training
           step of the rank (warmup, timed and probe steps): host_delay sleeps PLANTED_DELAY_S after
           each forward (Python time inside the step); comm_delay holds each collective the rank
@@ -41,6 +45,7 @@ KINDS = ("raise", "oom", "hang", "stuck", "kill", "slow", *PLANTED)
 PLANTED_DELAY_S = 0.1  # host_delay per forward, slow_optimizer per optimizer step
 PLANTED_COMM_DELAY_S = 0.02  # comm_delay per collective call
 SLOW_FRACTION = 0.3  # `slow`: the share of a measured step's time added as sleep
+MAX_SLOW_FRACTION = 100.0  # `slow`: beyond 101x a step, a "slow" case is a hang in all but name
 SLOW_STAGES = ("measure",)  # `slow` acts on timed steps, so only where they are
 # Where a fault can fire: at the start of a stage, or inside the first probe step.
 POINTS = (*STAGES, "probe_step", "step")
@@ -52,6 +57,7 @@ class Fault:
     stage: str
     rank: int
     case_substring: str = ""
+    fraction: float = SLOW_FRACTION  # `slow` only: the share of each measured step added as sleep
 
 
 def parse_faults(spec: str, *, stages: tuple[str, ...] | None = None) -> list[Fault]:
@@ -60,16 +66,21 @@ def parse_faults(spec: str, *, stages: tuple[str, ...] | None = None) -> list[Fa
         try:
             head, _, case_sub = item.partition("/")
             kind, rest = head.split("@", 1)
-            stage, rank = rest.split(":", 1)
-            fault = Fault(kind, stage, int(rank), case_sub)
+            stage, rank, *size = rest.split(":")
+            fault = Fault(kind, stage, int(rank), case_sub, *(float(x) for x in size[:1]))
+            if len(size) > 1:
+                raise ValueError
         except ValueError:
-            raise ValueError(f"{ENV_VAR}: cannot parse {item!r}; expected KIND@STAGE:RANK[/CASE]") from None
+            raise ValueError(f"{ENV_VAR}: cannot parse {item!r}; expected KIND@STAGE:RANK[:FRACTION][/CASE]") from None
+        _check_size(fault, item, sized=bool(size))
         if fault.kind not in KINDS:
             raise ValueError(f"{ENV_VAR}: unknown fault kind {fault.kind!r}; known: {', '.join(KINDS)}")
         if stages is not None and fault.stage not in stages:
             raise ValueError(f"{ENV_VAR}: unknown stage {fault.stage!r} in {item!r}; known: {', '.join(stages)}")
         if fault.kind == "slow" and stages is not None and fault.stage not in SLOW_STAGES:
-            raise ValueError(f"{ENV_VAR}: fault kind 'slow' acts on timed steps: only slow@measure:RANK, got {item!r}")
+            raise ValueError(
+                f"{ENV_VAR}: fault kind 'slow' acts on timed steps: only slow@measure:RANK[:FRACTION], got {item!r}"
+            )
         if (fault.kind in PLANTED) != (fault.stage == "step") and stages is not None:
             raise ValueError(
                 f"{ENV_VAR}: {', '.join(PLANTED)} act in every step and only there: KIND@step:RANK, got {item!r}"
@@ -78,6 +89,14 @@ def parse_faults(spec: str, *, stages: tuple[str, ...] | None = None) -> list[Fa
             raise ValueError(f"{ENV_VAR}: rank must be >= 0 in {item!r}")
         faults.append(fault)
     return faults
+
+
+def _check_size(fault: Fault, item: str, *, sized: bool) -> None:
+    if sized and fault.kind != "slow":
+        raise ValueError(f"{ENV_VAR}: only the 'slow' fault takes a size (:FRACTION), got {item!r}")
+    # 0 would be no fault at all; a non-finite sleep would never end
+    if not (0 < fault.fraction <= MAX_SLOW_FRACTION):
+        raise ValueError(f"{ENV_VAR}: slow fraction must be above 0 and at most {MAX_SLOW_FRACTION:g}, got {item!r}")
 
 
 def check_spec(spec: str | None = None) -> list[Fault]:
@@ -90,3 +109,12 @@ def faults_for(case_id: str, rank: int, spec: str | None = None) -> dict[str, st
     """stage -> kind for this rank of this case."""
     spec = os.environ.get(ENV_VAR, "") if spec is None else spec
     return {f.stage: f.kind for f in parse_faults(spec) if f.rank == rank and f.case_substring in case_id}
+
+
+def slow_fraction_for(case_id: str, rank: int, spec: str | None = None) -> float | None:
+    """The share of each measured step this rank of this case sleeps (None: no `slow` fault)."""
+    spec = os.environ.get(ENV_VAR, "") if spec is None else spec
+    sizes = [
+        f.fraction for f in parse_faults(spec) if f.kind == "slow" and f.rank == rank and f.case_substring in case_id
+    ]
+    return sizes[-1] if sizes else None  # like faults_for: a later fault of the same stage wins

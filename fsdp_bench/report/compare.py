@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fsdp_bench.report.compare_noise import noise_sentence
 from fsdp_bench.report.table import build_table
 from fsdp_bench.report.writer import load_report_inputs
 from fsdp_bench.results.io import write_text_atomic
@@ -33,6 +34,7 @@ class Comparison:
     env_differences: list[str]
     regressions: list[str] = field(default_factory=list)
     noise: Any = None  # analysis.run_noise.RunNoise, or None: no repeats, run-to-run noise unknown
+    threshold_pct: float = 5.0  # what a regression must also pass; the repeats advice aims at it
 
 
 def relative_change_pct(base: float | None, new: float | None) -> float | None:
@@ -100,6 +102,7 @@ def judge_case(b: CaseResult, n: CaseResult, threshold_pct: float, change=None) 
         row[f"{metric}_change_pct"] = relative_change_pct(old, cur)
     row["step_time_change_ci_low_pct"] = change.low_pct if change else None
     row["step_time_change_ci_high_pct"] = change.high_pct if change else None
+    row["step_time_detectable_change_pct"] = change.detectable_pct if change else None
     verdict = _timing_verdict(change, threshold_pct)
     worse = []
     if verdict == "regression":
@@ -151,6 +154,7 @@ def compare_tables(base_df, new_df, *, threshold_pct: float, base_results=(), ne
     for case_id in both:
         change = timing_change(*timed[case_id], noise) if case_id in timed else None
         row, line = judge_case(base[case_id], new[case_id], threshold_pct, change)
+        row["repeats_base"], row["repeats_new"] = (len(m) for m in medians.get(case_id, [[], []]))
         rows.append(row)
         if line:
             regressions.append(line)
@@ -174,7 +178,9 @@ def compare_runs(base_dir: Path, new_dir: Path, *, threshold_pct: float) -> tupl
         base_results=base_results,
         new_results=new_results,
     )
-    comparison = Comparison(rows, only_base, only_new, env_differences(base_env, new_env), regressions, noise)
+    comparison = Comparison(
+        rows, only_base, only_new, env_differences(base_env, new_env), regressions, noise, threshold_pct
+    )
     return comparison, base_problems + new_problems
 
 
@@ -198,21 +204,6 @@ def write_comparison(
     return written
 
 
-def noise_sentence(comparison: Comparison) -> str:
-    """How the timing verdicts were reached, in one sentence (compare.md and the terminal)."""
-    if comparison.noise is None:
-        return (
-            "Run-to-run noise unknown: neither run has repeats (--bench-repeats 2 or more), and the steps of "
-            "one process cannot show what a fresh process changes, so no timing change is called a "
-            "regression; timing verdicts are 'inconclusive'."
-        )
-    return (
-        f"Run-to-run noise from the repeats: {100 * comparison.noise.sd_log:.1f}% per repeat "
-        f"({comparison.noise.dof} degrees of freedom); a step-time change counts when its {CONFIDENCE_PCT}% "
-        f"interval (for all {comparison.noise.cases} cases together) excludes zero."
-    )
-
-
 def render_comparison(comparison: Comparison, *, base: Path, new: Path, threshold_pct: float) -> str:
     lines = [
         f"# Comparison: {base.name} -> {new.name}",
@@ -229,13 +220,14 @@ def render_comparison(comparison: Comparison, *, base: Path, new: Path, threshol
     header = (
         ["case"]
         + [f"{m} change %" for m in COMPARED]
-        + [f"step time change {CONFIDENCE_PCT}% interval %", "verdict", "noisy"]
+        + [f"step time change {CONFIDENCE_PCT}% interval %", "detectable step-time change %", "verdict", "noisy"]
     )
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in comparison.rows:
         cells = [row["case_id"]] + [_pct(row[f"{m}_change_pct"]) for m in COMPARED]
         low, high = row["step_time_change_ci_low_pct"], row["step_time_change_ci_high_pct"]
         cells.append("unknown" if low is None else f"{_pct(low)}..{_pct(high)}")
+        cells.append("unknown" if low is None else _pct(row["step_time_detectable_change_pct"]))
         cells.append(f"**{row['verdict']}**" if row["regression"] else row["verdict"])
         cells.append("noisy" if row["noisy"] else "")
         lines.append("| " + " | ".join(cells) + " |")

@@ -71,3 +71,20 @@ def _delay_collectives(seconds: float) -> None:
     ):
         if hasattr(dist, name):
             setattr(dist, name, delayed(getattr(dist, name), kind))
+
+
+class SlowSteps:
+    """The `slow` fault's sleep inside each measured step: FRACTION of the fastest measured step
+    this rank has seen so far, not of the current one. A step's own time includes waiting in its
+    collectives for a slowed peer; sleeping a share of that fed each rank's sleep into the other's
+    next step, and with two slowed ranks at FRACTION 4 the steps grew 0.2 s, 6 s, 93 s. The fastest
+    step so far is this rank's compute with the least waiting, so the case slows by about
+    FRACTION and stays there."""
+
+    def __init__(self, fraction: float) -> None:
+        self.fraction = fraction
+        self.fastest_s = float("inf")
+
+    def sleep(self, busy_s: float) -> None:
+        self.fastest_s = min(self.fastest_s, busy_s)
+        time.sleep(self.fraction * self.fastest_s)

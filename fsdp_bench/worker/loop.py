@@ -94,6 +94,7 @@ def _checkpoint_and_probes(setup: Rank, record: RankRecord, stages: StageTracker
 def run_timed_steps(setup: Rank, record: RankRecord, stages: StageTracker, *, out_dir: Path | None) -> None:
     """Warmup then measured optimizer steps, each timed between device synchronizations; then
     what the steps left behind (peaks, whether parameters changed, update norms, utilization)."""
+    from fsdp_bench.worker.faults import SlowSteps
     from fsdp_bench.worker.gpu_util import GpuUtilSampler
     from fsdp_bench.worker.memory import MemoryTimeline, reset_peak
     from fsdp_bench.worker.training import param_fingerprint
@@ -105,7 +106,8 @@ def run_timed_steps(setup: Rank, record: RankRecord, stages: StageTracker, *, ou
     norms = UpdateNorms(setup.model, take=lambda step: step in case.update_norm_steps)
     gpu_util = GpuUtilSampler(device)
     reset_peak(device)
-    slow = stages.faults.get("measure") == "slow"  # FSDP_BENCH_FAULTS slow@measure:RANK
+    # FSDP_BENCH_FAULTS slow@measure:RANK[:FRACTION]; faults_for says which kind the stage's last one is
+    slow = SlowSteps(stages.slow_fraction) if stages.faults.get("measure") == "slow" else None
     agreed: list[float] = []  # every rank's slowest-rank step times, for the stop decision
     i = 0
     while True:
@@ -130,9 +132,7 @@ def run_timed_steps(setup: Rank, record: RankRecord, stages: StageTracker, *, ou
         loss = setup.train_step(i, on_phase)
         _sync(device)
         if measured and slow:  # inside the timed step: the case is really slower
-            from fsdp_bench.plan.faults import SLOW_FRACTION
-
-            time.sleep(SLOW_FRACTION * (time.perf_counter() - t0))
+            slow.sleep(time.perf_counter() - t0)
         elapsed = time.perf_counter() - t0
         if measured:
             gpu_util.pause()

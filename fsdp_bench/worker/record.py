@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from fsdp_bench.plan.case import Case
-from fsdp_bench.plan.faults import faults_for
+from fsdp_bench.plan.faults import faults_for, slow_fraction_for
 from fsdp_bench.results.io import utc_now, write_json_atomic
 from fsdp_bench.results.records import RankRecord
 from fsdp_bench.results.schema import GIB, MEASUREMENT_VERSION, SCHEMA_VERSION, STAGE_LABELS
@@ -49,6 +49,7 @@ class StageTracker:
         self.record = record
         self.rank = rank
         self.faults = faults_for(case.id, rank)
+        self.slow_fraction = slow_fraction_for(case.id, rank)  # slow@measure:RANK[:FRACTION]
         self.device = None
         self.progress_file = progress_file
 

@@ -109,3 +109,29 @@ def test_every_step_fifty_percent_slower_is_a_regression_once_per_case(tmp_path)
     assert ids and len(ids) == len(set(ids))  # one line per case, not per correlated metric
     assert all("tokens_per_s_per_device" in line and "step_time_s_median" in line for line in lines)
     assert {r["verdict"] for r in rows.values() if r["case_id"] in ids} == {"regression"}
+
+
+def test_detectable_change_in_terminal_markdown_and_csv(tmp_path):
+    base = copy_run("base", tmp_path / "a")
+    new = copy_run("base", tmp_path / "b")
+    add_repeats(base, [0.85, 1.0, 1.2])  # a busy machine: about 17% per repeat
+    add_repeats(new, [0.9, 1.0, 1.15])
+    proc, rows = compare(tmp_path, base, new)
+    timed = [r for r in rows.values() if r["step_time_change_ci_low_pct"]]
+    assert timed and all(float(r["step_time_detectable_change_pct"]) > 5 for r in timed)
+    assert all(r["repeats_base"] == r["repeats_new"] == "3" for r in timed)
+    shown = f"+{float(timed[0]['step_time_detectable_change_pct']):.0f}%"
+    out = proc.stdout
+    assert "cannot be told from noise" in out and shown in out
+    assert f"within noise (smallest detectable step-time change {shown}" in out
+    assert "use " in out and " repeats a side to detect +5% (the threshold)" in out
+    md = (tmp_path / "cmp" / "compare.md").read_text()
+    assert "detectable step-time change %" in md and shown in md
+
+
+def test_single_run_comparison_says_how_many_repeats_it_needs(tmp_path):
+    base = copy_run("base", tmp_path / "a")
+    proc, rows = compare(tmp_path, base, base)
+    assert proc.returncode == 0
+    assert "At an assumed 10% per repeat" in proc.stdout and " repeats a side to detect +5%" in proc.stdout
+    assert {r["step_time_detectable_change_pct"] for r in rows.values()} == {""}

@@ -12,7 +12,7 @@ import pytest
 
 from fsdp_bench.launch.outcome import classify_outcome, rank_signals
 from fsdp_bench.launch.processes import case_marker, find_case_processes, stop_case
-from fsdp_bench.plan.faults import check_spec, faults_for, parse_faults
+from fsdp_bench.plan.faults import SLOW_FRACTION, check_spec, faults_for, parse_faults, slow_fraction_for
 
 TORCHRUN_SUMMARY = """
 Failures:
@@ -107,10 +107,22 @@ def test_fault_spec_parsing():
         ("nuke@model:0", "unknown fault kind"),
         ("raise@lunch:0", "unknown stage"),
         ("raise@model:-1", "rank must be >= 0"),
+        ("raise@model:0:0.5", "only the 'slow' fault takes a size"),
+        ("slow@measure:0:0", "above 0"),
+        ("slow@measure:0:nan", "above 0"),
+        ("slow@measure:0:inf", "at most 100"),
+        ("slow@measure:0:half", "cannot parse"),
+        ("slow@measure:0:1:2", "cannot parse"),
     ]:
         with pytest.raises(ValueError, match=words):
             check_spec(bad)
     assert parse_faults("") == []
+    # the slow fault's size: the default share, or the one given, per rank and case
+    spec = "slow@measure:0, slow@measure:1:1.5/-bs2-"
+    assert slow_fraction_for("ddp-gpt_tiny-ws2-bs2-ga1", 0, spec) == SLOW_FRACTION
+    assert slow_fraction_for("ddp-gpt_tiny-ws2-bs2-ga1", 1, spec) == 1.5
+    assert slow_fraction_for("ddp-gpt_tiny-ws2-bs4-ga1", 1, spec) is None
+    assert faults_for("ddp-gpt_tiny-ws2-bs2-ga1", 1, spec) == {"measure": "slow"}
 
 
 STUCK_TREE = textwrap.dedent("""
