@@ -16,7 +16,7 @@ from pathlib import Path
 
 from fsdp_bench.plan.case import CaseError
 from fsdp_bench.plan.option_values import writable_dir
-from fsdp_bench.report.writer import write_report
+from fsdp_bench.report.writer import condensed_notes, write_report
 from fsdp_bench.results.layout import RunLayout
 from fsdp_bench.results.load import newest_finished_run
 from fsdp_bench.results.schema import ResultError
@@ -71,13 +71,30 @@ def main(argv: list[str] | None = None) -> int:
     for run in runs:
         out = args.out / run.name if args.out is not None and len(runs) > 1 else args.out
         written, notes = write_report(run, out, budget_gib=args.budget_gib)
-        for note in notes:
+        for note in condensed_notes(notes):
             print(f"visualize.py: {note}", file=sys.stderr)
-        for path in written:
-            print(path)
+        for line in closing_lines(run, written, args.budget_gib):
+            print(line)
         if not written or not RunLayout(run).result_files():
             status = 2  # an empty report is written, but a run without results is an error
     return status
+
+
+def closing_lines(run: Path, written: list[Path], budget_gib: float | None) -> list[str]:
+    """What was written (one line: ten paths one a line buried the answer), then the short answer
+    and the run folder, last, as at the end of a sweep."""
+    if not written:
+        return []
+    from fsdp_bench.report.answer import answer_lines
+    from fsdp_bench.report.table import build_table
+    from fsdp_bench.report.writer import load_report_inputs
+
+    folder = written[0].parent
+    lines = [f"written in {folder}: {', '.join(p.name for p in written)}"]
+    results, _, _ = load_report_inputs(run)
+    lines += answer_lines(build_table(results), budget_gib)
+    report = folder / "report.md"
+    return [*lines, f"results: {run}" + (f"  (report: {report})" if report in written else "")]
 
 
 def _newest_finished(results_dir: Path) -> Path:

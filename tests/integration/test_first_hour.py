@@ -95,6 +95,7 @@ def test_the_recommendation_and_the_run_are_the_last_lines(one_case_sweep):
     (run,) = run_dirs(tmp / "results")
     recommendation, where = _last_lines(proc.stdout, 2)
     assert recommendation.startswith("Recommendation (gpt_tiny"), proc.stdout[-2000:]
+    assert len(recommendation) <= 250, recommendation  # issue #39: the short answer; the list is in report.md
     assert where == f"results: {run}  (report: {run / 'report.md'})"
     assert " passed" in _last_lines(proc.stdout, 3)[0]  # pytest's own closing line comes before
     # pytest-benchmark's table (its header names the time unit) is off by default

@@ -55,6 +55,21 @@ def test_report_runs_and_says_which_charts_it_skipped(report):
     assert "Traceback" not in proc.stderr
 
 
+def test_the_output_ends_with_the_short_answer_and_the_run(report):
+    """Issue #39 item 8: the written files on one line, then the answer (the report's recommendation
+    shortened, its ties counted), then the run folder; the skipped charts on one stderr line."""
+    run, proc, _ = report
+    written, answer, where = proc.stdout.strip().splitlines()
+    assert written.startswith(f"written in {run}: comparison.csv, ") and written.endswith("report.html")
+    assert answer.startswith("Recommendation (gpt_tiny): ") and len(answer) <= 250, answer
+    full = next(line for line in (run / "report.md").read_text().splitlines() if "Recommendation (" in line)
+    if "no single winner" in full:
+        tied = full.split(" configurations tied")[0].rsplit(" ", 1)[1]
+        assert f"; {tied} of " in answer and "tied within noise" in answer, (answer, full)
+    assert where == f"results: {run}  (report: {run / 'report.md'})"
+    assert len([line for line in proc.stderr.splitlines() if " skipped" in line]) == 1, proc.stderr
+
+
 def test_comparison_csv_keeps_every_case_with_status_and_reason(report):
     run, _, _ = report
     rows = list(csv.DictReader((run / "comparison.csv").open()))
