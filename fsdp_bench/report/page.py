@@ -14,6 +14,7 @@ from fsdp_bench.report.cost import time_blocks
 from fsdp_bench.report.document import Bullets, Cell, Heading, Image, Paragraph, Rich, Row, Table, md_text, plain
 from fsdp_bench.report.table import REPORT_COLUMNS, best_index, did_train
 from fsdp_bench.results.metrics import M
+from fsdp_bench.results.schema import memory_unit
 
 ENV_FIELDS = (
     ("host", "host"),
@@ -294,8 +295,12 @@ def _fmt(value: Any, spec: str) -> str:
     return "" if value is None else format(value, spec)
 
 
-def tuning_rows(answer: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
-    """Every measured case of one tuning: predicted vs measured step time, speed, peak, cost."""
+def tuning_rows(answer: dict[str, Any], df=None) -> tuple[list[str], list[list[str]]]:
+    """Every measured case of one tuning: predicted vs measured step time, speed, peak, cost. The
+    peak column has one unit and each cell names its measure, read off the run's table (`df`): on
+    CPU FSDP1 has only RSS (~0.3 GiB) beside the others' allocated MiB (issue #39)."""
+    peaks = [r["peak_gib"] for r in answer["measured"] if isinstance(r.get("peak_gib"), (int, float))]
+    factor, unit = memory_unit(max(peaks, default=0.0))
     head = [
         "case",
         "status",
@@ -304,7 +309,7 @@ def tuning_rows(answer: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         "measured step s",
         "error %",
         "tokens/s/device",
-        "peak GiB",
+        f"peak {unit}",
         "fits budget",
         "case-seconds",
     ]
@@ -317,13 +322,27 @@ def tuning_rows(answer: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
             _fmt(r["measured_step_s"], ".4g"),
             _fmt(r["error_pct"], "+.0f"),
             _fmt(r["speed_tokens_per_s"], ",.0f"),
-            _fmt(r["peak_gib"], ".4g"),
+            _peak_cell(r.get("peak_gib"), factor, _peak_measure(df, r["case_id"])),
             "yes" if r["fits_budget"] else "NO",
             _fmt(r["case_seconds"], ".1f"),
         ]
         for r in answer["measured"]
     ]
     return head, rows
+
+
+def _peak_measure(df, case_id: str) -> str:
+    """Which peak the tuner read for a case (its first of reserved, allocated, RSS), in words."""
+    names = {M.peak_reserved_gib: "reserved", M.peak_allocated_gib: "allocated", M.peak_rss_gib: "RSS"}
+    if df is None or "case_id" not in df:
+        return ""
+    row = df[df["case_id"] == case_id]
+    found = [word for column, word in names.items() if column in row and row[column].notna().any()]
+    return found[0] if found else ""
+
+
+def _peak_cell(value: Any, factor: float, measure: str) -> str:
+    return "" if not isinstance(value, (int, float)) else f"{factor * value:.4g} {measure}".rstrip()
 
 
 def tuning_lines(answer: dict[str, Any]) -> list[str]:
@@ -361,7 +380,7 @@ def tuning_lines(answer: dict[str, Any]) -> list[str]:
 def _tuning_blocks(page: Page) -> list:
     blocks: list = []
     for answer in page.tuning:
-        head, rows = tuning_rows(answer)
+        head, rows = tuning_rows(answer, page.df)
         blocks += [
             Heading(f"Autotune: {answer['model']}"),
             Bullets(tuple(plain(line) for line in tuning_lines(answer))),

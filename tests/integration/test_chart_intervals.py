@@ -74,8 +74,11 @@ def test_step_breakdown_bar_is_the_median_interval(monkeypatch):
 
 
 def test_each_peak_measure_has_its_own_label():
+    # issue 39: one unit down the live lines (MiB on CPU); RSS named as what stands in for alloc
     line = progress_line(1, 2, "fsdp1", {"status": "ok", "metrics": {"peak_rss_gib": 0.35}}, 1.0)
-    assert "peak RSS 0.35 GiB" in line
+    assert "peak alloc n/a, RSS 358 MiB" in line
+    cuda = {"status": "ok", "case": {"device": "cuda"}, "metrics": {"peak_reserved_gib": 0.012}}
+    assert "peak reserved 0.01 GiB" in progress_line(1, 2, "ddp", cuda, 1.0)
     line = progress_line(
         1, 2, "fsdp2", {"status": "ok", "metrics": {"peak_allocated_gib": 0.012, "peak_rss_gib": 0.35}}, 1.0
     )
