@@ -17,7 +17,7 @@ from fsdp_bench.launch import progress
 from fsdp_bench.launch.progress import BenchState
 from fsdp_bench.launch.session import SessionError
 from fsdp_bench.plan.case import Case, CaseError, skip_reason
-from fsdp_bench.plan.options import OPTIONS, bench_option_specs, parse_sweep
+from fsdp_bench.plan.options import OPTIONS, bench_option_specs, parse_sweep, unknown_option_line
 from fsdp_bench.results.records import CaseResult
 
 _STATE_KEY = pytest.StashKey[BenchState]()
@@ -28,6 +28,25 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("fsdp-bench", "fsdp-bench sweep (benchmarks/)")
     for flag, kwargs in bench_option_specs():
         group.addoption(flag, **kwargs)
+    _suggest_bench_options(parser)
+
+
+def _suggest_bench_options(parser: pytest.Parser) -> None:
+    """A misspelled `--bench-*` option is one line naming the closest one. pytest parses the
+    command line after this plugin is loaded and calls no hook on a parse error, so the parser's
+    own parse is wrapped; other errors pass through as pytest words them."""
+    parse = parser.parse
+
+    def parse_suggesting(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return parse(*args, **kwargs)
+        except pytest.UsageError as exc:
+            line = unknown_option_line(str(exc))
+            if line is None:
+                raise
+            raise pytest.UsageError(line) from None
+
+    parser.parse = parse_suggesting  # type: ignore[method-assign]
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -287,6 +287,25 @@ def bench_option_specs() -> list[tuple[str, dict[str, Any]]]:
     return specs
 
 
+def unknown_option_line(message: str) -> str | None:
+    """For pytest's `unrecognized arguments: --bench-strategy ddp`, one line naming the closest
+    `--bench-*` option (pytest's own message is a usage block naming none); None when no unknown
+    argument is a `--bench-*` one, so pytest's message stands for the rest."""
+    from difflib import get_close_matches
+
+    unknown = [a.split("=", 1)[0] for a in message.split("unrecognized arguments:", 1)[-1].split()]
+    unknown = [a for a in unknown if a.startswith("--bench")]
+    if "unrecognized arguments:" not in message or not unknown:
+        return None
+    # Names compared without the prefix every one shares, which would make any two look close.
+    known = [flag.removeprefix("--bench-") for flag, _ in bench_option_specs()]
+    hints = []
+    for flag in unknown:
+        close = get_close_matches(flag.removeprefix("--bench-"), known, n=1, cutoff=0.6)
+        hints.append(f"{flag}" + (f" (did you mean --bench-{close[0]}?)" if close else ""))
+    return f"unknown option {', '.join(hints)}; `pytest --help` lists every --bench-* option"
+
+
 # Flags about what the session writes and prints, not what the cases measure: not in Sweep's
 # fingerprint, so a resume may change them.
 DISPLAY_OPTIONS: dict[str, str] = {
