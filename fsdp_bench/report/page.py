@@ -165,11 +165,12 @@ def prediction_table(df) -> PredictionTable | None:
 
 
 def _worst_lines(table: PredictionTable) -> list[str]:
-    """The worst error of either prediction, then the peak's own (issue #26's figure), both judged
-    on the cases that trained."""
+    """The worst error of either prediction when the model state's is the worse, then the peak's
+    own (issue #26's figure), both judged on the cases that trained. When the worst is the peak's,
+    one line: the report printed the same figure twice (issue #39)."""
     lines = []
-    if table.worst is not None:
-        w = table.worst
+    w = table.worst
+    if w is not None and (table.worst_peak is None or (w[0], w[2]) != table.worst_peak):
         lines.append(f"Worst prediction error: {_pct(w[0])} ({w[1]}) on {w[2]}.")
     if table.worst_peak is not None:
         lines.append(f"Worst peak prediction error: {_pct(table.worst_peak[0])} ({table.worst_peak[1]})")
