@@ -16,6 +16,8 @@ from pathlib import Path
 
 from fsdp_bench.plan.case import CaseError
 from fsdp_bench.plan.option_values import writable_dir
+from fsdp_bench.plan.options import project_results_dir
+from fsdp_bench.plan.sweep import Sweep
 from fsdp_bench.report.writer import condensed_notes, write_report
 from fsdp_bench.results.layout import RunLayout
 from fsdp_bench.results.load import newest_finished_run
@@ -34,7 +36,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "runs", nargs="*", type=Path, help="run folders (default: the newest under --results-dir with a finished case)"
     )
-    parser.add_argument("--results-dir", type=Path, default=Path("results"), help="where runs live (default: results)")
+    parser.add_argument(
+        "--results-dir",
+        type=Path,
+        default=project_results_dir(Path(__file__).resolve().parent, Sweep.results_dir),
+        help="where runs live (default: the project's results/, wherever this runs from, as for the sweep)",
+    )
     parser.add_argument("--out", type=Path, default=None, help="write outputs here instead of into the run folder")
     parser.add_argument(
         "--compare",

@@ -52,7 +52,12 @@ def _suggest_bench_options(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     raw = {name: config.getoption(f"bench_{name.replace('-', '_')}") for name in OPTIONS}
     try:
-        sweep = parse_sweep(raw, no_report=config.getoption("bench_no_report"), plan_only=config.option.collectonly)
+        sweep = parse_sweep(
+            raw,
+            no_report=config.getoption("bench_no_report"),
+            plan_only=config.option.collectonly,
+            root=config.rootpath,
+        )
         progress.check_inputs(sweep)
     except (CaseError, ValueError) as exc:
         raise pytest.UsageError(str(exc)) from None
