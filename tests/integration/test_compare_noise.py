@@ -109,3 +109,18 @@ def test_every_step_fifty_percent_slower_is_a_regression_once_per_case(tmp_path)
     assert ids and len(ids) == len(set(ids))  # one line per case, not per correlated metric
     assert all("tokens_per_s_per_device" in line and "step_time_s_median" in line for line in lines)
     assert {r["verdict"] for r in rows.values() if r["case_id"] in ids} == {"regression"}
+
+
+def test_the_chart_claims_no_interval_without_repeats(tmp_path, monkeypatch):
+    """Issue #39: compare.png's label said "95% run-to-run interval" over bars that were not there."""
+    from fsdp_bench.report import compare as module
+    from fsdp_bench.report.charts import style
+
+    base = copy_run("base", tmp_path / "a")
+    comparison, _ = module.compare_runs(base, base, threshold_pct=5)
+    assert comparison.noise is None
+    figures = []
+    monkeypatch.setattr(style, "save_figure", lambda fig, path: figures.append(fig))
+    assert module._plot_changes(comparison, tmp_path / "c.png", 5.0)
+    label = figures[0].axes[0].get_xlabel()
+    assert "run-to-run noise unknown" in label and "95%" not in label, label
