@@ -136,7 +136,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     state.progress.total = 0 if state.sweep.tune else len(cases)  # a tuning's count is not known ahead
     if not cases:
         return
-    preflight = run_preflight(state.session, cases, collect_only=config.option.collectonly)
+    skipped = progress.cases_skipped(session.items)
+    preflight = run_preflight(state.session, cases, collect_only=config.option.collectonly, skipped=skipped)
     if preflight.refusal is not None:
         raise pytest.UsageError(preflight.refusal)
     reporter = config.pluginmanager.get_plugin("terminalreporter")

@@ -296,3 +296,14 @@ def cases_to_run(items: list) -> list:
         and "bench_case" in item.callspec.params
     ]
     return [case for p in params for case in (p.cases if isinstance(p, TuneRequest) else (p,))]
+
+
+def cases_skipped(items: list) -> list:
+    """The collected cases skipped before launch (`plan.case.skip_reason`), for the plan's line."""
+    return [
+        item.callspec.params["bench_case"]
+        for item in items
+        if item.get_closest_marker("skip") is not None
+        and hasattr(item, "callspec")
+        and isinstance(item.callspec.params.get("bench_case"), Case)
+    ]
