@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from fsdp_bench.report.recommend import SPEED, Recommendation, format_gib, recommend
+from fsdp_bench.report.recommend import SPEED, Recommendation, recommend
 from fsdp_bench.report.table import is_set, trained_rows
 from fsdp_bench.results.metrics import M, label
+from fsdp_bench.results.schema import memory_unit
 from fsdp_bench.results.stats import NOISY_CV_PCT
 
 # A person reads one terminal line or two; the issue that asked for this measured 767-1,476.
@@ -22,10 +23,21 @@ def _config(row: dict[str, Any]) -> str:
 
 
 def _memory(row: dict[str, Any], column: str) -> str:
-    """`peak alloc 10.1 MiB`: what was measured, in the live lines' words."""
-    value = row.get(column)
+    """`peak alloc 10.1 MiB`: what was measured, in the live lines' words and units; where the
+    allocator's peak is missing (FSDP1 on CPU), `peak alloc n/a, RSS 339 MiB` as they say it."""
     name = label(column).split(" (")[0]  # the registry's label without its unit, as on the live lines
-    return f"{name} not measured" if value is None or value != value else f"{name} {format_gib(value)}"
+    value, rss = row.get(column), row.get(M.peak_rss_gib)
+    if isinstance(value, (int, float)) and value == value:
+        return f"{name} {_size(value)}"
+    if column != M.peak_rss_gib and isinstance(rss, (int, float)) and rss == rss:
+        return f"{name} n/a, RSS {_size(rss)}"
+    return f"{name} not measured"
+
+
+def _size(gib: float) -> str:
+    factor, unit = memory_unit(gib)
+    value = factor * gib
+    return f"{value:,.0f} {unit}" if value >= 100 else f"{value:.{1 if unit == 'MiB' else 2}f} {unit}"
 
 
 def _model(name: str) -> str:
