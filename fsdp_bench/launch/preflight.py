@@ -5,6 +5,7 @@ turns `Preflight.refusal` into its usage error)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -52,6 +53,9 @@ def run_preflight(
     plan = plan_line(cases, skipped)
     if plan is not None:
         lines.append(plan)
+    busy = busy_machine_line(cases, os.getloadavg()[0], os.cpu_count() or 1) if not collect_only else None
+    if busy is not None:
+        lines.append(busy)
     note = device_memory_note(cases, visible_gpu_memory_bytes() if any(c.device == "cuda" for c in cases) else None)
     if note is not None:
         lines.append(note)
@@ -78,3 +82,15 @@ def plan_line(cases: Sequence[Case], skipped: Sequence[Case]) -> str | None:
         why = sorted({str(skip_reason(c)).split(":")[0] for c in skipped})
         parts.append(f"{len(skipped)} listed case(s) skipped before launch ({'; '.join(why)})")
     return "fsdp-bench: plan: " + "; ".join(parts)
+
+
+def busy_machine_line(cases: Sequence[Case], load: float, cpus: int) -> str | None:
+    """The load beside the estimate when other work shares a CPU sweep's cores: the 0.25 s probe
+    can land in a quiet moment, and two default sweeps at load 6-10 on 2 cores took 38-43% longer
+    than estimated (README); the estimate is not corrected for it, only said to be short."""
+    if load <= cpus or not any(c.device == "cpu" for c in cases):
+        return None
+    return (
+        f"fsdp-bench: load average {load:.1f} on {cpus} CPU(s): other work shares this machine, so the "
+        "estimate is likely short and timings noisy"
+    )

@@ -3,7 +3,7 @@ estimated "16 case(s)" without saying it assumed one GPU rank or that 8 FSDP1 ca
 
 from __future__ import annotations
 
-from fsdp_bench.launch.preflight import plan_line
+from fsdp_bench.launch.preflight import busy_machine_line, plan_line
 from fsdp_bench.plan.case import skip_reason
 from fsdp_bench.plan.options import parse_sweep
 
@@ -22,3 +22,12 @@ def test_the_gpu_plan_names_its_ranks_and_the_skipped_cases():
 
 def test_a_plain_cpu_sweep_needs_no_plan_line():
     assert plan_line(parse_sweep({"device": "cpu"}).cases(), []) is None
+
+
+def test_a_busy_machine_is_said_beside_the_estimate():
+    cases = parse_sweep({"device": "cpu"}).cases()
+    assert busy_machine_line(cases, 7.2, 2) == (
+        "fsdp-bench: load average 7.2 on 2 CPU(s): other work shares this machine, so the estimate is likely "
+        "short and timings noisy"
+    )
+    assert busy_machine_line(cases, 1.5, 2) is None
