@@ -20,7 +20,9 @@ from pathlib import Path
 
 from fsdp_bench.plan.case import CaseError
 from fsdp_bench.plan.option_values import writable_dir
-from fsdp_bench.report.writer import write_report
+from fsdp_bench.plan.options import project_results_dir
+from fsdp_bench.plan.sweep import Sweep
+from fsdp_bench.report.writer import condensed_notes, write_report
 from fsdp_bench.results.layout import RunLayout
 from fsdp_bench.results.load import newest_finished_run
 from fsdp_bench.results.schema import ResultError
@@ -39,7 +41,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "runs", nargs="*", type=Path, help="run folders (default: the newest under --results-dir with a finished case)"
     )
-    parser.add_argument("--results-dir", type=Path, default=Path("results"), help="where runs live (default: results)")
+    parser.add_argument(
+        "--results-dir",
+        type=Path,
+        default=project_results_dir(Path(__file__).resolve().parent, Sweep.results_dir),
+        help="where runs live (default: the project's results/, wherever this runs from, as for the sweep)",
+    )
     parser.add_argument("--out", type=Path, default=None, help="write outputs here instead of into the run folder")
     parser.add_argument(
         "--compare",
@@ -92,13 +99,30 @@ def main(argv: list[str] | None = None) -> int:
     for run in runs:
         out = args.out / run.name if args.out is not None and len(runs) > 1 else args.out
         written, notes = write_report(run, out, budget_gib=args.budget_gib)
-        for note in notes:
+        for note in condensed_notes(notes):
             print(f"visualize.py: {note}", file=sys.stderr)
-        for path in written:
-            print(path)
+        for line in closing_lines(run, written, args.budget_gib):
+            print(line)
         if not written or not RunLayout(run).result_files():
             status = 2  # an empty report is written, but a run without results is an error
     return status
+
+
+def closing_lines(run: Path, written: list[Path], budget_gib: float | None) -> list[str]:
+    """What was written (one line: ten paths one a line buried the answer), then the short answer
+    and the run folder, last, as at the end of a sweep."""
+    if not written:
+        return []
+    from fsdp_bench.report.answer import answer_lines
+    from fsdp_bench.report.table import build_table
+    from fsdp_bench.report.writer import load_report_inputs
+
+    folder = written[0].parent
+    lines = [f"written in {folder}: {', '.join(p.name for p in written)}"]
+    results, _, _ = load_report_inputs(run)
+    lines += answer_lines(build_table(results), budget_gib)
+    report = folder / "report.md"
+    return [*lines, f"results: {run}" + (f"  (report: {report})" if report in written else "")]
 
 
 def _newest_finished(results_dir: Path) -> Path:

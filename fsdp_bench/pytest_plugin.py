@@ -17,7 +17,7 @@ from fsdp_bench.launch import progress
 from fsdp_bench.launch.progress import BenchState
 from fsdp_bench.launch.session import SessionError
 from fsdp_bench.plan.case import Case, CaseError, skip_reason
-from fsdp_bench.plan.options import OPTIONS, bench_option_specs, parse_sweep
+from fsdp_bench.plan.options import OPTIONS, bench_option_specs, parse_sweep, unknown_option_line
 from fsdp_bench.results.records import CaseResult
 
 _STATE_KEY = pytest.StashKey[BenchState]()
@@ -28,12 +28,36 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("fsdp-bench", "fsdp-bench sweep (benchmarks/)")
     for flag, kwargs in bench_option_specs():
         group.addoption(flag, **kwargs)
+    _suggest_bench_options(parser)
+
+
+def _suggest_bench_options(parser: pytest.Parser) -> None:
+    """A misspelled `--bench-*` option is one line naming the closest one. pytest parses the
+    command line after this plugin is loaded and calls no hook on a parse error, so the parser's
+    own parse is wrapped; other errors pass through as pytest words them."""
+    parse = parser.parse
+
+    def parse_suggesting(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return parse(*args, **kwargs)
+        except pytest.UsageError as exc:
+            line = unknown_option_line(str(exc))
+            if line is None:
+                raise
+            raise pytest.UsageError(line) from None
+
+    parser.parse = parse_suggesting  # type: ignore[method-assign]
 
 
 def pytest_configure(config: pytest.Config) -> None:
     raw = {name: config.getoption(f"bench_{name.replace('-', '_')}") for name in OPTIONS}
     try:
-        sweep = parse_sweep(raw, no_report=config.getoption("bench_no_report"), plan_only=config.option.collectonly)
+        sweep = parse_sweep(
+            raw,
+            no_report=config.getoption("bench_no_report"),
+            plan_only=config.option.collectonly,
+            root=config.rootpath,
+        )
         progress.check_inputs(sweep)
     except (CaseError, ValueError) as exc:
         raise pytest.UsageError(str(exc)) from None
@@ -112,7 +136,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     state.progress.total = 0 if state.sweep.tune else len(cases)  # a tuning's count is not known ahead
     if not cases:
         return
-    preflight = run_preflight(state.session, cases, collect_only=config.option.collectonly)
+    skipped = progress.cases_skipped(session.items)
+    preflight = run_preflight(state.session, cases, collect_only=config.option.collectonly, skipped=skipped)
     if preflight.refusal is not None:
         raise pytest.UsageError(preflight.refusal)
     reporter = config.pluginmanager.get_plugin("terminalreporter")

@@ -5,12 +5,14 @@ turns `Preflight.refusal` into its usage error)."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from fsdp_bench.analysis.duration import Calibration, estimate_gpu_name, estimate_line, estimate_sweep, slow_cpu_line
 from fsdp_bench.launch.memory_guard import available_host_bytes, device_memory_note, memory_refusal
 from fsdp_bench.launch.session import SessionError, SweepSession
-from fsdp_bench.plan.case import Case
+from fsdp_bench.plan.case import Case, skip_reason
 from fsdp_bench.plan.devices import visible_gpu_memory_bytes
 
 
@@ -20,7 +22,9 @@ class Preflight:
     lines: list[str] = field(default_factory=list)  # said before the first case
 
 
-def run_preflight(session: SweepSession, cases: list[Case], *, collect_only: bool) -> Preflight:
+def run_preflight(
+    session: SweepSession, cases: list[Case], *, collect_only: bool, skipped: Sequence[Case] = ()
+) -> Preflight:
     """Check the interpreter (not for --collect-only, which launches nothing and may plan a GPU
     sweep on a machine without one), then estimate the sweep's duration with this machine's
     calibration, counting only the cases a resume will run."""
@@ -46,9 +50,47 @@ def run_preflight(session: SweepSession, cases: list[Case], *, collect_only: boo
     if refusal is not None and not collect_only:
         return Preflight(refusal=refusal)
     lines = [estimate_line(estimate)]
+    plan = plan_line(cases, skipped)
+    if plan is not None:
+        lines.append(plan)
+    busy = busy_machine_line(cases, os.getloadavg()[0], os.cpu_count() or 1) if not collect_only else None
+    if busy is not None:
+        lines.append(busy)
     note = device_memory_note(cases, visible_gpu_memory_bytes() if any(c.device == "cuda" for c in cases) else None)
     if note is not None:
         lines.append(note)
     if refusal is not None:  # --collect-only launches nothing; say what a run would do
         lines.append(f"{refusal} (when run without --collect-only)")
     return Preflight(lines=lines)
+
+
+def plan_line(cases: Sequence[Case], skipped: Sequence[Case]) -> str | None:
+    """What the estimate assumes when it is not plain: GPU cases' rank count, which the machine
+    planning them may not have (--collect-only on a laptop plans one GPU), and the listed cases
+    that are skipped before launch, so '24 ids, then 16 case(s)' is explained (issue #39)."""
+    cuda = [c for c in cases if c.device == "cuda"]
+    if not cuda and not skipped:
+        return None
+    parts = []
+    if cuda:
+        ranks = ", ".join(str(n) for n in sorted({c.nproc for c in cuda}))
+        parts.append(
+            f"{len(cases)} case(s) at {ranks} GPU rank(s) each (--bench-nproc N; by default every GPU "
+            "visible where the sweep runs, 1 where none is)"
+        )
+    if skipped:
+        why = sorted({str(skip_reason(c)).split(":")[0] for c in skipped})
+        parts.append(f"{len(skipped)} listed case(s) skipped before launch ({'; '.join(why)})")
+    return "fsdp-bench: plan: " + "; ".join(parts)
+
+
+def busy_machine_line(cases: Sequence[Case], load: float, cpus: int) -> str | None:
+    """The load beside the estimate when other work shares a CPU sweep's cores: the 0.25 s probe
+    can land in a quiet moment, and two default sweeps at load 6-10 on 2 cores took 38-43% longer
+    than estimated (README); the estimate is not corrected for it, only said to be short."""
+    if load <= cpus or not any(c.device == "cpu" for c in cases):
+        return None
+    return (
+        f"fsdp-bench: load average {load:.1f} on {cpus} CPU(s): other work shares this machine, so the "
+        "estimate is likely short and timings noisy"
+    )

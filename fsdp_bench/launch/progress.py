@@ -157,7 +157,7 @@ def progress_line(
         status = "ok(not trained)"
     parts = [f"[{i}/{total}] {case_id}", status]
     if result.get("status") == "ok":
-        parts += _measured_parts(metrics)
+        parts += _measured_parts(metrics, str((result.get("case") or {}).get("device", "cpu")))
     parts.append(f"elapsed {format_duration(elapsed_s)}")
     if eta_s is None:
         eta_s = elapsed_s / i * (total - i) if i < total else 0.0
@@ -166,25 +166,13 @@ def progress_line(
     return "  ".join(parts)
 
 
-def _measured_parts(metrics: dict[str, Any]) -> list[str]:
+def _measured_parts(metrics: dict[str, Any], device: str) -> list[str]:
     parts = []
     if isinstance(metrics.get(M.step_time_s_median), (int, float)):
         parts.append(f"step {metrics[M.step_time_s_median]:.3f} s")
     if isinstance(metrics.get(M.tokens_per_s_per_device), (int, float)):
         parts.append(f"{metrics[M.tokens_per_s_per_device]:,.0f} tok/s/dev")
-    # One label per measure (the registry's, unit stripped): on CPU, FSDP1 has only the process RSS
-    # (~0.3 GiB) while the others have live tensor bytes (MiB); one bare "peak" mixed the two.
-    key = next(
-        (
-            k
-            for k in (M.peak_reserved_gib, M.peak_allocated_gib, M.peak_rss_gib)
-            if isinstance(metrics.get(k), (int, float))
-        ),
-        None,
-    )
-    if key is not None:
-        peak, name = metrics[key], label(key).split(" (")[0]
-        parts.append(f"{name} {peak:.2f} GiB" if peak >= 0.1 else f"{name} {peak * 1024:.1f} MiB")
+    parts += _peak_parts(metrics, device)
     parts += _busy_parts(metrics)
     cv = metrics.get(M.step_time_cv_pct)
     if isinstance(cv, (int, float)) and cv > NOISY_CV_PCT:
@@ -193,6 +181,29 @@ def _measured_parts(metrics: dict[str, Any]) -> list[str]:
     if isinstance(spread, (int, float)) and (metrics.get(M.repeats) or 1) > 1:
         parts.append(f"{metrics.get(M.repeats)} repeats, medians spread {spread:.0f}%")
     return parts
+
+
+# The live lines are a column read down the screen: one unit for a sweep, fixed before its first
+# case (MiB on CPU, where a 2-layer model's tensors are a few MiB and a rank's RSS ~330 MiB).
+LIVE_MEMORY_UNIT = {"cpu": (1024.0, "MiB")}
+
+
+def _peak_parts(metrics: dict[str, Any], device: str) -> list[str]:
+    """`peak alloc 10.1 MiB`; where only RSS was measured (FSDP1 on CPU: no tensor tracking),
+    `peak alloc n/a, RSS 338 MiB` rather than an RSS under the allocator's label, 30x larger."""
+    factor, unit = LIVE_MEMORY_UNIT.get(device, (1.0, "GiB"))
+
+    def shown(key: str) -> str:
+        value = factor * metrics[key]
+        return f"{value:,.0f} {unit}" if value >= 100 else f"{value:.{1 if unit == 'MiB' else 2}f} {unit}"
+
+    def has(key: str) -> bool:
+        return isinstance(metrics.get(key), (int, float))
+
+    allocator = next((k for k in (M.peak_reserved_gib, M.peak_allocated_gib) if has(k)), None)
+    if allocator is not None:
+        return [f"{label(allocator).split(' (')[0]} {shown(allocator)}"]
+    return [f"peak alloc n/a, RSS {shown(M.peak_rss_gib)}"] if has(M.peak_rss_gib) else []
 
 
 def _busy_parts(metrics: dict[str, Any]) -> list[str]:
@@ -285,3 +296,14 @@ def cases_to_run(items: list) -> list:
         and "bench_case" in item.callspec.params
     ]
     return [case for p in params for case in (p.cases if isinstance(p, TuneRequest) else (p,))]
+
+
+def cases_skipped(items: list) -> list:
+    """The collected cases skipped before launch (`plan.case.skip_reason`), for the plan's line."""
+    return [
+        item.callspec.params["bench_case"]
+        for item in items
+        if item.get_closest_marker("skip") is not None
+        and hasattr(item, "callspec")
+        and isinstance(item.callspec.params.get("bench_case"), Case)
+    ]

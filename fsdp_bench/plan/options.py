@@ -10,6 +10,7 @@ import dataclasses
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import MISSING, fields
+from pathlib import Path
 from typing import Any
 
 from fsdp_bench.plan.case import (
@@ -237,6 +238,7 @@ _DEFAULT_IN_WORDS: dict[str, str | None] = {
     "mesh": "the node boundary",
     "run_id": "a new timestamped folder; under Slurm slurm-$SLURM_JOB_ID",
     "gpu_name": "the visible GPU, else H100 SXM",
+    "results_dir": f"{Sweep.results_dir}/ in the project (pytest's rootdir), wherever pytest runs from",
     "target_ci_pct": f"{CPU_TARGET_CI_PCT:g} on CPU, 0 on CUDA",
     "rdzv_endpoint": None,
     "resume": None,
@@ -287,6 +289,25 @@ def bench_option_specs() -> list[tuple[str, dict[str, Any]]]:
     return specs
 
 
+def unknown_option_line(message: str) -> str | None:
+    """For pytest's `unrecognized arguments: --bench-strategy ddp`, one line naming the closest
+    `--bench-*` option (pytest's own message is a usage block naming none); None when no unknown
+    argument is a `--bench-*` one, so pytest's message stands for the rest."""
+    from difflib import get_close_matches
+
+    unknown = [a.split("=", 1)[0] for a in message.split("unrecognized arguments:", 1)[-1].split()]
+    unknown = [a for a in unknown if a.startswith("--bench")]
+    if "unrecognized arguments:" not in message or not unknown:
+        return None
+    # Names compared without the prefix every one shares, which would make any two look close.
+    known = [flag.removeprefix("--bench-") for flag, _ in bench_option_specs()]
+    hints = []
+    for flag in unknown:
+        close = get_close_matches(flag.removeprefix("--bench-"), known, n=1, cutoff=0.6)
+        hints.append(f"{flag}" + (f" (did you mean --bench-{close[0]}?)" if close else ""))
+    return f"unknown option {', '.join(hints)}; `pytest --help` lists every --bench-* option"
+
+
 # Flags about what the session writes and prints, not what the cases measure: not in Sweep's
 # fingerprint, so a resume may change them.
 DISPLAY_OPTIONS: dict[str, str] = {
@@ -296,12 +317,15 @@ DISPLAY_OPTIONS: dict[str, str] = {
 }
 
 
-def parse_sweep(raw: Mapping[str, str | None], *, no_report: bool = False, plan_only: bool = False) -> Sweep:
+def parse_sweep(
+    raw: Mapping[str, str | None], *, no_report: bool = False, plan_only: bool = False, root: Path | None = None
+) -> Sweep:
     """A Sweep from option texts (None: not given). Raises CaseError naming the bad option.
 
     `plan_only` (pytest --collect-only): nothing will launch, so `--bench-device cuda` and its
     `--bench-nproc` are not checked against the GPUs of this machine; a sweep for a GPU node can
-    be listed and its duration estimated anywhere."""
+    be listed and its duration estimated anywhere. `root` (pytest's rootdir, the project): the
+    default results folder is under it, not under the working directory (`project_results_dir`)."""
     values: dict[str, Any] = {}
     knobs: dict[str, tuple[Any, ...]] = {}
     for name, (attr, parse, _help) in OPTIONS.items():
@@ -313,6 +337,8 @@ def parse_sweep(raw: Mapping[str, str | None], *, no_report: bool = False, plan_
                 values[attr] = parse(f"--bench-{name}", str(text))
     values["knobs"] = knobs
     values["report"] = not no_report
+    if root is not None and "results_dir" not in values:
+        values["results_dir"] = project_results_dir(root, Sweep.results_dir)
     sweep = Sweep(**values)
     if not plan_only:
         _check_devices(sweep)
@@ -323,6 +349,15 @@ def parse_sweep(raw: Mapping[str, str | None], *, no_report: bool = False, plan_
     except CaseError as exc:
         raise CaseError(f"--bench-* options: {exc}") from None
     return sweep
+
+
+def project_results_dir(root: Path, default: Path) -> Path:
+    """The default results folder, under the project's root whichever folder a command runs
+    from: a sweep started elsewhere wrote `results/` there, and `visualize.py` back in the project
+    found an older run (issue #39). Relative, as before, when the command runs in the root."""
+    if default.is_absolute() or Path.cwd().resolve() == Path(root).resolve():
+        return default
+    return Path(root).resolve() / default
 
 
 def _check_launch(sweep: Sweep) -> Sweep:

@@ -281,7 +281,14 @@ def _plot_changes(comparison: Comparison, path: Path, threshold_pct: float) -> b
     ax.axvline(0, color="black", linewidth=0.8)
     for verdict in dict.fromkeys(r["verdict"] for r in rows):
         ax.barh([0], [0], color=VERDICT_COLORS[verdict], label=verdict)
-    ax.set_xlabel(f"tokens/s per device, change from base (%), bars: {CONFIDENCE_PCT}% run-to-run interval")
+    # Without repeats there is no interval to draw: the label said "95% run-to-run interval" over
+    # bars that were not there (issue #39).
+    bars = (
+        f"bars: {CONFIDENCE_PCT}% run-to-run interval"
+        if comparison.noise is not None
+        else "no interval: run-to-run noise unknown without --bench-repeats 2+"
+    )
+    ax.set_xlabel(f"tokens/s per device, change from base (%), {bars}")
     ax.set_title("Throughput change per case, coloured by the verdict")
     ax.invert_yaxis()
     ax.legend(loc="lower right", fontsize=8)

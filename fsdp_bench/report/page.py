@@ -27,6 +27,7 @@ from fsdp_bench.report.document import render_html as document_html
 from fsdp_bench.report.document import render_markdown as document_markdown
 from fsdp_bench.report.table import REPORT_COLUMNS, best_index, did_train
 from fsdp_bench.results.metrics import M
+from fsdp_bench.results.schema import memory_unit
 
 ENV_FIELDS = (
     ("host", "host"),
@@ -177,11 +178,12 @@ def prediction_table(df) -> PredictionTable | None:
 
 
 def _worst_lines(table: PredictionTable) -> list[str]:
-    """The worst error of either prediction, then the peak's own (issue #26's figure), both judged
-    on the cases that trained."""
+    """The worst error of either prediction when the model state's is the worse, then the peak's
+    own (issue #26's figure), both judged on the cases that trained. When the worst is the peak's,
+    one line: the report printed the same figure twice (issue #39)."""
     lines = []
-    if table.worst is not None:
-        w = table.worst
+    w = table.worst
+    if w is not None and (table.worst_peak is None or (w[0], w[2]) != table.worst_peak):
         lines.append(f"Worst prediction error: {_pct(w[0])} ({w[1]}) on {w[2]}.")
     if table.worst_peak is not None:
         lines.append(f"Worst peak prediction error: {_pct(table.worst_peak[0])} ({table.worst_peak[1]})")
@@ -324,8 +326,12 @@ def _fmt(value: Any, spec: str) -> str:
     return "" if value is None else format(value, spec)
 
 
-def tuning_rows(answer: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
-    """Every measured case of one tuning: predicted vs measured step time, speed, peak, cost."""
+def tuning_rows(answer: dict[str, Any], df=None) -> tuple[list[str], list[list[str]]]:
+    """Every measured case of one tuning: predicted vs measured step time, speed, peak, cost. The
+    peak column has one unit and each cell names its measure, read off the run's table (`df`): on
+    CPU FSDP1 has only RSS (~0.3 GiB) beside the others' allocated MiB (issue #39)."""
+    peaks = [r["peak_gib"] for r in answer["measured"] if isinstance(r.get("peak_gib"), (int, float))]
+    factor, unit = memory_unit(max(peaks, default=0.0))
     head = [
         "case",
         "status",
@@ -334,7 +340,7 @@ def tuning_rows(answer: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         "measured step s",
         "error %",
         "tokens/s/device",
-        "peak GiB",
+        f"peak {unit}",
         "fits budget",
         "case-seconds",
     ]
@@ -347,13 +353,27 @@ def tuning_rows(answer: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
             _fmt(r["measured_step_s"], ".4g"),
             _fmt(r["error_pct"], "+.0f"),
             _fmt(r["speed_tokens_per_s"], ",.0f"),
-            _fmt(r["peak_gib"], ".4g"),
+            _peak_cell(r.get("peak_gib"), factor, _peak_measure(df, r["case_id"])),
             "yes" if r["fits_budget"] else "NO",
             _fmt(r["case_seconds"], ".1f"),
         ]
         for r in answer["measured"]
     ]
     return head, rows
+
+
+def _peak_measure(df, case_id: str) -> str:
+    """Which peak the tuner read for a case (its first of reserved, allocated, RSS), in words."""
+    names = {M.peak_reserved_gib: "reserved", M.peak_allocated_gib: "allocated", M.peak_rss_gib: "RSS"}
+    if df is None or "case_id" not in df:
+        return ""
+    row = df[df["case_id"] == case_id]
+    found = [word for column, word in names.items() if column in row and row[column].notna().any()]
+    return found[0] if found else ""
+
+
+def _peak_cell(value: Any, factor: float, measure: str) -> str:
+    return "" if not isinstance(value, (int, float)) else f"{factor * value:.4g} {measure}".rstrip()
 
 
 def tuning_lines(answer: dict[str, Any]) -> list[str]:
@@ -391,7 +411,7 @@ def tuning_lines(answer: dict[str, Any]) -> list[str]:
 def _tuning_blocks(page: Page) -> list:
     blocks: list = []
     for answer in page.tuning:
-        head, rows = tuning_rows(answer)
+        head, rows = tuning_rows(answer, page.df)
         blocks += [
             Heading(f"Autotune: {answer['model']}"),
             Bullets(tuple(plain(line) for line in tuning_lines(answer))),

@@ -13,7 +13,7 @@ from fsdp_bench.analysis.busy import HOST_BOUND_BUSY_PCT, host_bound_detail
 from fsdp_bench.plan.catalog import PRECISIONS, intended_timing, is_baseline, strategy_order, timings_before_shard
 from fsdp_bench.report.table import is_set, left_out, ok_rows, trained_rows
 from fsdp_bench.results.metrics import M
-from fsdp_bench.results.schema import FAILED_STATUSES
+from fsdp_bench.results.schema import FAILED_STATUSES, memory_unit
 from fsdp_bench.results.stats import CONFIDENCE_PCT, NOISY_CV_PCT
 
 LOSS_MATCH_TOL = 1e-3
@@ -141,6 +141,7 @@ def memory_saved_vs_ddp(df) -> list[str]:
             if column not in at or base.get(column) is None or base[column] != base[column] or not base[column] > 0:
                 continue
             items = []
+            factor, unit = memory_unit(float(at[column].max()))  # one unit in the line (issue #39)
             for strategy in _strategies(at):
                 if is_baseline(strategy):
                     continue
@@ -150,12 +151,11 @@ def memory_saved_vs_ddp(df) -> list[str]:
                 saved = 100 * (1 - value / base[column])
                 items.append(
                     f"{strategy} {'saves' if saved >= 0 else 'uses'} {abs(saved):.0f}%"
-                    f"{'' if saved >= 0 else ' more'} ({_fmt(value)} GiB)"
+                    f"{'' if saved >= 0 else ' more'} ({_fmt(factor * value)} {unit})"
                 )
             if items:
-                lines.append(
-                    f"Memory vs ddp ({model}, batch {size}, {label}, ddp {_fmt(base[column])} GiB): {'; '.join(items)}."
-                )
+                ddp = f"{_fmt(factor * base[column])} {unit}"
+                lines.append(f"Memory vs ddp ({model}, batch {size}, {label}, ddp {ddp}): {'; '.join(items)}.")
                 break  # the allocator's number when there is one; RSS only as a fallback
     return lines
 

@@ -1,6 +1,7 @@
 """The end of a sweep on the terminal: the report written, then cases by status, the fastest trained
 case of each like-for-like group and what the sweep's time went to; and, as the terminal's very
-last lines (after pytest's own summary), the recommendation and where the run and its report are."""
+last lines (after pytest's own summary), the short answer (report.answer) and where the run and its
+report are; the full recommendation, every tied configuration named, is in report.md."""
 
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ def summary_body_lines(results: list[CaseResult]) -> list[str]:
 
 
 def closing_lines(run_dir: Path, recommendation: list[str], report: bool = False) -> list[str]:
-    """The terminal's last lines: the recommendation, then where the run (and its report) is."""
+    """The terminal's last lines: the short answer, then where the run (and its report) is."""
     where = f"results: {run_dir}" + (f"  (report: {run_dir / 'report.md'})" if report else "")
     return [*recommendation, where]
 
@@ -60,9 +61,9 @@ def report_sections(run_dir: Path, results: list[CaseResult], *, write: bool = T
     KeyboardInterrupt passes through (the caller turns it into one line); any other failure of
     the report is one line, since the results are safe on disk either way.
     """
-    from fsdp_bench.report.recommend import recommendation_lines
+    from fsdp_bench.report.answer import answer_lines
     from fsdp_bench.report.table import build_table
-    from fsdp_bench.report.writer import write_report
+    from fsdp_bench.report.writer import condensed_notes, write_report
 
     if not write:
         return [], closing_lines(run_dir, [])
@@ -72,7 +73,7 @@ def report_sections(run_dir: Path, results: list[CaseResult], *, write: bool = T
         raise
     except Exception as exc:  # noqa: BLE001 - a chart's bug must not hide the results
         return [f"report not written: {type(exc).__name__}: {exc}"], closing_lines(run_dir, [])
-    lines = [f"note: {note}" for note in notes]
+    lines = [f"note: {note}" for note in condensed_notes(notes)]
     for suite, scaled in sorted(
         {
             (r["case"].get("suite"), r["case"].get("scaled_down"))
@@ -83,4 +84,4 @@ def report_sections(run_dir: Path, results: list[CaseResult], *, write: bool = T
         lines.append(f"note: suite {suite} ran scaled down ({scaled})")
     lines.append(f"table and charts: {', '.join(p.name for p in written)}")
     lines += summary_body_lines(results)
-    return lines, closing_lines(run_dir, recommendation_lines(build_table(results)), report=True)
+    return lines, closing_lines(run_dir, answer_lines(build_table(results)), report=True)

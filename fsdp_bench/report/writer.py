@@ -128,6 +128,17 @@ def write_report(
     return written, notes + chart_notes
 
 
+def condensed_notes(notes: list[str]) -> list[str]:
+    """The notes for a terminal: every chart skipped for lack of data in one line (a CPU run skips
+    six, each with its reason in report.md; six lines pushed the answer off the screen), every
+    other note as it is."""
+    skipped = [n.split(" ", 1)[0] for n in notes if n.split(" ", 1)[0] in CHART_FILES and " skipped: " in n]
+    rest = [n for n in notes if n.split(" ", 1)[0] not in skipped]
+    if not skipped:
+        return rest
+    return [*rest, f"{len(skipped)} chart(s) skipped for lack of data (why: report.md): {', '.join(skipped)}"]
+
+
 def _models(df) -> str:
     if df.empty or "model" not in df:
         return ""

@@ -30,6 +30,12 @@ FAILED_STATUSES = ("failed", "oom", "timeout")
 
 GIB = 2**30  # one gibibyte; every *_gib metric divides bytes by this
 
+
+def memory_unit(largest_gib: float) -> tuple[float, str]:
+    """The one unit a column, a chart axis or a line of peaks is shown in, with its factor from GiB:
+    MiB when the largest is under 1 GiB (a tiny model's 10 MiB would read 0.0099 GiB), else GiB."""
+    return (1024.0, "MiB") if largest_gib < 1 else (1.0, "GiB")
+
 # Stages in the order a rank passes them; a failure records the stage it happened in.
 STAGES = ("init", "data", "model", "shard", "optimizer", "first_step", "warmup", "measure", "checkpoint",
           "memory_probe", "end")

@@ -86,6 +86,11 @@ CLI_CASES = [
     (["--bench-nproc", "999"], {}, "ERROR: --bench-nproc: 999"),
     (["--bench-results-dir", "/proc/x"], {}, "ERROR: --bench-results-dir: '/proc/x' is not writable"),
     (["--bench-resume", "."], {}, "ERROR: --bench-resume: '.' is not a run folder"),
+    (  # issue 39: pytest's bare "unrecognized arguments" usage block named no option
+        ["--bench-strategy", "ddp"],
+        {},
+        "ERROR: unknown option --bench-strategy (did you mean --bench-strategies?); `pytest --help` lists",
+    ),
     ([], {"FSDP_BENCH_FAULTS": "explode@measure:1"}, "ERROR: FSDP_BENCH_FAULTS: unknown fault kind 'explode'"),
     ([], {"FSDP_BENCH_FAULTS": "raise@lunch:1"}, "ERROR: FSDP_BENCH_FAULTS: unknown stage 'lunch'"),
     ([], {"FSDP_BENCH_FAULTS": "raise"}, "ERROR: FSDP_BENCH_FAULTS: cannot parse 'raise'"),

@@ -8,7 +8,7 @@ import pandas as pd
 
 from fsdp_bench.analysis.run_noise import speed_interval
 from fsdp_bench.launch.progress import progress_line
-from fsdp_bench.report.recommend import recommendation_lines
+from fsdp_bench.report.recommend import recommend, recommendation_lines
 from fsdp_bench.report.summary import best_mfu, fastest_per_batch
 from fsdp_bench.report.table import left_out
 from tests.integration.test_recommend import golden_table
@@ -74,8 +74,11 @@ def test_step_breakdown_bar_is_the_median_interval(monkeypatch):
 
 
 def test_each_peak_measure_has_its_own_label():
+    # issue 39: one unit down the live lines (MiB on CPU); RSS named as what stands in for alloc
     line = progress_line(1, 2, "fsdp1", {"status": "ok", "metrics": {"peak_rss_gib": 0.35}}, 1.0)
-    assert "peak RSS 0.35 GiB" in line
+    assert "peak alloc n/a, RSS 358 MiB" in line
+    cuda = {"status": "ok", "case": {"device": "cuda"}, "metrics": {"peak_reserved_gib": 0.012}}
+    assert "peak reserved 0.01 GiB" in progress_line(1, 2, "ddp", cuda, 1.0)
     line = progress_line(
         1, 2, "fsdp2", {"status": "ok", "metrics": {"peak_allocated_gib": 0.012, "peak_rss_gib": 0.35}}, 1.0
     )
@@ -104,3 +107,17 @@ def test_pareto_chart_names_cases_it_leaves_out(monkeypatch):
     fig = _drawn(monkeypatch, pareto, pareto.chart_pareto, golden_table())
     notes = " ".join(t.get_text() for t in fig.axes[0].texts)
     assert "not shown, left out: 2 did not train" in notes and "2 oom" in notes
+
+
+def test_pareto_chart_rings_every_tied_configuration(monkeypatch):
+    """Issue #39: one ring beside a recommendation saying "tied" picked a winner by chance."""
+    from fsdp_bench.report.charts import pareto
+
+    df = golden_table()
+    (rec,) = recommend(df)
+    fig = _drawn(monkeypatch, pareto, pareto.chart_pareto, df)
+    rings = [c for c in fig.axes[0].collections if c.get_label().startswith(("recommended", "tied within noise"))]
+    (ring,) = rings
+    drawn = [t for t in rec.tied if t[rec.memory] == t[rec.memory]]  # FSDP1 on CPU has no allocated peak
+    assert len(rec.tied) == 5 and len(drawn) == 4 == len(ring.get_offsets())
+    assert ring.get_label() == "tied within noise (5, 4 with a measured peak drawn): no single winner"

@@ -135,3 +135,18 @@ def test_single_run_comparison_says_how_many_repeats_it_needs(tmp_path):
     assert proc.returncode == 0
     assert "At an assumed 10% per repeat" in proc.stdout and " repeats a side to detect +5%" in proc.stdout
     assert {r["step_time_detectable_change_pct"] for r in rows.values()} == {""}
+
+
+def test_the_chart_claims_no_interval_without_repeats(tmp_path, monkeypatch):
+    """Issue #39: compare.png's label said "95% run-to-run interval" over bars that were not there."""
+    from fsdp_bench.report import compare as module
+    from fsdp_bench.report.charts import style
+
+    base = copy_run("base", tmp_path / "a")
+    comparison, _ = module.compare_runs(base, base, threshold_pct=5)
+    assert comparison.noise is None
+    figures = []
+    monkeypatch.setattr(style, "save_figure", lambda fig, path: figures.append(fig))
+    assert module._plot_changes(comparison, tmp_path / "c.png", 5.0)
+    label = figures[0].axes[0].get_xlabel()
+    assert "run-to-run noise unknown" in label and "95%" not in label, label

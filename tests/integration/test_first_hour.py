@@ -95,6 +95,7 @@ def test_the_recommendation_and_the_run_are_the_last_lines(one_case_sweep):
     (run,) = run_dirs(tmp / "results")
     recommendation, where = _last_lines(proc.stdout, 2)
     assert recommendation.startswith("Recommendation (gpt_tiny"), proc.stdout[-2000:]
+    assert len(recommendation) <= 250, recommendation  # issue #39: the short answer; the list is in report.md
     assert where == f"results: {run}  (report: {run / 'report.md'})"
     assert " passed" in _last_lines(proc.stdout, 3)[0]  # pytest's own closing line comes before
     # pytest-benchmark's table (its header names the time unit) is off by default
@@ -201,3 +202,39 @@ def test_visualize_with_no_finished_run_is_one_line(tmp_path):
         f"visualize.py: {results}: none of its 1 run(s) has a finished case (newest: 20260102T000000Z-2-0); "
         "run `pytest benchmarks` first"
     ]
+
+
+def test_a_sweep_started_elsewhere_writes_under_the_project(tmp_path):
+    """Issue #39 item 7: `pytest /path/to/project/...` from another folder wrote `results/` there,
+    and visualize.py back in the project found an older run. The default results folder is under
+    pytest's rootdir (the project); an explicit --bench-results-dir is taken as given."""
+    from tests.sweep_helpers import write_sweep_project
+
+    project, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
+    project.mkdir()
+    elsewhere.mkdir()
+    write_sweep_project(project)
+    (project / "pytest.ini").write_text("[pytest]\n")  # the clone's pyproject.toml makes it pytest's rootdir
+    args = [a for a in ONE_CASE if a != "--bench-no-report"] + ["--bench-no-report", "--bench-no-probes"]
+    proc = subprocess.run(
+        pytest_cmd(str(project / "test_sweep.py"), *args),
+        cwd=elsewhere,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=child_env(),
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    (run,) = run_dirs(project / "results")
+    # (pytest-benchmark still makes its own empty .benchmarks/ in the working folder)
+    assert not (elsewhere / "results").exists(), list(elsewhere.iterdir())
+    assert _last_lines(proc.stdout, 1) == [f"results: {run}"]
+
+
+def test_the_default_results_folder_is_the_projects(tmp_path, monkeypatch):
+    from fsdp_bench.plan.options import project_results_dir
+
+    monkeypatch.chdir(tmp_path)
+    assert project_results_dir(tmp_path, Path("results")) == Path("results")  # in the project: as before
+    assert project_results_dir(PROJECT_ROOT, Path("results")) == PROJECT_ROOT.resolve() / "results"
+    assert project_results_dir(PROJECT_ROOT, Path("/abs/results")) == Path("/abs/results")

@@ -55,6 +55,21 @@ def test_report_runs_and_says_which_charts_it_skipped(report):
     assert "Traceback" not in proc.stderr
 
 
+def test_the_output_ends_with_the_short_answer_and_the_run(report):
+    """Issue #39 item 8: the written files on one line, then the answer (the report's recommendation
+    shortened, its ties counted), then the run folder; the skipped charts on one stderr line."""
+    run, proc, _ = report
+    written, answer, where = proc.stdout.strip().splitlines()
+    assert written.startswith(f"written in {run}: comparison.csv, ") and written.endswith("report.html")
+    assert answer.startswith("Recommendation (gpt_tiny): ") and len(answer) <= 250, answer
+    full = next(line for line in (run / "report.md").read_text().splitlines() if "Recommendation (" in line)
+    if "no single winner" in full:
+        tied = full.split(" configurations tied")[0].rsplit(" ", 1)[1]
+        assert f"; {tied} of " in answer and "tied within noise" in answer, (answer, full)
+    assert where == f"results: {run}  (report: {run / 'report.md'})"
+    assert len([line for line in proc.stderr.splitlines() if " skipped" in line]) == 1, proc.stderr
+
+
 def test_comparison_csv_keeps_every_case_with_status_and_reason(report):
     run, _, _ = report
     rows = list(csv.DictReader((run / "comparison.csv").open()))
@@ -125,11 +140,11 @@ def test_golden_report_shows_predicted_vs_measured_in_both_pages(report):
     assert (
         sorted(line.split(" | ")[0][2:].removesuffix(untrained) for line in rows) == ok
     )  # every ok case, no failed one
-    assert "Worst prediction error: " in section
+    assert "Worst peak prediction error: " in section and "Worst prediction error: " not in section  # said once
     page = (run / "report.html").read_text()
     html_section = page[page.index("<h2>Predicted vs measured</h2>") : page.index("<h2>Charts</h2>")]
-    assert html_section.count("<tr>") == len(ok) + 1 and "Worst prediction error: " in html_section
-    worst = section[section.index("Worst prediction error: ") :].splitlines()[0]
+    assert html_section.count("<tr>") == len(ok) + 1 and "Worst peak prediction error: " in html_section
+    worst = section[section.index("Worst peak prediction error: ") :].splitlines()[0]
     assert worst in html_section  # one worst error, both pages
     # the stale optimizer (built before sharding, no fix) holds no state: its model state is off
     # by +100 %, flagged and shown, but a program that does not train is not the prediction's

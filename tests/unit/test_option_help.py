@@ -41,3 +41,15 @@ def test_pytest_help_shows_them(pytester):
     out = pytester.runpytest("--help").stdout.str()
     assert "default: 2,4)" in " ".join(out.split())  # argparse wraps lines
     assert "within +-PCT %, or" in " ".join(out.split())  # a % in help text must not break --help
+
+
+def test_a_misspelled_bench_option_gets_the_closest_name():
+    from fsdp_bench.plan.options import unknown_option_line
+
+    line = unknown_option_line("usage: pytest ...\npytest: error: unrecognized arguments: --bench-strategy=ddp -x")
+    assert (
+        line
+        == "unknown option --bench-strategy (did you mean --bench-strategies?); `pytest --help` lists every --bench-* option"
+    )
+    assert "--bench-zzz;" in unknown_option_line("unrecognized arguments: --bench-zzz")  # nothing close: no guess
+    assert unknown_option_line("unrecognized arguments: --bogus") is None  # pytest's own words stand

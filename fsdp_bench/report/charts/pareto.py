@@ -21,7 +21,13 @@ def chart_pareto(run: RunData, path: Path) -> None:
     missing = timed[timed[memory].isna()]  # named on the chart, never silently dropped
     models = sorted(ok["model"].unique())
     scale, unit = (1024, "MiB") if ok[memory].max() < 0.1 else (1, "GiB")
-    picks = {r.model: r.picks[0]["case_id"] for r in recommend(run.df, run.budget_gib) if r.picks}
+    # The ringed points are what the recommendation says: its pick, or every configuration tied
+    # within noise with it (one ring beside a text saying "tied" picked a winner by chance).
+    picks = {
+        r.model: [t["case_id"] for t in r.tied] or [r.picks[0]["case_id"]]
+        for r in recommend(run.df, run.budget_gib)
+        if r.picks
+    }
     plt = pyplot()
     fig, axes = plt.subplots(1, len(models), figsize=(6.5 * len(models), 4.8), squeeze=False)
     for ax, model in zip(axes[0], models):
@@ -31,11 +37,10 @@ def chart_pareto(run: RunData, path: Path) -> None:
             ax.scatter(x[rows.index], y[rows.index], color=strategy_color(strategy), label=strategy, s=30)
         front = pareto_front(list(zip(x, y)))
         ax.plot(x[front], y[front], color="black", linewidth=1, linestyle="--", label="Pareto frontier")
-        chosen = part.index[part["case_id"] == picks.get(model)]
+        chosen = part.index[part["case_id"].isin(picks.get(model, []))]
         if len(chosen):
-            ax.scatter(
-                x[chosen], y[chosen], s=220, facecolors="none", edgecolors="#c0392b", linewidths=2, label="recommended"
-            )
+            ring = "recommended" if len(picks[model]) == 1 else _tied_label(len(picks[model]), len(chosen))
+            ax.scatter(x[chosen], y[chosen], s=220, facecolors="none", edgecolors="#c0392b", linewidths=2, label=ring)
         gone = missing[missing["model"] == model]
         notes = (
             [f"not shown, no measured {memory}: {len(gone)} case(s) ({', '.join(dict.fromkeys(gone['strategy']))})"]
@@ -64,3 +69,8 @@ def chart_pareto(run: RunData, path: Path) -> None:
         ax.legend(fontsize=7)
     fig.suptitle("Throughput vs peak memory (cases that trained; up and left is better)")
     save_figure(fig, path)
+
+
+def _tied_label(tied: int, drawn: int) -> str:
+    shown = "" if drawn == tied else f", {drawn} with a measured peak drawn"
+    return f"tied within noise ({tied}{shown}): no single winner"

@@ -1,0 +1,112 @@
+"""The short answer: one line per model, at most ANSWER_MAX_CHARS, that ends a sweep and
+`visualize.py` on the terminal. On a busy machine the full recommendation names every tied
+configuration (1,000+ characters); the terminal gets the fastest, how many are tied with it and
+what would separate them, and report.md keeps the full list (`recommend.recommendation_lines`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fsdp_bench.plan.catalog import intended_timing
+from fsdp_bench.report.recommend import SPEED, Recommendation, recommend
+from fsdp_bench.report.table import is_set, trained_rows
+from fsdp_bench.results.metrics import M, label
+from fsdp_bench.results.schema import memory_unit
+from fsdp_bench.results.stats import NOISY_CV_PCT
+
+# A person reads one terminal line or two; the issue that asked for this measured 767-1,476.
+ANSWER_MAX_CHARS = 250
+
+
+def _config(row: dict[str, Any]) -> str:
+    intended = row.get("optimizer_timing") in (None, intended_timing().name)
+    timing = "" if intended else f" opt {row['optimizer_timing']}"
+    return f"{row['strategy']} batch {row['batch_size']} x accum {row['grad_accum']}{timing}"
+
+
+def _memory(row: dict[str, Any], column: str) -> str:
+    """`peak alloc 10.1 MiB`: what was measured, in the live lines' words and units; where the
+    allocator's peak is missing (FSDP1 on CPU), `peak alloc n/a, RSS 339 MiB` as they say it."""
+    name = label(column).split(" (")[0]  # the registry's label without its unit, as on the live lines
+    value, rss = row.get(column), row.get(M.peak_rss_gib)
+    if isinstance(value, (int, float)) and value == value:
+        return f"{name} {_size(value)}"
+    if column != M.peak_rss_gib and isinstance(rss, (int, float)) and rss == rss:
+        return f"{name} n/a, RSS {_size(rss)}"
+    return f"{name} not measured"
+
+
+def _size(gib: float) -> str:
+    factor, unit = memory_unit(gib)
+    value = factor * gib
+    return f"{value:,.0f} {unit}" if value >= 100 else f"{value:.{1 if unit == 'MiB' else 2}f} {unit}"
+
+
+def _model(name: str) -> str:
+    """A Hugging Face path's last part (`hf:.../mistral_gqa_tied` -> `hf:mistral_gqa_tied`): the
+    whole path is in report.md, and a long one would take half the line."""
+    return f"hf:{name.rstrip('/').rsplit('/', 1)[-1]}" if name.startswith("hf:") else name
+
+
+def separator(tied: list[dict[str, Any]]) -> str:
+    """What would tell tied configurations apart, read off their measurements: a noisy step time
+    (CV over NOISY_CV_PCT) is the machine's load, which more steps do not fix; single runs are
+    widened for run-to-run noise, which only repeats measure; repeated ones need more steps."""
+    noisy = sum(1 for r in tied if (r.get(M.step_time_cv_pct) or 0) > NOISY_CV_PCT)
+    repeated = all(isinstance(r.get(M.repeats), (int, float)) and r[M.repeats] > 1 for r in tied)
+    parts = [f"a quieter machine ({noisy} NOISY)"] if noisy else []
+    parts.append("a longer --bench-measure-cap-s" if repeated else "--bench-repeats 3")
+    return " and ".join(parts)
+
+
+def answer_line(rec: Recommendation, ranked: int) -> str:
+    """One model's answer; `ranked` is how many trained configurations competed. Where a long
+    model name, optimizer timing and budget meet, the pointer to the list and then the memory go
+    (both are in report.md), so the line stays within ANSWER_MAX_CHARS."""
+    budget = "" if rec.budget_gib is None else f", budget {rec.budget_gib:g} GiB/device"
+    head = f"Recommendation ({_model(rec.model)}{budget}): "
+    if not rec.picks:
+        return head + "no trained configuration fits; see report.md"
+    best = rec.picks[0]
+    memory = f", {_memory(best, rec.memory)}"
+    bound = ", host-bound" if is_set(best.get(M.host_bound)) else ""
+    listed = " (list: report.md)"
+    tail = ""
+    if len(rec.tied) > 1:
+        tail = f"; {len(rec.tied)} of {ranked} tied within noise{listed}; to separate them: {separator(rec.tied)}"
+    elif len(rec.picks) > 1:
+        second = rec.picks[1]
+        tail = f"; {100 * (1 - second[SPEED] / best[SPEED]):.0f}% ahead of {_config(second)}, beyond noise"
+    text = f"{head}{_config(best)}, {best[SPEED]:,.0f} tok/s/dev{memory}{bound}{tail}"
+    if len(text) > ANSWER_MAX_CHARS:
+        text = text.replace(listed, "")
+    if len(text) > ANSWER_MAX_CHARS:
+        text = text.replace(memory, "")
+    return text
+
+
+def why_line(rec: Recommendation) -> str | None:
+    """`Why: <runner-up> is N ms slower per step than <winner>: ...`, the two steps taken apart
+    (report.why), on a line of its own so the answer above stays short; None without parts."""
+    from fsdp_bench.report.why import why_slower
+
+    if len(rec.picks) < 2:
+        return None
+    reason = why_slower(rec.picks[1], rec.picks[0])
+    if not reason:
+        return None
+    return f"Why{' (a difference within noise)' if len(rec.tied) > 1 else ''}: {reason}"
+
+
+def answer_lines(df, budget_gib: float | None = None) -> list[str]:
+    """The short answer for each model in a comparison table (see the module docstring), each
+    followed by its reason where the winner and the runner-up have their steps' parts."""
+    ok = trained_rows(df)
+    lines = []
+    for rec in recommend(df, budget_gib):
+        ranked = int(ok[(ok["model"] == rec.model) & ok[SPEED].notna()].shape[0])
+        lines.append(answer_line(rec, ranked))
+        reason = why_line(rec)
+        if reason:
+            lines.append(reason)
+    return lines
