@@ -75,7 +75,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if sweep.tune and not suite:  # one test per model runs the tuner (docs/autotune.md)
         from fsdp_bench.analysis.tune import tune_requests
 
-        metafunc.parametrize("bench_case", [pytest.param(r, id=r.id) for r in tune_requests(cases)])
+        params = [
+            pytest.param(r, id=r.id, marks=[] if r.cases else [pytest.mark.skip(reason=r.skipped[0].reason)])
+            for r in tune_requests(cases)
+        ]
+        metafunc.parametrize("bench_case", params)
         return
     params = []
     for case in cases:

@@ -219,7 +219,7 @@ class _TuneSkipRequired(TypedDict):
 
 
 class TuneSkip(_TuneSkipRequired, total=False):
-    predicted_peak_gib: Number
+    predicted_peak_gib: Number | None  # null: skipped at collection, as the sweep skips it
 
 
 class TuneCost(TypedDict):

@@ -72,3 +72,17 @@ def test_tune_under_a_tiny_budget_never_picks_a_case_over_it(tmp_path):
     pick = case_results(run)[answer["pick"]]
     assert pick["metrics"]["peak_allocated_gib"] <= budget
     assert answer["pick"] == "fsdp2-gpt_tiny-ws2-bs2-ga1-opt_after-sl32"
+
+
+def test_tune_never_launches_a_case_the_sweep_skips_at_collection(tmp_path):
+    """fsdp2_offload cannot run on CPU: the sweep skips it at collection, so the tuner names it
+    with the same reason instead of launching it into a failure (issue 37)."""
+    proc, run, answer = _tune(tmp_path, "--bench-strategies", "ddp,fsdp2_offload", "--bench-batch-sizes", "2")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    offload = "fsdp2_offload-gpt_tiny-ws2-bs2-ga1-opt_after-sl32"
+    assert offload not in case_results(run)  # never launched
+    skip = next(s for s in answer["skipped"] if s["case_id"] == offload)
+    assert skip["predicted_peak_gib"] is None and "fsdp2_offload" in skip["reason"]
+    assert answer["pick"] == "ddp-gpt_tiny-ws2-bs2-ga1-opt_after-sl32"
+    assert f"skipped {offload}: " in out and "--bench-resume" not in out
