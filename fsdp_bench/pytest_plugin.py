@@ -177,7 +177,9 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
 
     run_dir = state.session.run_dir
     try:
-        body, closing = report_sections(run_dir, state.session.results, write=state.sweep.report)
+        body, closing = report_sections(
+            run_dir, state.session.results, write=state.sweep.report, budget_gib=state.sweep.budget_gib
+        )
     except KeyboardInterrupt:
         # Ctrl-C while charts are drawn: every file is written atomically, so nothing is
         # half-written; say how to finish instead of a traceback, and exit as interrupted.

@@ -86,3 +86,13 @@ def test_tune_never_launches_a_case_the_sweep_skips_at_collection(tmp_path):
     assert skip["predicted_peak_gib"] is None and "fsdp2_offload" in skip["reason"]
     assert answer["pick"] == "ddp-gpt_tiny-ws2-bs2-ga1-opt_after-sl32"
     assert f"skipped {offload}: " in out and "--bench-resume" not in out
+
+
+def test_a_budget_under_every_case_is_kept_by_the_last_line(tmp_path):
+    """No case fits 0.0001 GiB: the tuner picks none, and the sweep's closing recommendation
+    answers under the same budget instead of recommending the measured boundary case (issue 37)."""
+    proc, run, answer = _tune(tmp_path, "--bench-batch-sizes", "2", "--bench-budget-gib", "0.0001")
+    out = proc.stdout + proc.stderr
+    assert answer["pick"] is None
+    assert "no memory budget" not in out
+    assert "budget 0.0001 GiB/device" in out.splitlines()[-3] + out.splitlines()[-2], out[-1500:]
