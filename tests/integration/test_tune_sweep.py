@@ -96,3 +96,35 @@ def test_a_budget_under_every_case_is_kept_by_the_last_line(tmp_path):
     assert answer["pick"] is None
     assert "no memory budget" not in out
     assert "budget 0.0001 GiB/device" in out.splitlines()[-3] + out.splitlines()[-2], out[-1500:]
+
+
+def test_tune_resuming_a_finished_plain_run_keeps_its_ok_cases(tmp_path):
+    """A plain sweep's ok case is one repeat: --bench-tune on --bench-resume keeps it, as the
+    sweep's own resume does, instead of moving it aside and measuring it again (issue 37)."""
+    write_sweep_project(tmp_path)
+    results = tmp_path / "results"
+    grid = [*GRID, "--bench-strategies", "ddp", "--bench-batch-sizes", "2", "--bench-no-report"]
+    first = subprocess.run(
+        pytest_cmd("-q", "test_sweep.py", *grid, "--bench-results-dir", str(results)),
+        cwd=tmp_path,
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert first.returncode == 0, first.stdout + first.stderr
+    (run,) = run_dirs(results)
+    before = {p.name: p.read_bytes() for p in (run / "cases").glob("*.json")}
+    again = subprocess.run(
+        pytest_cmd("-q", "test_sweep.py", *grid, "--bench-tune", "--bench-resume", str(run)),
+        cwd=tmp_path,
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert not (run / "cases" / ".attempts").exists()
+    assert {p.name: p.read_bytes() for p in (run / "cases").glob("*.json")} == before
+    answer = json.loads((run / "tune" / "tune-gpt_tiny.json").read_text())
+    assert answer["pick"] == "ddp-gpt_tiny-ws2-bs2-ga1-opt_after-sl32"
