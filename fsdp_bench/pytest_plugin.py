@@ -99,7 +99,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if sweep.tune and not suite:  # one test per model runs the tuner (docs/autotune.md)
         from fsdp_bench.analysis.tune import tune_requests
 
-        metafunc.parametrize("bench_case", [pytest.param(r, id=r.id) for r in tune_requests(cases)])
+        params = [
+            pytest.param(r, id=r.id, marks=[] if r.cases else [pytest.mark.skip(reason=r.skipped[0].reason)])
+            for r in tune_requests(cases)
+        ]
+        metafunc.parametrize("bench_case", params)
         return
     params = []
     for case in cases:
@@ -198,7 +202,9 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
 
     run_dir = state.session.run_dir
     try:
-        body, closing = report_sections(run_dir, state.session.results, write=state.sweep.report)
+        body, closing = report_sections(
+            run_dir, state.session.results, write=state.sweep.report, budget_gib=state.sweep.budget_gib
+        )
     except KeyboardInterrupt:
         # Ctrl-C while charts are drawn: every file is written atomically, so nothing is
         # half-written; say how to finish instead of a traceback, and exit as interrupted.

@@ -42,7 +42,7 @@ from fsdp_bench.analysis.comm_model import CommVolume, comm_volume, model_units
 from fsdp_bench.analysis.duration import MICRO_STEP_OVERHEAD_S, case_flops_per_token, rank_flops
 from fsdp_bench.analysis.fit import FIT_MARGIN, predict_case_peak
 from fsdp_bench.analysis.run_noise import speed_interval, widened
-from fsdp_bench.plan.case import Case, parse_mesh
+from fsdp_bench.plan.case import Case, parse_mesh, skip_reason
 from fsdp_bench.plan.catalog import strategy as catalog_strategy
 from fsdp_bench.plan.flavors import flavor_for
 from fsdp_bench.results.metrics import M
@@ -233,7 +233,7 @@ def within_noise(leader: Measured, other: Measured) -> bool:
 class Skip:
     case_id: str
     reason: str
-    predicted_peak_gib: float
+    predicted_peak_gib: float | None = None  # None: skipped at collection, as the sweep skips it
 
 
 def split_by_budget(
@@ -368,7 +368,8 @@ class TuneRequest:
     """One `--bench-tune` item: every case of one model's grid, tuned as one pytest test."""
 
     model: str
-    cases: tuple[Case, ...]
+    cases: tuple[Case, ...]  # the ones that can run here
+    skipped: tuple[Skip, ...] = ()  # the ones the sweep skips at collection (plan.case.skip_reason)
 
     @property
     def id(self) -> str:
@@ -376,9 +377,16 @@ class TuneRequest:
 
 
 def tune_requests(cases: Sequence[Case]) -> list[TuneRequest]:
-    """One request per model, its cases in grid order."""
-    models = dict.fromkeys(c.model for c in cases)
-    return [TuneRequest(model, tuple(c for c in cases if c.model == model)) for model in models]
+    """One request per model, its cases in grid order; a case the sweep would skip at collection
+    (offload or accelerate on CPU, fp16 on CPU...) is never launched, as in the sweep: it is named
+    with the sweep's reason instead."""
+    requests = []
+    for model in dict.fromkeys(c.model for c in cases):
+        mine = [c for c in cases if c.model == model]
+        skipped = tuple(Skip(c.id, reason) for c in mine if (reason := skip_reason(c)))
+        runnable = tuple(c for c in mine if not skip_reason(c))
+        requests.append(TuneRequest(model, runnable, skipped))
+    return requests
 
 
 @dataclass
@@ -459,7 +467,7 @@ def tune_answer(
         "stopped": stopped,
         "pick": tied[0].case_id if tied else None,
         "tied": [m.case_id for m in tied[1:]],
-        "skipped": [vars(s) for s in skipped],
+        "skipped": [vars(s) for s in (*request.skipped, *skipped)],
         "boundary_check": check,
         "measured": rows,
         "rounds": log.rounds,

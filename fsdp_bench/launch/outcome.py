@@ -144,9 +144,18 @@ def classify_outcome(
         return _died(kinds["died"], returncode, log_tail)
     if "collective_timeout" in kinds:
         return _rank_outcome("timeout", about("collective_timeout"), "'s collective timed out", "(another rank hung)")
-    for kind in ("peer_lost", "terminated"):
-        if kind in kinds:
-            return _rank_outcome("failed", about(kind), kind.replace("_", " "))
+    consequences = [k for k in ("peer_lost", "terminated") if k in kinds]
+    if consequences and returncode is not None and returncode < 0:  # the cause: torchrun's own death
+        first = about(consequences[0])
+        return Outcome(
+            "failed",
+            f"torchrun itself was killed by {signal_name(-returncode)}; rank {first['rank']} was then "
+            f"{consequences[0].replace('_', ' ')} at stage {first.get('stage')}",
+            first["rank"],
+            first.get("stage"),
+        )
+    if consequences:
+        return _rank_outcome("failed", about(consequences[0]), consequences[0].replace("_", " "))
     if "skipped" in kinds:
         first = kinds["skipped"][0]
         return Outcome("skipped", (first.get("error") or {}).get("message", "skipped"))

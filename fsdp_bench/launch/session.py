@@ -445,8 +445,10 @@ def _load_or_none(path: Path) -> CaseResult | None:
 
 
 def _has_repeats(merged: CaseResult | None, repeats: int) -> bool:
-    """True when a merged result is ok with at least `repeats` repeats (not run again)."""
-    return is_current_ok(merged) and len(merged.get(M.repeats) or []) >= repeats
+    """True when a merged result is ok with at least `repeats` repeats (not run again). An ok
+    result of a plain sweep (no repeats list) is one repeat: the sweep's resume keeps it, and so
+    does the tuner's."""
+    return is_current_ok(merged) and (len(merged.get(M.repeats) or []) or 1) >= repeats
 
 
 def _set_aside(run: RunLayout, case_id: str, *, repeat: int | None = None, with_dir: bool = True) -> None:

@@ -32,6 +32,7 @@ from fsdp_bench.analysis.tune import (
 from fsdp_bench.launch.session import SweepSession
 from fsdp_bench.plan.case import Case
 from fsdp_bench.results.io import write_json_atomic
+from fsdp_bench.results.metrics import M
 from fsdp_bench.results.records import CaseResult
 
 MAX_ROUNDS = 20  # a bound the schedule never reaches on a sane grid; guards a loop that would not end
@@ -145,8 +146,12 @@ def answer_lines(answer: dict[str, Any]) -> list[str]:
         f"  cost: {cost['spent_case_s']:.0f} case-seconds on {cost['measured_cases']} of {cost['grid_cases']} cases, "
         f"{ratio} of the full grid's estimated {cost['full_grid_case_s']:.0f} at {answer['max_repeats']} repeat(s)",
     ]
-    if answer["skipped"]:
-        lines.append(f"  skipped {len(answer['skipped'])} case(s) predicted not to fit {answer['budget_gib']:g} GiB")
+    over = [s for s in answer["skipped"] if s.get(M.predicted_peak_gib) is not None]  # Skip's field, the metric's name
+    if over:
+        lines.append(f"  skipped {len(over)} case(s) predicted not to fit {answer['budget_gib']:g} GiB")
+    for s in answer["skipped"]:
+        if s.get(M.predicted_peak_gib) is None:
+            lines.append(f"  skipped {s['case_id']}: {s['reason']}")
     check = answer.get("boundary_check")
     if check:
         lines.append(

@@ -218,6 +218,9 @@ def hf_folder(model: str) -> Path:
 def hf_path_problem(model: str) -> str | None:
     """Why `hf:PATH` cannot be used (None: it has a usable config.json and, if any, weights
     that look like weights). Pure: reads JSON only."""
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in model):
+        # the model is in the case id, the live line and the recommendation: each one line
+        return f"{model!r}: the path holds a control character (a newline, a tab...); rename or link the folder"
     folder = hf_folder(model)
     if not folder.is_dir():
         return f"{model}: {folder} is not a folder"

@@ -36,6 +36,11 @@ def _positive_int(option: str, text: str) -> int:
     return _int_at_least(option, text, 1, "positive integer")
 
 
+def positive_int(option: str, text: str) -> int:
+    """`text` as an integer >= 1; CaseError naming `option` otherwise."""
+    return _positive_int(option, text)
+
+
 def _non_negative_int(option: str, text: str) -> int:
     return _int_at_least(option, text, 0, "non-negative integer")
 
@@ -210,6 +215,11 @@ def _positive_gib(option: str, text: str) -> float:
     if not 0 < value < float("inf"):
         raise CaseError(f"{option}: {text!r} is not a positive number of GiB")
     return value
+
+
+def positive_gib(option: str, text: str) -> float:
+    """`text` as a finite number of GiB above 0; CaseError naming `option` otherwise."""
+    return _positive_gib(option, text)
 
 
 def _grace(option: str, text: str) -> float:

@@ -19,9 +19,11 @@ from typing import Any
 from fsdp_bench.analysis.fit import WORLD_SIZES, calibrate_from_results, fit_table, gib_text
 from fsdp_bench.plan.case import CaseError
 from fsdp_bench.plan.catalog import DEFAULT_PRECISION, PRECISIONS, STRATEGIES
-from fsdp_bench.plan.option_values import parse_models
+from fsdp_bench.plan.option_values import parse_models, positive_gib, positive_int, writable_dir
+from fsdp_bench.plan.options import OPTIONS
 from fsdp_bench.report.charts.style import pyplot, save_figure
 from fsdp_bench.report.trace import trace_cases, trace_line, trace_rows
+from fsdp_bench.results.layout import RunLayout
 from fsdp_bench.results.load import load_run
 from fsdp_bench.results.metrics import M
 from fsdp_bench.results.schema import GIB
@@ -56,22 +58,50 @@ def write_fit(rows: list[dict[str, Any]], out: Path) -> list[Path]:
     return written
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m fsdp_bench.fit", description=__doc__.splitlines()[0])
+class _OneLineParser(argparse.ArgumentParser):
+    """Bad arguments: one line naming the problem, exit 2 (argparse would add a usage block)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _calibration_run(option: str, raw: str) -> Path:
+    path = Path(raw)
+    if not RunLayout(path).cases_dir.is_dir():
+        raise CaseError(f"{option}: {raw!r} is not a run folder (no cases/ inside)")
+    return path
+
+
+# Each argument read as the sweep reads its --bench-* twin (plan.options), so the same text is
+# refused by both with the same line, before anything is computed or written.
+_CHECKS = {
+    "models": ("--models", parse_models),
+    "strategies": ("--strategies", OPTIONS["strategies"][1]),
+    "world_sizes": ("--world-sizes", OPTIONS["simulate-world-size"][1]),
+    "device_memory_gib": ("--device-memory-gib", positive_gib),
+    "seq_len": ("--seq-len", positive_int),
+    "batch_size": ("--batch-size", positive_int),
+    "calibrate": ("--calibrate", _calibration_run),
+    "out": ("--out", writable_dir),
+}
+
+
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = _OneLineParser(prog="python -m fsdp_bench.fit", description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="gpt_124m,gpt_350m,linear_odsc")
     parser.add_argument("--strategies", default=",".join(STRATEGIES))
     parser.add_argument("--world-sizes", default=",".join(map(str, WORLD_SIZES)))
-    parser.add_argument("--device-memory-gib", type=float, default=80.0)
-    parser.add_argument("--seq-len", type=int, default=1024)
-    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--device-memory-gib", default="80")
+    parser.add_argument("--seq-len", default="1024")
+    parser.add_argument("--batch-size", default="8")
     parser.add_argument(
         "--precision",
         choices=tuple(PRECISIONS),
         default=DEFAULT_PRECISION,
         help="compute precision (as --bench-precision)",
     )
-    parser.add_argument("--calibrate", type=Path, default=None, help="run folder whose ok cases give activation bytes")
-    parser.add_argument("--out", type=Path, default=Path("fit"))
+    parser.add_argument("--calibrate", default=None, help="run folder whose ok cases give activation bytes")
+    parser.add_argument("--out", default="fit")
     parser.add_argument(
         "--trace",
         action="store_true",
@@ -79,9 +109,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     try:
-        models = parse_models("--models", args.models)
+        for key, (option, check) in _CHECKS.items():
+            if getattr(args, key) is not None:
+                setattr(args, key, check(option, getattr(args, key)))
     except CaseError as exc:
         parser.error(str(exc))
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse_args(argv)
+    models = args.models
     if args.trace:
         return print_trace(args, models)
     calibration = None
@@ -90,16 +128,17 @@ def main(argv: list[str] | None = None) -> int:
     try:
         rows = fit_table(
             models,
-            args.strategies.split(","),
+            args.strategies,
             device_memory_gib=args.device_memory_gib,
             seq_len=args.seq_len,
             batch_size=args.batch_size,
-            world_sizes=[int(n) for n in args.world_sizes.split(",")],
+            world_sizes=list(args.world_sizes),
             calibration=calibration,
             precision=args.precision,
         )
     except ValueError as exc:  # e.g. a Hugging Face model_type without a shape model
-        parser.error(str(exc))
+        print(f"python -m fsdp_bench.fit: error: {exc}", file=sys.stderr)
+        return 2
     budget = args.device_memory_gib * GIB
     for row in rows:  # enough digits that a peak just over the budget never prints as the budget
         print(
@@ -116,20 +155,16 @@ def main(argv: list[str] | None = None) -> int:
 def print_trace(args: argparse.Namespace, models: tuple[str, ...]) -> int:
     """`--trace`: one line per case; bad input is one line on stderr and exit 2."""
     try:
-        world_sizes = [int(n) for n in args.world_sizes.split(",")]
         cases = trace_cases(
             models,
-            args.strategies.split(","),
-            world_sizes,
+            list(args.strategies),
+            list(args.world_sizes),
             batch_size=args.batch_size,
             seq_len=args.seq_len,
             precision=args.precision,
         )
-    except (CaseError, ValueError) as exc:
-        message = (
-            str(exc) if isinstance(exc, CaseError) else f"--world-sizes: {args.world_sizes!r} is not a list of integers"
-        )
-        print(f"python -m fsdp_bench.fit --trace: error: {message}", file=sys.stderr)
+    except (CaseError, ValueError) as exc:  # a combination no case allows (arguments were checked)
+        print(f"python -m fsdp_bench.fit --trace: error: {exc}", file=sys.stderr)
         return 2
     failed = 0
     for row in trace_rows(cases):

@@ -53,10 +53,13 @@ def report_lines(run_dir: Path, results: list[CaseResult]) -> list[str]:
     return body + closing
 
 
-def report_sections(run_dir: Path, results: list[CaseResult], *, write: bool = True) -> tuple[list[str], list[str]]:
+def report_sections(
+    run_dir: Path, results: list[CaseResult], *, write: bool = True, budget_gib: float | None = None
+) -> tuple[list[str], list[str]]:
     """Write the run's report; return what to print in the fsdp-bench section (what was written,
     the sweep's summary) and the closing lines (`closing_lines`). `write=False`
-    (--bench-no-report): nothing to print but where the run is.
+    (--bench-no-report): nothing to print but where the run is. `budget_gib`: the sweep's
+    --bench-budget-gib, which the page's and the last line's recommendation respect.
 
     KeyboardInterrupt passes through (the caller turns it into one line); any other failure of
     the report is one line, since the results are safe on disk either way.
@@ -68,7 +71,7 @@ def report_sections(run_dir: Path, results: list[CaseResult], *, write: bool = T
     if not write:
         return [], closing_lines(run_dir, [])
     try:
-        written, notes = write_report(run_dir)
+        written, notes = write_report(run_dir, budget_gib=budget_gib)
     except KeyboardInterrupt:
         raise
     except Exception as exc:  # noqa: BLE001 - a chart's bug must not hide the results
@@ -84,4 +87,4 @@ def report_sections(run_dir: Path, results: list[CaseResult], *, write: bool = T
         lines.append(f"note: suite {suite} ran scaled down ({scaled})")
     lines.append(f"table and charts: {', '.join(p.name for p in written)}")
     lines += summary_body_lines(results)
-    return lines, closing_lines(run_dir, answer_lines(build_table(results)), report=True)
+    return lines, closing_lines(run_dir, answer_lines(build_table(results), budget_gib), report=True)

@@ -15,9 +15,9 @@ from fsdp_bench.report.charts.style import RunData
 from fsdp_bench.report.page import Page, render_html, render_markdown
 from fsdp_bench.report.summary import summary_lines
 from fsdp_bench.report.table import build_per_rank_table, build_table
-from fsdp_bench.results.io import read_json, write_text_atomic
+from fsdp_bench.results.io import write_text_atomic
 from fsdp_bench.results.layout import RunLayout
-from fsdp_bench.results.load import load_run
+from fsdp_bench.results.load import load_environment_file, load_run, load_tune_answer
 from fsdp_bench.results.records import CaseResult
 from fsdp_bench.results.schema import ResultError
 
@@ -28,14 +28,10 @@ OWNED_FILES = TABLE_FILES + CHART_FILES + PAGE_FILES
 
 def load_environment(run_dir: Path) -> tuple[dict[str, Any] | None, str | None]:
     """env.json, or None and the one-line problem."""
-    path = RunLayout(Path(run_dir)).env_file
     try:
-        data = read_json(path)
+        return load_environment_file(RunLayout(Path(run_dir)).env_file), None
     except ResultError as exc:
         return None, f"{exc}; the environment section is left unknown"
-    if not isinstance(data, dict):
-        return None, f"{path}: expected a JSON object, got {type(data).__name__}; environment unknown"
-    return data, None
 
 
 def load_report_inputs(run_dir: Path) -> tuple[list[CaseResult], dict[str, Any] | None, list[str]]:
@@ -74,14 +70,9 @@ def load_tuning(run_dir: Path) -> tuple[list[dict[str, Any]], list[str]]:
     found, problems = [], []
     for path in RunLayout(Path(run_dir)).tune_files():
         try:
-            data = read_json(path)
+            found.append(load_tune_answer(path))
         except ResultError as exc:
             problems.append(f"{exc}; its tuning section is left out")
-            continue
-        if isinstance(data, dict) and isinstance(data.get("cost"), dict):
-            found.append(data)
-        else:
-            problems.append(f"{path}: not a tuning answer; left out")
     return found, problems
 
 

@@ -9,20 +9,42 @@ from typing import Any
 from fsdp_bench.results.io import read_json
 from fsdp_bench.results.layout import RunLayout, newest_run
 from fsdp_bench.results.migrate import migrate_case_result
-from fsdp_bench.results.schema import STATUSES, ResultError, check_field_types, check_schema
-from fsdp_bench.results.records import CaseResult
+from fsdp_bench.results.checks import record_problem, result_problem
+from fsdp_bench.results.records import CaseResult, Environment, TuneAnswer
+from fsdp_bench.results.schema import STATUSES, ResultError, check_schema
 
 
 def load_case_result(path: Path) -> CaseResult:
+    """A case file checked against results.records before and after it is brought to the current
+    version (a migration step computes from the old fields: what it wrote is checked too)."""
     data = read_json(path)
     check_schema(path, data)
-    for key in ("case_id", "case", "status"):
-        if key not in data:
-            raise ResultError(f"{path}: missing required field {key!r}")
-    check_field_types(path, data)
+    _check(path, data, CaseResult)
     if data["status"] not in STATUSES:
         raise ResultError(f"{path}: unknown status {data['status']!r}; known: {', '.join(STATUSES)}")
-    return migrate_case_result(data)
+    migrated = migrate_case_result(data)
+    _check(path, migrated, CaseResult)
+    return migrated
+
+
+def load_tune_answer(path: Path) -> TuneAnswer:
+    """A --bench-tune answer (tune/<request>.json), checked as load_case_result checks a case."""
+    data = read_json(path)
+    _check(path, data, TuneAnswer)
+    return data
+
+
+def load_environment_file(path: Path) -> Environment:
+    """env.json, checked as load_case_result checks a case."""
+    data = read_json(path)
+    _check(path, data, Environment)
+    return data
+
+
+def _check(path: Path, data: Any, record: Any) -> None:
+    problem = record_problem(data, record) or (result_problem(data) if record is CaseResult else None)
+    if problem:
+        raise ResultError(f"{path}: {problem}")
 
 
 

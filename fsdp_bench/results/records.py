@@ -7,8 +7,9 @@ file reads back byte-identical, a half-written rank record (a rank killed mid-st
 valid record, and every reader keeps the plain `record["field"]` it had. What a class would add
 lives here as functions: reading a case file (checked against these types, then migrated from
 any older schema version: `results.load`, `results.migrate`) and writing one (`results.io`).
-`results.schema.check_field_types` reads its checks from these annotations, so a field and its
-type are declared in this one place.
+`results.checks.record_problem` reads its checks from these annotations (nested records, required
+keys, numbers of a measurable size), so a field and its type are declared in this one place; the
+same check reads a tune answer and env.json.
 
 Nested objects (a memory reading, an error, the FLOP counts) stay `dict[str, Any]`: they are
 described where they are measured (worker.memory, worker.failure, worker.probes).
@@ -19,6 +20,60 @@ from __future__ import annotations
 from typing import Any, TypedDict
 
 Number = int | float
+
+
+class StageReading(TypedDict, total=False):
+    """A memory reading after one stage (`stages` of a rank record)."""
+
+    stage: str
+    label: str
+    rank: int
+    rss_bytes: Number | None
+    allocated_bytes: Number | None
+    reserved_bytes: Number | None
+
+
+class _CaseRequired(TypedDict):
+    strategy: str
+    model: str
+    batch_size: int
+    grad_accum: int
+    optimizer_timing: str
+
+
+class CaseFields(_CaseRequired, total=False):
+    """A result's `case`: plan.case.Case.to_dict() (results/ may not import plan; a unit test holds
+    the two equal). The table's axes are required: every row and chart is keyed on them."""
+
+    nproc: int
+    seq_len: int
+    steps: int
+    warmup: int
+    target_ci_pct: Number
+    measure_cap_s: Number
+    device: str
+    seed: int
+    lr: Number
+    pg_timeout_s: Number
+    precision: str
+    act_ckpt: bool
+    compile: bool
+    optimizer_impl: str
+    grad_clip: Number
+    wrap_policy: str
+    min_num_params: int
+    forward_prefetch: int
+    backward_prefetch: str
+    grad_sync: str
+    checkpoint: str
+    data: str
+    suite: str
+    scaled_down: str
+    mesh: str
+    simulate: bool
+    profile: bool
+    memory_snapshot: bool
+    probes: bool
 
 
 class RankRecord(TypedDict, total=False):
@@ -36,12 +91,13 @@ class RankRecord(TypedDict, total=False):
     error: dict[str, Any]  # type, message, traceback tail of a failure
     started_utc: str
     ended_utc: str
-    stages: list[dict[str, Any]]  # a memory reading after each stage
+    stages: list[StageReading]  # a memory reading after each stage
     stage_started_unix: dict[str, Number | None]
-    # a null item or value is read as not measured (older files hold some)
-    warmup_step_times_s: list[Number | None]
-    step_times_s: list[Number | None]
-    losses: list[Number | None]
+    # a missing or null list is not measured; no worker ever wrote a null item, and every reader
+    # computes over the items, so a list holding one is a bad file (a note), not a gap
+    warmup_step_times_s: list[Number]
+    step_times_s: list[Number]
+    losses: list[Number]
     grad_norms: list[Number]
     measurement_version: int  # results.schema.MEASUREMENT_VERSION of the loop that measured it
     update_norms: list[Number]
@@ -87,15 +143,18 @@ class RankRecord(TypedDict, total=False):
     oom_observer_error: str
 
 
-class CaseResult(TypedDict, total=False):
+class _ResultRequired(TypedDict):
+    case_id: str
+    case: CaseFields
+    status: str
+
+
+class CaseResult(_ResultRequired, total=False):
     """A case's result (`cases/<case id>.json`): status and why, the launch's timings, the
     headline metrics (names in results.metrics) and every rank's record. `case_id`, `case` and
     `status` are always present (results.load refuses a file without them)."""
 
     schema_version: int
-    case_id: str
-    case: dict[str, Any]  # plan.case.Case.to_dict()
-    status: str  # results.schema.STATUSES
     reason: str
     failed_rank: int | None
     failed_stage: str | None
@@ -117,3 +176,116 @@ class CaseResult(TypedDict, total=False):
 
 
 REQUIRED_RESULT_FIELDS = ("case_id", "case", "status")
+
+
+# --bench-tune's answer (`tune/<request>.json`, analysis.tune.tune_answer): what the report reads
+# of it unguarded is required, so a hand-edited or foreign answer is a note, never a crash.
+
+
+class TuneMeasured(TypedDict):
+    case_id: str
+    status: str
+    repeat_count: int
+    case_seconds: Number
+    predicted_step_s: Number | None
+    measured_step_s: Number | None
+    error_pct: Number | None
+    speed_tokens_per_s: Number | None
+    peak_gib: Number | None
+    fits_budget: bool
+
+
+class _TuneRunRequired(TypedDict):
+    case_id: str
+
+
+class TuneRun(_TuneRunRequired, total=False):
+    repeat_count: int
+    status: str
+    predicted_step_s: Number | None
+    speed_tokens_per_s: Number | None
+    speed_low_tokens_per_s: Number | None
+    speed_high_tokens_per_s: Number | None
+
+
+class TuneRound(TypedDict):
+    round: int
+    kind: str
+    runs: list[TuneRun]
+
+
+class _TuneSkipRequired(TypedDict):
+    case_id: str
+    reason: str
+
+
+class TuneSkip(_TuneSkipRequired, total=False):
+    predicted_peak_gib: Number | None  # null: skipped at collection, as the sweep skips it
+
+
+class TuneCost(TypedDict):
+    spent_case_s: Number
+    full_grid_case_s: Number
+    ratio: Number | None
+    grid_cases: int
+    measured_cases: int
+
+
+class _TuneBoundaryRequired(TypedDict):
+    case_id: str
+    predicted_peak_in_gib: Number
+    measured_peak_in_gib: Number | None
+
+
+class TuneBoundaryCheck(_TuneBoundaryRequired, total=False):
+    over_budget_when_measured: bool | None
+
+
+class TuneStepModel(TypedDict):
+    fitted_on_cases: int
+    device_flops_per_s: Number
+    wire_bytes_per_s: Number
+    micro_step_overhead_s: Number
+    model_error_pct: Number
+
+
+class _TuneRequired(TypedDict):
+    model: str
+    max_repeats: int
+    stopped: str
+    tied: list[str]
+    skipped: list[TuneSkip]
+    measured: list[TuneMeasured]
+    cost: TuneCost
+
+
+class TuneAnswer(_TuneRequired, total=False):
+    budget_gib: Number | None
+    pick: str | None
+    rounds: list[TuneRound]
+    boundary_check: TuneBoundaryCheck | None
+    step_model: TuneStepModel | None
+
+
+class Environment(TypedDict, total=False):
+    """env.json (launch.environment): the facts the report's environment section shows."""
+
+    schema_version: int
+    host: str
+    python: str
+    platform: str
+    cpu_count: int | None
+    utc_time: str
+    pytorch_cuda_alloc_conf: str | None
+    git_sha: str | None
+    git_dirty: bool | None
+    torch: str | None
+    cuda: str | None
+    nccl: str | None
+    gpu_count: int | None
+    gpu_names: list[str]
+    driver: str | None
+    transformers: str | None
+    accelerate: str | None
+    torch_info_error: str
+

@@ -30,6 +30,28 @@ def die_with_parent(sig: int = signal.SIGTERM) -> bool:
     return True
 
 
+def descendants(pid: int) -> list[int]:
+    """Every live process below `pid` (children, theirs, ...), from /proc's parent links: a rank
+    runs in its own session, so no process group or session names them all."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                stat = fh.read()
+        except OSError:  # gone meanwhile
+            continue
+        ppid = int(stat[stat.rindex(b")") + 2 :].split()[1])  # the name in (...) may hold spaces
+        children.setdefault(ppid, []).append(int(entry))
+    found, todo = [], list(children.get(pid, []))
+    while todo:
+        child = todo.pop()
+        found.append(child)
+        todo += children.get(child, [])
+    return found
+
+
 def exit_now(code: int) -> None:
     """Leave without the interpreter's teardown. The record is on disk and the process group is
     gone by now; what remains is freeing torch and dynamo module state, which costs about 1.5 s

@@ -82,9 +82,9 @@ def test_fit_trace_prints_the_fake_tensor_peak_beside_the_fast_model():
 @pytest.mark.parametrize(
     "args,said",
     [
-        (["--world-sizes", "2,x"], "--world-sizes: '2,x' is not a list of integers"),
-        (["--strategies", "fsdp3"], "unknown strategy 'fsdp3'"),
-        (["--batch-size", "0"], "batch_size"),
+        (["--world-sizes", "2,x"], "--world-sizes: 'x' is not a positive integer"),
+        (["--strategies", "fsdp3"], "--strategies: unknown value 'fsdp3'"),
+        (["--batch-size", "0"], "--batch-size: '0' is not a positive integer"),
     ],
 )
 def test_fit_trace_bad_input_is_one_line_and_exit_2(args, said):
@@ -92,7 +92,7 @@ def test_fit_trace_bad_input_is_one_line_and_exit_2(args, said):
     assert done.returncode == 2
     assert done.stdout == ""
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
-    assert done.stderr.startswith("python -m fsdp_bench.fit --trace: error: ") and said in done.stderr
+    assert done.stderr.startswith("python -m fsdp_bench.fit: error: ") and said in done.stderr
 
 
 # At 512 ranks every dim 0 pads up to the group size, so which FSDP2 buffers are alive together

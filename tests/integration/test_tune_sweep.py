@@ -72,3 +72,59 @@ def test_tune_under_a_tiny_budget_never_picks_a_case_over_it(tmp_path):
     pick = case_results(run)[answer["pick"]]
     assert pick["metrics"]["peak_allocated_gib"] <= budget
     assert answer["pick"] == "fsdp2-gpt_tiny-ws2-bs2-ga1-opt_after-sl32"
+
+
+def test_tune_never_launches_a_case_the_sweep_skips_at_collection(tmp_path):
+    """fsdp2_offload cannot run on CPU: the sweep skips it at collection, so the tuner names it
+    with the same reason instead of launching it into a failure (issue 37)."""
+    proc, run, answer = _tune(tmp_path, "--bench-strategies", "ddp,fsdp2_offload", "--bench-batch-sizes", "2")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    offload = "fsdp2_offload-gpt_tiny-ws2-bs2-ga1-opt_after-sl32"
+    assert offload not in case_results(run)  # never launched
+    skip = next(s for s in answer["skipped"] if s["case_id"] == offload)
+    assert skip["predicted_peak_gib"] is None and "fsdp2_offload" in skip["reason"]
+    assert answer["pick"] == "ddp-gpt_tiny-ws2-bs2-ga1-opt_after-sl32"
+    assert f"skipped {offload}: " in out and "--bench-resume" not in out
+
+
+def test_a_budget_under_every_case_is_kept_by_the_last_line(tmp_path):
+    """No case fits 0.0001 GiB: the tuner picks none, and the sweep's closing recommendation
+    answers under the same budget instead of recommending the measured boundary case (issue 37)."""
+    proc, run, answer = _tune(tmp_path, "--bench-batch-sizes", "2", "--bench-budget-gib", "0.0001")
+    out = proc.stdout + proc.stderr
+    assert answer["pick"] is None
+    assert "no memory budget" not in out
+    assert "budget 0.0001 GiB/device" in out.splitlines()[-3] + out.splitlines()[-2], out[-1500:]
+
+
+def test_tune_resuming_a_finished_plain_run_keeps_its_ok_cases(tmp_path):
+    """A plain sweep's ok case is one repeat: --bench-tune on --bench-resume keeps it, as the
+    sweep's own resume does, instead of moving it aside and measuring it again (issue 37)."""
+    write_sweep_project(tmp_path)
+    results = tmp_path / "results"
+    grid = [*GRID, "--bench-strategies", "ddp", "--bench-batch-sizes", "2", "--bench-no-report"]
+    first = subprocess.run(
+        pytest_cmd("-q", "test_sweep.py", *grid, "--bench-results-dir", str(results)),
+        cwd=tmp_path,
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert first.returncode == 0, first.stdout + first.stderr
+    (run,) = run_dirs(results)
+    before = {p.name: p.read_bytes() for p in (run / "cases").glob("*.json")}
+    again = subprocess.run(
+        pytest_cmd("-q", "test_sweep.py", *grid, "--bench-tune", "--bench-resume", str(run)),
+        cwd=tmp_path,
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert not (run / "cases" / ".attempts").exists()
+    assert {p.name: p.read_bytes() for p in (run / "cases").glob("*.json")} == before
+    answer = json.loads((run / "tune" / "tune-gpt_tiny.json").read_text())
+    assert answer["pick"] == "ddp-gpt_tiny-ws2-bs2-ga1-opt_after-sl32"

@@ -301,10 +301,10 @@ def test_files_with_wrong_types_are_one_note_each_and_the_rest_is_drawn(tmp_path
     run = copy_run("base", tmp_path)
     files = sorted((run / "cases").glob("*.json"))
     breakages = [
-        ("metrics", [1, 2], "field 'metrics' should be an object, got list"),
-        ("ranks", {"0": {}}, "field 'ranks' should be a list, got dict"),
-        ("case", "ddp", "field 'case' should be an object, got str"),
-        ("status", ["ok"], "field 'status' should be text, got list"),
+        ("metrics", [1, 2], "field metrics should be an object, got a list"),
+        ("ranks", {"0": {}}, "field ranks should be a list, got an object"),
+        ("case", "ddp", "field case should be an object, got text"),
+        ("status", ["ok"], "field status should be text, got a list"),
     ]
     for path, (key, value, _) in zip(files, breakages):
         data = json.loads(path.read_text())
@@ -318,7 +318,7 @@ def test_files_with_wrong_types_are_one_note_each_and_the_rest_is_drawn(tmp_path
     assert "Traceback" not in proc.stderr
     for path, (_, _, words) in zip(files, breakages):
         assert f"{path.name}: {words}" in proc.stderr
-    assert f"{files[4].name}: case field 'batch_size' should be an integer, got str" in proc.stderr
+    assert f"{files[4].name}: field case.batch_size should be an integer, got text" in proc.stderr
     rows = list(csv.DictReader((run / "comparison.csv").open()))
     assert len(rows) == len(files) - 5
     assert (run / "report.md").exists()

@@ -86,3 +86,17 @@ def test_derived_sizes():
     case = Case(strategy="ddp", batch_size=4, grad_accum=2, nproc=2, seq_len=32)
     assert case.global_batch_size == 16
     assert case.tokens_per_step == 512
+
+
+def test_an_hf_folder_whose_name_holds_a_newline_is_one_line(tmp_path):
+    """The model is in the case id, the live line and the recommendation (#37)."""
+    from fsdp_bench.plan.option_values import parse_models
+
+    folder = tmp_path / "my\nmodel"
+    folder.mkdir()
+    (folder / "config.json").write_text(
+        '{"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "vocab_size": 100, "n_positions": 64}'
+    )
+    with pytest.raises(CaseError) as info:
+        parse_models("--bench-model", f"hf:{folder}")
+    assert "\n" not in str(info.value) and "control character" in str(info.value)

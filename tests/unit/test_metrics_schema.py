@@ -14,7 +14,17 @@ from fsdp_bench.results.stats import slowest_rank_step_times, summarize_step_tim
 
 
 def _result(version):
-    return {"schema_version": version, "case_id": "ddp-x", "case": {}, "status": "ok", "metrics": {}, "ranks": []}
+    """The least an ok result holds: its case's axes and a median step time."""
+    case = Case(strategy="ddp").to_dict()
+    metrics = {"step_time_s_median": 0.1}
+    return {
+        "schema_version": version,
+        "case_id": "ddp-x",
+        "case": case,
+        "status": "ok",
+        "metrics": metrics,
+        "ranks": [],
+    }
 
 
 def test_schema_is_4_and_older_versions_load_migrated(tmp_path):
@@ -48,7 +58,7 @@ def test_migration_fills_what_the_report_used_to_backfill(tmp_path):
     were metrics) reads as a version-3 one: the FSDP1 word translated, the peak taken from rank 0."""
     old = {
         **_result(2),
-        "metrics": {"predicted_peak_gib": 0.5},
+        "metrics": {"predicted_peak_gib": 0.5, "step_time_s_median": 0.1},
         "ranks": [
             {"rank": 1, "effective_sharding": "FULL_SHARD", "memory": {"peak_allocated_bytes": 2**29}},
             {"rank": 0, "effective_sharding": "FULL_SHARD", "memory": {"peak_allocated_bytes": 2**30}},
@@ -58,7 +68,7 @@ def test_migration_fills_what_the_report_used_to_backfill(tmp_path):
     metrics = load_case_result(tmp_path / "old.json")["metrics"]
     assert metrics["effective_sharding"] == "full_shard"
     assert metrics["rank0_peak_allocated_gib"] == 1.0
-    assert old["metrics"] == {"predicted_peak_gib": 0.5}  # the input is never changed
+    assert old["metrics"] == {"predicted_peak_gib": 0.5, "step_time_s_median": 0.1}  # the input is never changed
 
 
 def test_migration_adds_the_median_interval_early_version_2_files_lack(tmp_path):
@@ -77,9 +87,9 @@ def test_migration_adds_the_median_interval_early_version_2_files_lack(tmp_path)
     assert metrics["step_time_s_median_ci_high"] == expected["step_time_s_median_ci_high"]
     assert metrics["step_time_median_ci_level_pct"] == expected["step_time_median_ci_level_pct"]
     assert metrics["step_time_s_median"] == 0.12  # what the file had stays as it was
-    recorded = {**old, "metrics": {"step_time_s_median_ci_low": 0.09}}
+    recorded = {**old, "metrics": {"step_time_s_median": 0.12, "step_time_s_median_ci_low": 0.09}}
     write_json_atomic(tmp_path / "recorded.json", recorded)
-    assert load_case_result(tmp_path / "recorded.json")["metrics"] == {"step_time_s_median_ci_low": 0.09}
+    assert load_case_result(tmp_path / "recorded.json")["metrics"] == recorded["metrics"]
 
 
 def test_profile_and_memory_snapshot_switches_reach_cases_without_changing_ids():

@@ -38,7 +38,7 @@ def _result(case_id="ddp-x", status="ok", **extra):
             "optimizer_timing": "after_shard",
         },
         "status": status,
-        "metrics": {"tokens_per_s": 10.0},
+        "metrics": {"tokens_per_s": 10.0, "step_time_s_median": 0.1},
         **extra,
     }
 
@@ -90,3 +90,38 @@ def test_results_are_readable_by_others_like_any_file(tmp_path):
     write_json_atomic(path, {"x": 1})
     assert stat.S_IMODE(path.stat().st_mode) == readable_mode()
     assert readable_mode() & 0o044  # group/others can read under the usual umask (022)
+
+
+def test_case_fields_record_declares_every_case_field_with_its_type():
+    """results/ may not import plan: records.CaseFields repeats plan.case.Case's fields, held here."""
+    import dataclasses
+    from typing import get_type_hints
+
+    from fsdp_bench.plan.case import Case
+    from fsdp_bench.results.checks import record_problem
+    from fsdp_bench.results.records import CaseFields
+
+    assert set(get_type_hints(CaseFields)) == {f.name for f in dataclasses.fields(Case)}
+    assert record_problem(Case(strategy="fsdp2").to_dict(), CaseFields) is None
+
+
+def test_a_bad_item_deep_in_a_record_is_named_by_where_it_is():
+    from fsdp_bench.results.checks import record_problem
+    from fsdp_bench.results.records import CaseResult
+
+    data = {"case_id": "c", "status": "ok", "case": {}, "ranks": [{"stages": [{"stage": "data"}, {"stage": 3}]}]}
+    data["case"] = {
+        "strategy": "ddp",
+        "model": "gpt_tiny",
+        "nproc": 2,
+        "batch_size": 1,
+        "grad_accum": 1,
+        "optimizer_timing": "after_shard",
+        "seq_len": 32,
+        "steps": 3,
+        "warmup": 1,
+    }
+    assert record_problem(data, CaseResult) == "field ranks[0].stages[1].stage should be text, got an integer"
+    data["ranks"][0]["stages"][1]["stage"] = "model"
+    data["ranks"][0]["step_times_s"] = [0.1, 10**400]
+    assert "ranks[0].step_times_s[1] is 1000000000...(401 digits), beyond" in record_problem(data, CaseResult)

@@ -88,3 +88,12 @@ def test_a_node_judges_the_ranks_it_ran_whatever_their_numbers():
     ranks = [_rank(1)]
     assert classify(ranks=ranks, world_size=1, expected_ranks=[1]).status == "ok"
     assert classify(ranks=ranks, world_size=1).status == "failed"  # rank 0 would be missing
+
+
+def test_a_sigkilled_torchrun_is_the_cause_not_the_ranks_it_took_with_it():
+    """Its ranks get SIGTERM through PR_SET_PDEATHSIG and record 'terminated': a consequence (#37)."""
+    ranks = [_rank(0, "terminated", "measure", err_time=1.0, err_type="Terminated", msg="SIGTERM"), _rank(1)]
+    out = classify(returncode=-9, ranks=ranks)
+    assert out.status == "failed"
+    assert out.reason == "torchrun itself was killed by SIGKILL; rank 0 was then terminated at stage measure"
+    assert classify(returncode=1, ranks=ranks).reason.startswith("rank 0 terminated at stage measure")

@@ -86,7 +86,8 @@ def chart_loss_curves(run: RunData, path: Path) -> None:
                 lw=1.2 + 1.6 * (len(rows) - 1 - k),
                 alpha=0.9,
             )
-            warmup = int(getattr(row, "warmup", 0) or 0)
+            warmup = getattr(row, "warmup", 0)
+            warmup = int(warmup) if warmup == warmup and warmup else 0  # NaN: a file without the field
         if rows and warmup:
             ax.axvspan(-0.3, warmup - 0.5, color="grey", alpha=0.12, lw=0)
             ax.text(0.01, 0.02, "warmup", transform=ax.transAxes, fontsize=7, color="grey")

@@ -1,0 +1,55 @@
+"""`python -m fsdp_bench.fit` reads its arguments as the sweep reads its --bench-* twins: bad
+input is one line and exit 2 before anything is computed, printed or written (issue 37)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.sweep_helpers import PROJECT_ROOT
+
+
+def _fit(*args: str, cwd) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "fsdp_bench.fit", "--models", "gpt_tiny", "--world-sizes", "1,2", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
+        env={"PYTHONPATH": str(PROJECT_ROOT), "PATH": "/usr/bin:/bin"},
+    )
+
+
+@pytest.mark.parametrize(
+    "args, said",
+    [
+        (["--batch-size", "0"], "--batch-size: '0' is not a positive integer"),
+        (["--batch-size", "-1"], "--batch-size: '-1' is not a positive integer"),
+        (["--seq-len", "0"], "--seq-len: '0' is not a positive integer"),
+        (["--world-sizes", "0"], "--world-sizes: '0' is not a positive integer"),
+        (["--world-sizes", "-8"], "--world-sizes: '-8' is not a positive integer"),
+        (["--device-memory-gib", "nan"], "--device-memory-gib: 'nan' is not a positive number of GiB"),
+        (["--device-memory-gib", "-1"], "--device-memory-gib: '-1' is not a positive number of GiB"),
+        (["--device-memory-gib", "1e999"], "--device-memory-gib: '1e999' is not a positive number of GiB"),
+        (["--strategies", "fsdp3"], "--strategies: unknown value 'fsdp3'"),
+        (["--calibrate", "no/such/run"], "--calibrate: 'no/such/run' is not a run folder"),
+        (["--out", "afile/fit"], "--out: 'afile/fit' is not a folder ('afile' is a file)"),
+    ],
+)
+def test_bad_fit_arguments_are_one_line_and_exit_2(tmp_path, args, said):
+    (tmp_path / "afile").write_text("")
+    done = _fit(*args, cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert done.stdout == ""  # nothing computed or printed first
+    assert len(done.stderr.splitlines()) == 1, done.stderr
+    assert done.stderr.startswith(f"python -m fsdp_bench.fit: error: {said}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]  # nothing written
+
+
+def test_good_fit_arguments_still_answer(tmp_path):
+    done = _fit("--batch-size", "1", "--seq-len", "32", "--strategies", "ddp,fsdp2", "--out", "fit", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "gpt_tiny fsdp2 ws2 batch 1: predicted peak" in done.stdout
+    assert (tmp_path / "fit" / "fit.csv").is_file()
