@@ -231,6 +231,18 @@ start_part() {  # start_part TITLE: the log and the traps (the dry run has neith
 
 # --- what the parts call ---------------------------------------------------------------------------
 
+launch_run() {  # launch_run NAME PYTEST-ARGS... -- [RESUME-ARGS]: the run, in a new folder or resumed
+  local name=$1 args=() where
+  shift
+  while (( $# )) && [[ $1 != -- ]]; do args+=("$1"); shift; done
+  shift
+  where=("$@")
+  (( ${#where[@]} )) || where=(--bench-results-dir="$results/$part" --bench-run-id="$name")
+  echo "== $name: pytest benchmarks ${args[*]} ${where[*]}"
+  # Failed and oom cases are data (the report shows them); the exit status still says so.
+  step "$name" "$py" -m pytest benchmarks "${args[@]}" "${where[@]}"
+}
+
 run() {  # run NAME PYTEST-ARGS...: one run folder per question; an interrupted run continues
   local name=$1
   shift
@@ -249,11 +261,7 @@ run() {  # run NAME PYTEST-ARGS...: one run folder per question; an interrupted 
       return 0
     fi
   fi
-  local where=("${resume[@]}")
-  (( ${#where[@]} )) || where=(--bench-results-dir="$results/$part" --bench-run-id="$name")
-  echo "== $name: pytest benchmarks ${args[*]} ${where[*]}"
-  # Failed and oom cases are data (the report shows them); the exit status still says so.
-  step "$name" "$py" -m pytest benchmarks "${args[@]}" "${where[@]}"
+  launch_run "$name" "${args[@]}" -- "${resume[@]}"
 }
 
 # A tuning stops after its case-seconds and may finish the round it is in (at most 3 cases x its
@@ -282,10 +290,7 @@ tune_run() {  # tune_run NAME TUNE-TIME-S PYTEST-ARGS...: --bench-tune, a folder
     fi
     return 0
   fi
-  local where=("${resume[@]}")
-  (( ${#where[@]} )) || where=(--bench-results-dir="$results/$part" --bench-run-id="$name")
-  echo "== $name: pytest benchmarks ${args[*]} ${where[*]}"
-  step "$name" "$py" -m pytest benchmarks "${args[@]}" "${where[@]}"
+  launch_run "$name" "${args[@]}" -- "${resume[@]}"
 }
 
 
