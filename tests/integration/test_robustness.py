@@ -261,9 +261,9 @@ _INTERRUPT_REPORT = """
 import os, signal, threading, time
 import fsdp_bench.report.writer as writer
 _real = writer.write_report
-def _write_report_interrupted(run_dir):
+def _write_report_interrupted(run_dir, **options):
     threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT)).start()
-    written = _real(run_dir)
+    written = _real(run_dir, **options)
     time.sleep(30)  # if drawing beat the timer, the signal lands here instead
     return written
 writer.write_report = _write_report_interrupted
