@@ -8,7 +8,7 @@ The planted slowdown must be larger than the change the comparison says it could
 shared 2-core machine, at load 6-12, one repeat of these cases moved 21-43% and the detectable
 change was +60% to +164% (docs/verdicts.md), so the planted change is +180-230%, not the +30%
 that such noise hides. The noise and detectable change of each comparison are printed (-s shows
-them). `--history` over the four sweeps (a, b, slowed, c) flags the slowed run and only its fsdp2
+them). `--history` over the four sweeps (a, b, slowed, c) flags the slowed run and no other, with its fsdp2
 case.
 6-8 minutes at load 6-12: four sweeps of 6 torchruns."""
 
@@ -121,4 +121,9 @@ def test_history_over_the_real_sweeps_flags_the_slowed_run_only(sweeps):
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     flagged = [line for line in proc.stdout.splitlines() if line.startswith("FLAGGED ")]
-    assert flagged == [f"FLAGGED {runs['slowed'][0].name}: {FSDP2}"], proc.stdout
+    # Only the slowed run, with its fsdp2 case. Its unslowed ddp case can be flagged beside it as
+    # "faster" beyond noise: on the 2-core machine ddp's repeats, interleaved with fsdp2's long
+    # sleeps, ran 42% faster in one such run (a real change of the machine, not of ddp; only a
+    # regression fails the gate), so the line may name ddp too, never another run.
+    (line,) = flagged
+    assert line.startswith(f"FLAGGED {runs['slowed'][0].name}: ") and FSDP2 in line, proc.stdout
