@@ -70,16 +70,14 @@ fi
 minutes() { awk -v s="$1" 'BEGIN { printf "%.1f", s / 60 }'; }
 
 estimate_part() {  # estimate_part N: the part's dry run; sets part_text, part_name, part_cases, part_s
-  local dry=(--dry-run) arg
-  for arg in "${pass[@]}"; do [[ $arg == --out ]] && break; done
   # the part's own options but --out (a dry run writes nothing)
-  local opts=() skip=""
+  local opts=() skip="" arg
   for arg in "${pass[@]}"; do
     if [[ -n $skip ]]; then skip=""; continue; fi
     [[ $arg == --out ]] && { skip=1; continue; }
     opts+=("$arg")
   done
-  part_text=$(bash "$(part_script "$1")" "${dry[@]}" "${opts[@]}") || return 1
+  part_text=$(bash "$(part_script "$1")" --dry-run "${opts[@]}") || return 1
   # the part's last line but one: "partN_NAME: C case(s), M min (S s)"
   local summary
   summary=$(grep -E '^part[0-9]+_[^ ]*: [0-9]+ case\(s\), ' <<<"$part_text" | tail -1)

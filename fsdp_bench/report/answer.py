@@ -7,21 +7,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from fsdp_bench.plan.catalog import intended_timing
 from fsdp_bench.report.recommend import SPEED, Recommendation, recommend
 from fsdp_bench.report.table import is_set, trained_rows
+from fsdp_bench.report.why import short_name, why_slower
 from fsdp_bench.results.metrics import M, label
 from fsdp_bench.results.schema import memory_unit
 from fsdp_bench.results.stats import NOISY_CV_PCT
 
 # A person reads one terminal line or two; the issue that asked for this measured 767-1,476.
 ANSWER_MAX_CHARS = 250
-
-
-def _config(row: dict[str, Any]) -> str:
-    intended = row.get("optimizer_timing") in (None, intended_timing().name)
-    timing = "" if intended else f" opt {row['optimizer_timing']}"
-    return f"{row['strategy']} batch {row['batch_size']} x accum {row['grad_accum']}{timing}"
+ANSWER_TIMING_WORD = " opt"  # before a non-intended optimizer timing: shorter than the report's
 
 
 def _memory(row: dict[str, Any], column: str) -> str:
@@ -76,8 +71,8 @@ def answer_line(rec: Recommendation, ranked: int) -> str:
         tail = f"; {len(rec.tied)} of {ranked} tied within noise{listed}; to separate them: {separator(rec.tied)}"
     elif len(rec.picks) > 1:
         second = rec.picks[1]
-        tail = f"; {100 * (1 - second[SPEED] / best[SPEED]):.0f}% ahead of {_config(second)}, beyond noise"
-    text = f"{head}{_config(best)}, {best[SPEED]:,.0f} tok/s/dev{memory}{bound}{tail}"
+        tail = f"; {100 * (1 - second[SPEED] / best[SPEED]):.0f}% ahead of {short_name(second, ANSWER_TIMING_WORD)}, beyond noise"
+    text = f"{head}{short_name(best, ANSWER_TIMING_WORD)}, {best[SPEED]:,.0f} tok/s/dev{memory}{bound}{tail}"
     if len(text) > ANSWER_MAX_CHARS:
         text = text.replace(listed, "")
     if len(text) > ANSWER_MAX_CHARS:
@@ -88,8 +83,6 @@ def answer_line(rec: Recommendation, ranked: int) -> str:
 def why_line(rec: Recommendation) -> str | None:
     """`Why: <runner-up> is N ms slower per step than <winner>: ...`, the two steps taken apart
     (report.why), on a line of its own so the answer above stays short; None without parts."""
-    from fsdp_bench.report.why import why_slower
-
     if len(rec.picks) < 2:
         return None
     reason = why_slower(rec.picks[1], rec.picks[0])

@@ -14,10 +14,11 @@ WHY_COLUMN = M.why_vs_best
 HOST_LABELS = {"device idle": "host time (device idle)", "no op or collective running": "host time (nothing running)"}
 
 
-def short_name(row: dict[str, Any]) -> str:
-    """`fsdp2 batch 8 x accum 1`, and the optimizer timing when it is not the intended one."""
+def short_name(row: dict[str, Any], timing_word: str = ", optimizer") -> str:
+    """`fsdp2 batch 8 x accum 1`, and the optimizer timing when it is not the intended one
+    (`timing_word` before it: the short answer's is ` opt`)."""
     intended = row.get("optimizer_timing") in (None, intended_timing().name)
-    timing = "" if intended else f", optimizer {row['optimizer_timing']}"
+    timing = "" if intended else f"{timing_word} {row['optimizer_timing']}"
     return f"{row['strategy']} batch {row['batch_size']} x accum {row['grad_accum']}{timing}"
 
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fsdp_bench.analysis.attribution import COLLECTIVE_ORDER
 from fsdp_bench.analysis.busy import device_busy
 from fsdp_bench.analysis.intervals import clip, exposed_length, total_length, union
 from fsdp_bench.plan.case import PROFILER_WARMUP_STEPS
@@ -40,7 +41,6 @@ DATA_MARKER = "fsdp_bench.data"  # the batch fetch inside a step (worker.setup.R
 # A planted collective delay (FSDP_BENCH_FAULTS comm_delay@step:RANK) runs inside a span of this
 # prefix and the collective's name: it stands for a slow link, so it is read as that collective.
 PLANTED_COMM_PREFIX = "fsdp_bench.fault.comm_delay:"
-COLLECTIVE_KINDS = ("all_gather", "reduce_scatter", "all_reduce", "broadcast", "all_to_all", "send_recv", "other")
 
 
 @dataclass(frozen=True)
@@ -99,7 +99,7 @@ def summarize_events(events: Iterable[TraceEvent]) -> dict[str, Any]:
     n = len(steps)
     step_s = total_length(steps)
     by_kind = {}
-    for kind in COLLECTIVE_KINDS:
+    for kind in COLLECTIVE_ORDER:
         iv = [(e.start_s, e.end_s) for e, k in comm if k == kind and (e.on_device or not on_gpu)]
         if iv:
             by_kind[kind] = total_length(clip(iv, steps)) / n
