@@ -79,7 +79,7 @@ def aggregate_rank_metrics(
             metrics[key.replace("_bytes", "_gib")] = max(values) / GIB
     sharding = effective_sharding(ranks)
     if sharding:
-        metrics["effective_sharding"] = sharding
+        metrics[M.effective_sharding] = sharding
     changed = [r["params_changed"] for r in ranks if r.get("params_changed") is not None]
     if changed:
         metrics["params_changed"] = all(changed)

@@ -45,7 +45,6 @@ _CASE_LABELS = {
     "grad_accum": "accum",
     "optimizer_timing": "optimizer built",
     "status": "status",
-    "effective_sharding": "sharding done",
     "rank_in_group": "rank (same work)",
 }
 REPORT_COLUMN_ORDER = (
@@ -67,7 +66,7 @@ REPORT_COLUMN_ORDER = (
     M.host_bound,
     M.comm_exposed_s_per_step,
     M.measure_timed_share_pct,
-    "effective_sharding",
+    M.effective_sharding,
     M.loss_first,
     M.loss_last,
     M.params_changed,

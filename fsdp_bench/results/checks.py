@@ -10,7 +10,7 @@ import math
 from types import UnionType
 from typing import Any, Union, get_args, get_origin, get_type_hints, is_typeddict
 
-from fsdp_bench.results.metrics import METRICS, M
+from fsdp_bench.results.metrics import M, registered
 from fsdp_bench.results.records import RankRecord
 
 # No measurement comes near this (the committed results' largest number is 1.4e14, a FLOP count);
@@ -18,7 +18,6 @@ from fsdp_bench.results.records import RankRecord
 MAX_MAGNITUDE = 1e30
 # Records whose every field may be null: a rank that died early wrote what it had.
 _NULLABLE_FIELDS = (RankRecord,)
-_NUMERIC_METRICS = frozenset(m.name for m in METRICS if m.unit != "label")
 
 
 def record_problem(value: Any, hint: Any, where: str = "") -> str | None:
@@ -73,10 +72,13 @@ def result_problem(data: dict[str, Any]) -> str | None:
     ok case has the median step time every table, chart and verdict is built on."""
     metrics = data.get("metrics") or {}
     for name, value in metrics.items():
+        metric = registered(name)
+        if metric is None:  # a misspelt or foreign name would read as a missing column everywhere
+            return f"metrics.{name} is not a metric this fsdp-bench knows (results/metrics.py)"
         if problem := _numbers_problem(value, f"metrics.{name}"):
             return problem
         # a bool is a yes/no metric (params_changed, host_bound); every other one is a number
-        if name in _NUMERIC_METRICS and not isinstance(value, (bool, type(None))) and record_problem(value, float):
+        if metric.numeric and not isinstance(value, (bool, type(None))) and record_problem(value, float):
             return f"field metrics.{name} should be a number, got {_json_type(value)}"
     if data.get("status") == "ok" and not isinstance(metrics.get(M.step_time_s_median), (int, float)):
         return f"status is ok but metrics.{M.step_time_s_median} is not a number"

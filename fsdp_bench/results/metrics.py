@@ -8,6 +8,7 @@ Stdlib only: the lowest layer, so every other package may ask it.
 
 from __future__ import annotations
 
+import re
 import sys
 from dataclasses import dataclass
 
@@ -24,6 +25,11 @@ class Metric:
     better: str | None = None  # HIGHER, LOWER or None (no direction: a fact, not a score)
     label: str = ""  # short column / axis label with the unit; the name when empty
     shows: frozenset[str] = frozenset()
+
+    @property
+    def numeric(self) -> bool:
+        """A number (or a yes/no) per case; labels, text and lists are not."""
+        return self.unit not in ("label", "text") and not self.unit.endswith("(list)")
 
     @property
     def title(self) -> str:
@@ -146,13 +152,43 @@ METRICS: tuple[Metric, ...] = (
     _m("why_vs_best", "text", "filled by the report: the one or two parts that account for most of the case's "
        "step-time difference to the fastest case doing the same work (parts scaled to each median step)"),
     _m("repeats", "count", "--bench-repeats: torchrun processes the case ran in", None, "repeats", TABLE),
+    _m("repeat_step_time_s_medians", "s (list)", "--bench-repeats: each repeat's step_time_s_median, in repeat order (a list)"),
     _m("repeat_spread_pct", "%", "(max - min) / median of the repeats' step-time medians", None,
        "spread between repeats (%)", TABLE, LIVE),
+    _m("effective_sharding", "label", "the sharding every rank really ran, in the strategy catalog's words "
+       "(replicated, full_shard, shard_grad_op, hybrid_...): what a strategy name promised, checked", None,
+       "sharding done", TABLE),
+    _m("rank0_peak_allocated_gib", "GiB", "rank 0's measured peak_allocated, beside predicted_peak_gib (also rank 0)"),
+    _m("<metric>_null_reason", "text", "why <metric> is null (mfu, gpu_util, gpu_busy, breakdown, parts): the "
+       "device, a missing package, or the probe that did not run"),
+    # --bench-simulate-world-size (analysis.simulation): what the case would move and take at a world size
+    # it did not run; <cluster> is one of analysis.comm_model.CLUSTERS, <kind> a collective
+    _m("comm_<kind>_bytes_per_step", "bytes", "simulated: bytes of <kind> (all_gather, reduce_scatter, "
+       "all_reduce) one rank sends per optimizer step at the simulated world size (analysis.comm_model)"),
+    _m("simulated_compute_s_per_step", "s", "simulated: the measured median step of the one real rank, taken as "
+       "the compute of every simulated rank"),
+    _m("predicted_comm_s_per_step_<cluster>", "s", "simulated: that traffic's time on <cluster>'s links"),
+    _m("predicted_step_time_s_<cluster>_overlap", "s", "simulated: max(compute, communication) on <cluster>", LOWER),
+    _m("predicted_step_time_s_<cluster>_no_overlap", "s", "simulated: compute + communication on <cluster>", LOWER),
+)
+# A row whose name holds <placeholder> is a family: one row for names that differ in one word
+# read from another module (a cluster, a collective), so the registry need not copy those lists.
+# The most literal row first: `..._no_overlap` before `..._overlap`, which would also match it.
+_FAMILIES = tuple(
+    (re.compile("^" + re.sub(r"<[a-z]+>", "[a-z0-9_]+?", m.name) + "$"), m)
+    for m in sorted(METRICS, key=lambda m: -len(re.sub(r"<[a-z]+>", "", m.name))) if "<" in m.name
 )
 
-BY_NAME: dict[str, Metric] = {m.name: m for m in METRICS}
+BY_NAME: dict[str, Metric] = {m.name: m for m in METRICS if "<" not in m.name}
 HIGHER_IS_BETTER = frozenset(m.name for m in METRICS if m.better == HIGHER)
 LOWER_IS_BETTER = frozenset(m.name for m in METRICS if m.better == LOWER)
+
+
+def registered(name: str) -> Metric | None:
+    """The registry's row for a metric name, a family's row for a name of that family, else None."""
+    if name in BY_NAME:
+        return BY_NAME[name]
+    return next((m for pattern, m in _FAMILIES if pattern.match(name)), None)
 
 
 def shown_in(where: str) -> tuple[Metric, ...]:
@@ -161,7 +197,7 @@ def shown_in(where: str) -> tuple[Metric, ...]:
 
 def label(name: str) -> str:
     """The column or axis label of a metric (its name when it is not registered)."""
-    metric = BY_NAME.get(name)
+    metric = registered(name)
     return metric.title if metric is not None else name
 
 

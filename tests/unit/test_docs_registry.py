@@ -29,7 +29,7 @@ def test_every_registered_metric_has_a_unit_and_a_method():
     for metric in METRICS:
         assert metric.unit and metric.doc, metric.name
         assert metric.better in (None, "higher", "lower"), metric.name
-        assert re.fullmatch(r"[a-z0-9_]+", metric.name), metric.name
+        assert re.fullmatch(r"[a-z0-9_]*(<[a-z]+>[a-z0-9_]*)*", metric.name), metric.name
 
 
 def test_report_table_shows_what_the_registry_says():

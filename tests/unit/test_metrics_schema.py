@@ -106,3 +106,38 @@ def test_profile_and_memory_snapshot_switches_reach_cases_without_changing_ids()
 def test_case_rejects_non_boolean_switches():
     with pytest.raises(CaseError, match="profile must be true or false"):
         Case(strategy="ddp", profile="yes")
+
+
+def test_a_metric_the_registry_does_not_hold_is_refused(tmp_path):
+    """A misspelt metric would read as a missing column in every table; the loader names it."""
+    data = _result(4)
+    data["metrics"]["tokens_per_sec_per_device"] = 12.0
+    write_json_atomic(tmp_path / "foreign.json", data)
+    with pytest.raises(ResultError, match="metrics.tokens_per_sec_per_device is not a metric"):
+        load_case_result(tmp_path / "foreign.json")
+    # a family row covers the names it stands for, and no other
+    from fsdp_bench.results.metrics import registered
+
+    assert registered("predicted_step_time_s_pcie4_eth_100g_no_overlap").name.endswith("_no_overlap")
+    assert registered("mfu_null_reason").name == "<metric>_null_reason"
+    assert registered("predicted_step_time_s_") is None
+
+
+def test_every_committed_result_names_only_registered_metrics():
+    """What the runs in this repository wrote (reference, golden, fixtures) is what the registry holds."""
+    import json
+    from pathlib import Path
+
+    from fsdp_bench.results.metrics import registered
+
+    root = Path(__file__).resolve().parents[2]
+    files = [p for d in ("results", "tests") for p in (root / d).rglob("cases/*.json")]
+    assert len(files) > 20
+    unknown = set()
+    for path in files:
+        try:
+            metrics = json.loads(path.read_text()).get("metrics") or {}
+        except (ValueError, AttributeError):
+            continue  # the fixtures of unreadable files
+        unknown |= {f"{path.name}: {name}" for name in metrics if registered(name) is None}
+    assert not unknown
