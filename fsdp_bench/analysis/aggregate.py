@@ -11,6 +11,7 @@ from fsdp_bench.analysis.attribution import PARTS, critical_rank
 from fsdp_bench.analysis.busy import is_host_bound
 from fsdp_bench.analysis.case_time import measure_timed_share_pct
 from fsdp_bench.plan.catalog import is_baseline, sharding_word
+from fsdp_bench.results.metrics import M
 from fsdp_bench.results.records import RankRecord
 from fsdp_bench.results.schema import GIB
 from fsdp_bench.results.stats import mean_across_ranks, slowest_rank_step_times, summarize_step_times
