@@ -16,12 +16,12 @@ from fsdp_bench.report.compare_noise import noise_sentence
 from fsdp_bench.report.table import build_table
 from fsdp_bench.report.writer import load_report_inputs
 from fsdp_bench.results.io import write_text_atomic
-from fsdp_bench.results.metrics import M
+from fsdp_bench.results.metrics import BY_NAME, HIGHER, M
 from fsdp_bench.results.records import CaseResult
 from fsdp_bench.results.stats import CONFIDENCE_PCT
 
-# Metric -> True when higher is better. These are the numbers a regression is judged on.
-COMPARED = {M.tokens_per_s_per_device: True, M.step_time_s_median: False, M.peak_allocated_gib: False, M.mfu_pct: True}
+# The numbers a regression is judged on; which way is worse is the registry's `better`.
+COMPARED = (M.tokens_per_s_per_device, M.step_time_s_median, M.peak_allocated_gib, M.mfu_pct)
 # Environment fields that make two runs' numbers not directly comparable when they differ.
 ENV_KEYS = ("host", "gpu_names", "gpu_count", "driver", "torch", "cuda", "nccl", "python", "cpu_count")
 
@@ -46,7 +46,7 @@ def relative_change_pct(base: float | None, new: float | None) -> float | None:
 def is_regression(metric: str, change_pct: float | None, threshold_pct: float) -> bool:
     if change_pct is None:
         return False
-    worse = -change_pct if COMPARED[metric] else change_pct
+    worse = -change_pct if BY_NAME[metric].better == HIGHER else change_pct
     return worse > threshold_pct
 
 
@@ -253,12 +253,12 @@ def _plot_changes(comparison: Comparison, path: Path, threshold_pct: float) -> b
     """Throughput change per case with its run-to-run interval, coloured by the case's verdict."""
     from fsdp_bench.report.charts.style import pyplot, save_figure
 
-    rows = [r for r in comparison.rows if r["tokens_per_s_per_device_change_pct"] is not None]
+    rows = [r for r in comparison.rows if r[f"{M.tokens_per_s_per_device}_change_pct"] is not None]
     if not rows:
         return False
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 0.35 * len(rows) + 1.6))
-    values = [r["tokens_per_s_per_device_change_pct"] for r in rows]
+    values = [r[f"{M.tokens_per_s_per_device}_change_pct"] for r in rows]
     errors = [
         [0.0, 0.0]
         if r["step_time_change_ci_low_pct"] is None

@@ -89,12 +89,13 @@ METRICS: tuple[Metric, ...] = (
        CHART),
     _m("peak_reserved_gib", "GiB", "CUDA: max_memory_reserved over the measured steps (none on CPU)", LOWER,
        "peak reserved (GiB)", TABLE, LIVE, CHART),
-    _m("peak_rss_gib", "GiB", "ru_maxrss of the rank process (whole run)", LOWER, "peak RSS (GiB)", TABLE, LIVE),
+    _m("peak_rss_gib", "GiB", "ru_maxrss of the rank process (whole run)", LOWER, "peak RSS (GiB)", TABLE, LIVE, CHART),
     *(_m(f"breakdown_{part}_gib", "GiB", f"MemTracker on probe step 2, snapshot at its peak: {what}; rank with "
-         "the largest total. FSDP1: absent, breakdown_null_reason says why")
+         "the largest total. FSDP1: absent, breakdown_null_reason says why", None, "", CHART)
       for part, what in (("params", "PARAM+BUFFER"), ("grads", "GRAD"), ("optimizer", "OPT"),
                          ("activations", "ACT"), ("other", "TEMP+OTH"))),
-    _m("expected_model_state_gib", "GiB", "ZeRO formula for the strategy (see the model-state section)"),
+    _m("expected_model_state_gib", "GiB", "ZeRO formula for the strategy (see the model-state section)", None, "",
+       CHART),
     _m("measured_model_state_gib", "GiB", "bytes of the distinct storages behind local params, their .grad and "
        "optimizer state, read after optimizer.step() (largest rank)"),
     _m("model_state_measured_over_expected", "ratio", "measured / expected"),
@@ -113,14 +114,14 @@ METRICS: tuple[Metric, ...] = (
        "+ mfu_null_reason on CPU or an unknown device", HIGHER, "MFU (%)", TABLE, CHART),
     _m("hfu_pct", "%", "the same with flops_per_token_counter (hardware FLOPs executed)", HIGHER, "HFU (%)"),
     _m("peak_tflops_per_device", "TFLOP/s", "the datasheet peak used"),
-    _m("comm_total_s_per_step", "s", _COMM.format(what="communication")),
+    _m("comm_total_s_per_step", "s", _COMM.format(what="communication"), None, "", CHART),
     _m("comm_exposed_s_per_step", "s", "union(comm) minus its overlap with union(compute), not a sum of "
-       "self-times", LOWER, "exposed comm (s/step)", TABLE),
+       "self-times", LOWER, "exposed comm (s/step)", TABLE, CHART),
     *(_m(f"comm_{kind}_s_per_step", "s", _COMM.format(what=f"{kind} collective") + " (present when it ran)")
       for kind in ("all_gather", "reduce_scatter", "all_reduce", "broadcast")),
-    _m("compute_s_per_step", "s", _COMM.format(what="compute")),
-    _m("optimizer_s_per_step", "s", "union of Optimizer.step spans per profiled step"),
-    _m("data_host_s_per_step", "s", "step time covered by neither compute nor communication", LOWER),
+    _m("compute_s_per_step", "s", _COMM.format(what="compute"), None, "", CHART),
+    _m("optimizer_s_per_step", "s", "union of Optimizer.step spans per profiled step", None, "", CHART),
+    _m("data_host_s_per_step", "s", "step time covered by neither compute nor communication", LOWER, "", CHART),
     _m("gpu_util_pct_mean", "%", "NVML sampled: mean of NVML's utilization readings taken while timed steps ran "
        "(the share of the driver's 1/6-1 s sample periods in which any kernel ran, periods that straddle the "
        "work around the step; needs nvidia-ml-py): not a busy measure, see gpu_busy_pct; null + "
@@ -128,9 +129,9 @@ METRICS: tuple[Metric, ...] = (
     _m("gpu_busy_pct", "%", "share of the median timed step in which the GPU runs kernels, copies or memsets: "
        "their union on the device timeline of one untimed torch.profiler probe step / the rank's median step "
        "time (analysis.busy); the least busy rank; CUDA only, null + gpu_busy_null_reason on CPU or with "
-       "--bench-no-probes", None, "GPU busy (%)", TABLE, LIVE),
+       "--bench-no-probes", None, "GPU busy (%)", TABLE, LIVE, CHART),
     _m("gpu_idle_ms_per_step", "ms", "median timed step minus the GPU's busy time in it, same rank", None,
-       "GPU idle (ms/step)", TABLE),
+       "GPU idle (ms/step)", TABLE, LIVE),
     _m("host_bound", "bool", "gpu_busy_pct < analysis.busy.HOST_BOUND_BUSY_PCT (80): the GPU waits on the host "
        "for over a fifth of the step, so host overhead decides the step time", None, "host-bound", TABLE, LIVE),
     *(_m(f"part_{part}_s_per_step", "s", f"the step taken apart: {what}, in the one untimed profiled probe step of "
@@ -151,7 +152,7 @@ METRICS: tuple[Metric, ...] = (
     _m("parts_host_means", "label", "what part_host_s_per_step counts on this device"),
     _m("why_vs_best", "text", "filled by the report: the one or two parts that account for most of the case's "
        "step-time difference to the fastest case doing the same work (parts scaled to each median step)"),
-    _m("repeats", "count", "--bench-repeats: torchrun processes the case ran in", None, "repeats", TABLE),
+    _m("repeats", "count", "--bench-repeats: torchrun processes the case ran in", None, "repeats", TABLE, LIVE),
     _m("repeat_step_time_s_medians", "s (list)", "--bench-repeats: each repeat's step_time_s_median, in repeat order (a list)"),
     _m("repeat_spread_pct", "%", "(max - min) / median of the repeats' step-time medians", None,
        "spread between repeats (%)", TABLE, LIVE),

@@ -89,3 +89,37 @@ def test_readme_is_short_and_its_links_resolve():
     assert links and all((ROOT / link).is_file() for link in links), links
     # every docs page is reachable from the README
     assert {p.name for p in DOCS.glob("*.md")} <= {Path(link).name for link in links}
+
+
+def _registry_names_in(folder: Path) -> set[str]:
+    """The metrics a package's modules name through the registry (`M.<name>`)."""
+    return {n for path in folder.rglob("*.py") for n in re.findall(r"\bM\.([a-z0-9_]+)", path.read_text())}
+
+
+def test_charts_draw_what_the_registry_flags_chart():
+    """A metric flagged CHART is drawn by some chart, and a metric a chart names is flagged CHART,
+    but for the columns a chart reads to draw another (error bars, the trained filter)."""
+    from fsdp_bench.results.metrics import CHART, M, shown_in
+
+    read_not_drawn = {M.params_changed, M.step_time_s_median_ci_low, M.step_time_s_median_ci_high}
+    named = _registry_names_in(ROOT / "fsdp_bench" / "report" / "charts") - read_not_drawn
+    flagged = {m.name for m in shown_in(CHART)}
+    # charts.memory spells the breakdown's names from its BREAKDOWN parts (naming one through M)
+    breakdown = {m for m in flagged if m.startswith("breakdown_")}
+    assert named - breakdown == flagged - breakdown and len(breakdown) == 5
+
+
+def test_live_line_shows_what_the_registry_flags_live():
+    from fsdp_bench.launch.progress import LIVE_PIECES
+    from fsdp_bench.results.metrics import LIVE, shown_in
+
+    assert {name for names, _ in LIVE_PIECES for name in names} == {m.name for m in shown_in(LIVE)}
+
+
+def test_compare_judges_metrics_with_a_direction():
+    from fsdp_bench.report.compare import COMPARED, is_regression
+    from fsdp_bench.results.metrics import BY_NAME
+
+    assert all(BY_NAME[m].better for m in COMPARED)
+    assert is_regression("tokens_per_s_per_device", -10.0, 5.0) and not is_regression("tokens_per_s_per_device", 10.0, 5.0)
+    assert is_regression("peak_allocated_gib", 10.0, 5.0) and not is_regression("peak_allocated_gib", -10.0, 5.0)

@@ -28,6 +28,7 @@ from fsdp_bench.report.charts.style import (
 from fsdp_bench.report.recommend import level_pct, speeds_overlap
 from fsdp_bench.report.table import ok_rows, trained_rows
 from fsdp_bench.results.metrics import M
+from fsdp_bench.results.metrics import label as metric_label
 from fsdp_bench.results.stats import CONFIDENCE_PCT
 
 MEMORY_KINDS = (
@@ -172,7 +173,7 @@ def chart_throughput(run: RunData, path: Path) -> None:
     draw_lines_vs_batch(
         run,
         panels,
-        "tokens/s per device",
+        metric_label(M.tokens_per_s_per_device),
         "Throughput vs batch size (higher is better)",
         path,
         ncols=min(3, run.df["grad_accum"].nunique()),
@@ -208,7 +209,7 @@ def chart_mfu(run: RunData, path: Path) -> None:
     draw_lines_vs_batch(
         run,
         panels,
-        "model FLOPs utilization (%)",
+        metric_label(M.mfu_pct),
         "MFU vs batch size (higher is better)",
         path,
         ncols=min(3, run.df["grad_accum"].nunique()),
@@ -219,8 +220,8 @@ def chart_mfu(run: RunData, path: Path) -> None:
 # The heatmap's figure, first found first: the busy share from the device timeline; NVML's sampled
 # figure only for runs made before the busy probe (it is no busy measure: see analysis.busy).
 _UTIL_COLUMNS = (
-    (M.gpu_busy_pct, "GPU busy (% of the median step)", "GPU busy share of the step (profiler probe step)"),
-    (M.gpu_util_pct_mean, "NVML sampled utilization (%)", "NVML sampled utilization, not a busy measure"),
+    (M.gpu_busy_pct, metric_label(M.gpu_busy_pct), "GPU busy share of the step (profiler probe step)"),
+    (M.gpu_util_pct_mean, metric_label(M.gpu_util_pct_mean), "NVML sampled utilization, not a busy measure"),
 )
 
 

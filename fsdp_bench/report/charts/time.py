@@ -25,17 +25,21 @@ from fsdp_bench.report.charts.style import (
 )
 from fsdp_bench.report.table import ok_rows
 from fsdp_bench.results.metrics import M
+from fsdp_bench.results.metrics import label as metric_label
 from fsdp_bench.results.records import CaseResult
 from fsdp_bench.results.stats import CONFIDENCE_PCT
 
 # The parts of every case's profiled probe step (analysis.attribution), drawn when a run has them;
 # older runs fall back to --bench-profile's reduction (STEP_PARTS).
-PROBE_PARTS = (
-    (M.part_compute_s_per_step, "compute", "#4C72B0"),
-    (M.part_comm_exposed_s_per_step, "exposed communication", "#C44E52"),
-    (M.part_optimizer_s_per_step, "optimizer", "#55A868"),
-    (M.part_data_s_per_step, "data loading", "#CCB974"),
-    (M.part_host_s_per_step, "host time", "#8172B2"),
+PROBE_PARTS = tuple(
+    (metric, metric_label(metric).split(" (")[0], color)  # the registry's label less its unit
+    for metric, color in (
+        (M.part_compute_s_per_step, "#4C72B0"),
+        (M.part_comm_exposed_s_per_step, "#C44E52"),
+        (M.part_optimizer_s_per_step, "#55A868"),
+        (M.part_data_s_per_step, "#CCB974"),
+        (M.part_host_s_per_step, "#8172B2"),
+    )
 )
 STEP_PARTS = (
     (M.compute_s_per_step, "compute", "#4C72B0"),
