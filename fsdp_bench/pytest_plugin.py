@@ -18,7 +18,7 @@ from fsdp_bench.launch.progress import BenchState
 from fsdp_bench.launch.session import SessionError
 from fsdp_bench.plan.case import Case, CaseError, skip_reason
 from fsdp_bench.plan.options import OPTIONS, bench_option_specs, parse_sweep, unknown_option_line
-from fsdp_bench.results.records import CaseResult
+from fsdp_bench.results.records import CaseResult, TuneAnswer
 
 _STATE_KEY = pytest.StashKey[BenchState]()
 _CLOSING_KEY = pytest.StashKey[list]()  # the recommendation and the run's place: the terminal's last lines
@@ -171,7 +171,7 @@ def bench_run(request: pytest.FixtureRequest, benchmark: Any):
     from fsdp_bench.launch.item import run_item, stop_exit_code
     from fsdp_bench.launch.tune import TuneError
 
-    def _run(case: Case) -> CaseResult | dict[str, Any]:
+    def _run(case: Case) -> CaseResult | TuneAnswer:
         state, write = request.config.stash[_STATE_KEY], partial(progress.write_live_line, request.config.pluginmanager)
         try:
             result, outcome = run_item(state, case, benchmark=benchmark, node_id=request.node.nodeid, write=write)

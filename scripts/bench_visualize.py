@@ -24,6 +24,7 @@ from fsdp_bench.plan.case import OPTIMIZER_TIMINGS, Case  # noqa: E402
 from fsdp_bench.plan.catalog import STRATEGIES  # noqa: E402
 from fsdp_bench.report.writer import write_report  # noqa: E402
 from fsdp_bench.results.io import write_json_atomic  # noqa: E402
+from fsdp_bench.results.records import CaseResult  # noqa: E402
 
 
 def build_run(run: Path, n_cases: int) -> None:
@@ -54,7 +55,7 @@ def build_run(run: Path, n_cases: int) -> None:
         result = json.loads(json.dumps(template))
         result.update(case_id=case.id, case=case.to_dict())
         result["metrics"]["tokens_per_s_per_device"] *= bs / (1 + ga)
-        write_json_atomic(run / "cases" / f"{case.id}.json", result)
+        write_json_atomic(run / "cases" / f"{case.id}.json", result, shape=CaseResult)
         made += 1
 
 

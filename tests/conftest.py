@@ -5,6 +5,9 @@ from pathlib import Path
 import pytest
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+# Every JSON file the suite's runs write is checked against its declared record type
+# (results.io.write_json_atomic); inherited by the sweeps and workers the tests launch.
+os.environ["FSDP_BENCH_CHECK_WRITES"] = "1"
 
 # A shell starts a background command (`pytest tests &`, nohup) with SIGINT ignored, and an ignored
 # signal stays ignored in every child it execs: the tests that press Ctrl-C on a sweep would then

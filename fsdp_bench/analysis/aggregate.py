@@ -12,7 +12,7 @@ from fsdp_bench.analysis.busy import is_host_bound
 from fsdp_bench.analysis.case_time import measure_timed_share_pct
 from fsdp_bench.plan.catalog import is_baseline, sharding_word
 from fsdp_bench.results.metrics import M
-from fsdp_bench.results.records import RankRecord
+from fsdp_bench.results.records import Metrics, RankRecord, TableRow
 from fsdp_bench.results.schema import GIB
 from fsdp_bench.results.stats import mean_across_ranks, slowest_rank_step_times, summarize_step_times
 
@@ -26,7 +26,7 @@ def effective_sharding(ranks: Sequence[RankRecord]) -> str | None:
     return sharding_word(str(sharding.pop()))  # records made before the words were the catalog's
 
 
-def case_metrics(case, ranks: Sequence[RankRecord], simulation: dict[str, Any] | None = None) -> dict[str, Any]:
+def case_metrics(case, ranks: Sequence[RankRecord], simulation: dict[str, Any] | None = None) -> Metrics:
     """A case's headline metrics from its rank records (one run's, or every repeat's pooled), with
     a simulated case's modelled metrics on top: the one merge the runner and the repeats share."""
     metrics = (
@@ -46,7 +46,7 @@ def case_metrics(case, ranks: Sequence[RankRecord], simulation: dict[str, Any] |
 
 def aggregate_rank_metrics(
     *, tokens_per_step: int, samples_per_step: int, world_size: int, ranks: Sequence[RankRecord]
-) -> dict[str, Any]:
+) -> Metrics:
     """The case's headline metrics from its ranks' raw records.
 
     Throughput uses the median of the slowest-rank step times; losses are averaged over ranks
@@ -54,7 +54,7 @@ def aggregate_rank_metrics(
     global batch's loss); memory is the largest rank's.
     """
     times = [r["step_times_s"] for r in ranks if r.get("step_times_s")]
-    metrics: dict[str, Any] = {}
+    metrics: Metrics = {}
     if times and len(times) == len(ranks):
         steps = slowest_rank_step_times(times)
         metrics.update(summarize_step_times(steps))
@@ -103,13 +103,13 @@ def _mean_rank(ranks: Sequence[RankRecord], key: str, sub: str) -> float | None:
     return statistics.fmean(values) if values else None
 
 
-def aggregate_measurements(ranks: Sequence[RankRecord], headline: dict[str, Any]) -> dict[str, Any]:
+def aggregate_measurements(ranks: Sequence[RankRecord], headline: Metrics) -> Metrics:
     """Memory breakdown, model state, FLOPs/MFU, profile and utilization metrics (schema 2).
 
     Memory figures are the largest rank's (the rank that runs out first); profile times are the
     mean over ranks; FLOPs per token are rank 0's (every rank runs the same model on equal shares).
     """
-    out: dict[str, Any] = {}
+    out: Metrics = {}
     if not ranks:
         return out
     with_breakdown = [r for r in ranks if r.get("memory_breakdown_bytes")]
@@ -161,7 +161,7 @@ def aggregate_measurements(ranks: Sequence[RankRecord], headline: dict[str, Any]
     return out
 
 
-def busy_metrics(ranks: Sequence[RankRecord]) -> dict[str, Any]:
+def busy_metrics(ranks: Sequence[RankRecord]) -> Metrics:
     """gpu_busy_pct, gpu_idle_ms_per_step and host_bound from the least busy rank: a synchronous
     step waits for its slowest rank, and the others' NCCL kernels, spinning while they wait for
     it, read as busy, so the rank mean would hide the one rank the step waits on."""
@@ -179,7 +179,7 @@ def busy_metrics(ranks: Sequence[RankRecord]) -> dict[str, Any]:
     }
 
 
-def parts_metrics(ranks: Sequence[RankRecord]) -> dict[str, Any]:
+def parts_metrics(ranks: Sequence[RankRecord]) -> Metrics:
     """The case's parts (`part_*_s_per_step`), from the rank the others wait for
     (analysis.attribution.critical_rank), with its probe step against its own measured median (`probe_vs_median_pct`:
     how far the profiled step is from what was timed)."""
@@ -191,7 +191,7 @@ def parts_metrics(ranks: Sequence[RankRecord]) -> dict[str, Any]:
         reason = next((p.get("null_reason") for p in recorded if p and p.get("null_reason")), None)
         return {"parts_null_reason": reason or "no rank measured its step's parts"}
     parts = recorded[rank]
-    out: dict[str, Any] = {f"part_{p}_s_per_step": parts[f"{p}_s"] for p in PARTS}
+    out: Metrics = {f"part_{p}_s_per_step": parts[f"{p}_s"] for p in PARTS}
     for kind, seconds in sorted((parts.get("comm_exposed_by_kind_s") or {}).items()):
         out[f"part_comm_{kind}_s_per_step"] = seconds
     out["parts_rank"] = rank
@@ -213,13 +213,13 @@ def _error_pct(predicted: float, measured: float | None) -> float | None:
     return 100.0 * (predicted - measured) / measured if measured else None
 
 
-def prediction_metrics(rank0: RankRecord, headline: dict[str, Any], measured_state: float | None) -> dict[str, Any]:
+def prediction_metrics(rank0: RankRecord, headline: Metrics, measured_state: float | None) -> Metrics:
     """Predicted peak and model state (rank 0's `prediction`) beside the measured ones, with the
     signed error in % of the measurement (positive: the prediction is too high)."""
     pred = rank0.get("prediction") or {}
     if pred.get("peak_bytes") is None:
         return {}
-    out: dict[str, Any] = {
+    out: Metrics = {
         "predicted_peak_gib": pred["peak_bytes"] / GIB,
         "predicted_model_state_gib": pred["model_state_bytes"] / GIB,
     }
@@ -231,11 +231,11 @@ def prediction_metrics(rank0: RankRecord, headline: dict[str, Any], measured_sta
     return out
 
 
-def _flops_metrics(rank0: RankRecord, headline: dict[str, Any]) -> dict[str, Any]:
+def _flops_metrics(rank0: RankRecord, headline: Metrics) -> Metrics:
     """FLOPs per token (formula and counter), achieved TFLOP/s, MFU and HFU from rank 0's record."""
     from fsdp_bench.analysis.flops import achieved_tflops_per_device, lookup_peak_tflops, utilization_pct
 
-    out: dict[str, Any] = {}
+    out: Metrics = {}
     flops = rank0.get("flops") or {}
     if flops.get("per_token_formula"):
         out["flops_per_token"] = flops["per_token_formula"]
@@ -258,9 +258,7 @@ def _flops_metrics(rank0: RankRecord, headline: dict[str, Any]) -> dict[str, Any
     return out
 
 
-def loss_max_abs_dev_vs_ddp(
-    rows: Sequence[dict[str, Any]], curves: dict[str, Sequence[float]]
-) -> dict[str, float | None]:
+def loss_max_abs_dev_vs_ddp(rows: Sequence[TableRow], curves: dict[str, Sequence[float]]) -> dict[str, float | None]:
     """Per case id, the largest |loss - DDP's loss| over the steps both ran.
 
     `rows` carry case_id and the axes; a case is compared with the DDP case that has the same

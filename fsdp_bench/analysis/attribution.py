@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from fsdp_bench.analysis.intervals import Interval, clip, total_length, union
+from fsdp_bench.results.readings import StepParts
 
 PARTS = ("compute", "comm_exposed", "optimizer", "data", "host")
 PART_LABELS = {
@@ -58,7 +59,7 @@ def step_parts(
     comm_by_kind: Mapping[str, Iterable[Interval]],
     optimizer: Iterable[Interval] = (),
     data: Iterable[Interval] = (),
-) -> dict[str, Any]:
+) -> StepParts:
     """Seconds per step of each part (PARTS, disjoint, summing to `window_s`), averaged over the
     step windows; `comm_exposed_by_kind_s` splits `comm_exposed_s`."""
     windows = union(steps)
@@ -81,7 +82,7 @@ def step_parts(
     parts["compute"] = total_length(compute_iv)
     window = total_length(windows)
     parts["host"] = max(0.0, window - sum(parts.values()))
-    out: dict[str, Any] = {f"{p}_s": parts[p] / n for p in PARTS}
+    out: StepParts = {f"{p}_s": parts[p] / n for p in PARTS}
     out.update(steps=n, window_s=window / n, comm_exposed_by_kind_s=by_kind, null_reason=None)
     return out
 

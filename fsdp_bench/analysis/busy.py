@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable
-from typing import Any
 
 from fsdp_bench.analysis.intervals import Interval, clip, total_length, union
+from fsdp_bench.results.readings import BusyProbe, GpuBusy
 
 # A step whose GPU is busy for less than this share of it is host-bound: the GPU waits on the host
 # (Python, kernel launches, hooks, data) for over a fifth of every step, so the step time moves
@@ -37,7 +37,7 @@ HOST_BOUND_BUSY_PCT = 80.0
 NO_DEVICE_TIMELINE = "device is cpu: no device timeline (the busy share needs the profiler's CUDA kernel intervals)"
 
 
-def device_busy(device: Iterable[Interval], steps: Iterable[Interval]) -> dict[str, Any]:
+def device_busy(device: Iterable[Interval], steps: Iterable[Interval]) -> BusyProbe:
     """Seconds per step during which the device ran anything, and the steps' mean window.
 
     `device`: the device-side intervals (kernels, copies, memsets; streams may overlap one another);
@@ -68,7 +68,7 @@ def busy_share(busy_s_per_step: float, step_s: float) -> dict[str, float]:
     return {"pct": 100.0 * busy / step_s, "idle_ms_per_step": 1e3 * (step_s - busy)}
 
 
-def busy_record(probe: dict[str, Any], step_times_s: list[float]) -> dict[str, Any]:
+def busy_record(probe: BusyProbe, step_times_s: list[float]) -> GpuBusy:
     """A rank's `gpu_busy` record: the probe's device busy time against its own median timed step."""
     if probe.get("null_reason") or probe.get("busy_s_per_step") is None:
         return {"pct": None, "null_reason": probe.get("null_reason") or "the probe measured no busy time"}

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
 
 from fsdp_bench.analysis.activations import estimate_activations
 from fsdp_bench.analysis.comm_model import Unit, model_units, padded_numel
@@ -27,7 +26,8 @@ from fsdp_bench.plan.catalog import precision as precision_row
 from fsdp_bench.plan.catalog import strategy as catalog_strategy
 from fsdp_bench.plan.flavors import ModelFlavor, flavor_for
 from fsdp_bench.results.metrics import M
-from fsdp_bench.results.records import CaseResult
+from fsdp_bench.results.readings import PeakPrediction
+from fsdp_bench.results.records import CaseResult, TableRow
 from fsdp_bench.results.schema import GIB
 
 WORLD_SIZES = (1, 8, 64, 512)
@@ -120,7 +120,7 @@ def predict_peak_bytes(
     precision: str = DEFAULT_PRECISION,
     buckets_from_start: bool | None = None,
     grad_sync: str = "every",
-) -> dict[str, Any]:
+) -> PeakPrediction:
     """The peak of one rank, from its parts, and the phase of the step where it falls.
 
     Top of backward: parameters (own shards), AdamW state, DDP's buckets, the gathered units, the
@@ -168,7 +168,7 @@ def predict_peak_bytes(
 
 def predict_case_peak(
     case: Case, world_size: int | None = None, *, mesh: tuple[int, int] | None = None
-) -> dict[str, Any]:
+) -> PeakPrediction:
     """predict_peak_bytes for one case: its strategy, model, batch, sequence, accumulation,
     optimizer, device, activation checkpointing and precision, at `world_size` (default: its
     ranks) and the hybrid `mesh` the caller resolved."""
@@ -272,7 +272,7 @@ def fit_table(
     world_sizes: Sequence[int] = WORLD_SIZES,
     calibration: Mapping[str, float] | None = None,
     precision: str = DEFAULT_PRECISION,
-) -> list[dict[str, Any]]:
+) -> list[TableRow]:
     """One row per (model, strategy, world size)."""
     rows = []
     for model in models:

@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
 
 from fsdp_bench.analysis.comm_model import GPUS_PER_NODE, Unit, fsdp1_flat_numel, padded_numel
 from fsdp_bench.plan.case import hybrid_mesh_shape
 from fsdp_bench.plan.catalog import STRATEGIES
+from fsdp_bench.results.readings import ModelStateBytes
 
 
 def expected_model_state_bytes(
@@ -39,7 +39,7 @@ def expected_model_state_bytes(
     units: Sequence[Unit] | None = None,
     mesh: tuple[int, int] | None = None,
     rank: int = 0,
-) -> dict[str, Any]:
+) -> ModelStateBytes:
     """Bytes of params, grads and optimizer state one rank holds after the optimizer step.
 
     Given the model's `units`, params/grads/optimizer/total are what the strategy really
@@ -65,14 +65,14 @@ def expected_model_state_bytes(
 
 def _textbook_model_state_bytes(
     strategy: str, *, n_params: int, world_size: int, param_bytes: int, grad_bytes: int, optimizer_bytes: int
-) -> dict[str, Any]:
+) -> ModelStateBytes:
     if world_size < 1 or n_params < 0:
         raise ValueError("expected_model_state_bytes: world_size >= 1 and n_params >= 0")
     if strategy not in STRATEGIES:
         return {"layout": "unknown"}
     layout = {0: "replicated", 2: "zero2_like", 3: "full_shard"}[STRATEGIES[strategy].zero_stage]
     shard = 1 if layout == "replicated" else world_size
-    out: dict[str, Any] = {
+    out: ModelStateBytes = {
         "layout": layout,
         "params": n_params * param_bytes / shard,
         "grads": n_params * grad_bytes / shard,

@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
-from typing import Any
 
 from fsdp_bench.analysis.aggregate import case_metrics
 from fsdp_bench.analysis.case_time import summed_time_split
 from fsdp_bench.plan.case import Case
 from fsdp_bench.results.metrics import M
-from fsdp_bench.results.records import CaseResult, RankRecord
+from fsdp_bench.results.records import CaseResult, RankRecord, RepeatSummary
 from fsdp_bench.results.stats import slowest_rank_step_times
 
 
@@ -57,7 +56,7 @@ def _pooled_ranks(results: Sequence[CaseResult]) -> list[RankRecord]:
     return pooled
 
 
-def _summary(result: CaseResult, n: int) -> dict[str, Any]:
+def _summary(result: CaseResult, n: int) -> RepeatSummary:
     return {
         "repeat": result.get("repeat", n),
         "status": result.get("status"),

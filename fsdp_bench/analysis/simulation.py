@@ -24,7 +24,7 @@ from fsdp_bench.analysis.comm_model import CLUSTERS, GPUS_PER_NODE, comm_volume,
 from fsdp_bench.plan.case import Case, hybrid_mesh_shape
 from fsdp_bench.plan.catalog import strategy as catalog_strategy
 from fsdp_bench.plan.flavors import flavor_for
-from fsdp_bench.results.records import RankRecord
+from fsdp_bench.results.records import Metrics, RankRecord
 
 
 def simulated_environment(case: Case) -> dict[str, str]:
@@ -57,7 +57,7 @@ def simulation_summary(case: Case, record: RankRecord) -> dict[str, Any]:
     volume = comm_volume(case.strategy, units, world_size=case.nproc, grad_accum=case.grad_accum, mesh=mesh)
     times = sorted(record.get("step_times_s") or [])
     compute_s = times[len(times) // 2] if times else None
-    metrics: dict[str, Any] = {
+    metrics: Metrics = {
         f"comm_{k}_per_step": v
         for k, v in volume.to_dict().items()
         if k.endswith("_bytes") and k != "largest_unit_bytes"

@@ -36,7 +36,6 @@ import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from fsdp_bench.analysis.comm_model import CommVolume, comm_volume, model_units
 from fsdp_bench.analysis.duration import MICRO_STEP_OVERHEAD_S, case_flops_per_token, rank_flops
@@ -46,7 +45,7 @@ from fsdp_bench.plan.case import Case, parse_mesh, skip_reason
 from fsdp_bench.plan.catalog import strategy as catalog_strategy
 from fsdp_bench.plan.flavors import flavor_for
 from fsdp_bench.results.metrics import M
-from fsdp_bench.results.records import CaseResult
+from fsdp_bench.results.records import TUNE_SCHEMA_VERSION, CaseResult, TuneAnswer, TuneMeasured, TuneRound
 from fsdp_bench.results.schema import GIB
 
 PRIOR_BYTES_PER_S = {"cpu": 1e9, "cuda": 100e9}  # gloo over loopback / NVLink-class, before the probe
@@ -394,7 +393,7 @@ class TuneLog:
     """What the driving loop has done so far: rounds, the prediction each case had when it was
     scheduled, and the measurements (the answer is computed from this)."""
 
-    rounds: list[dict[str, Any]] = field(default_factory=list)
+    rounds: list[TuneRound] = field(default_factory=list)
     predicted_step_s: dict[str, float] = field(default_factory=dict)
     measured: dict[str, Measured] = field(default_factory=dict)
 
@@ -415,7 +414,7 @@ def full_grid_seconds(cases: Sequence[Case], measured: Mapping[str, Measured], r
     return repeats * sum(per_repeat.get(c.id, case_seconds(c) * scale) for c in cases)
 
 
-def _measured_row(case_id: str, m, predicted: float | None, budget_gib: float | None) -> dict[str, Any]:
+def _measured_row(case_id: str, m, predicted: float | None, budget_gib: float | None) -> TuneMeasured:
     """One measured case of the answer: predicted vs measured step time, speed, peak, cost."""
     return {
         "case_id": case_id,
@@ -443,7 +442,7 @@ def tune_answer(
     max_repeats: int,
     stopped: str,
     boundary: Prediction | None = None,
-) -> dict[str, Any]:
+) -> TuneAnswer:
     """The tuning's answer as JSON: the pick, its ties, what was skipped, predicted vs measured
     step time of every measured case, the rounds and the cost against the full grid."""
     tied = survivors(log.measured, budget_gib)
@@ -461,6 +460,7 @@ def tune_answer(
             "over_budget_when_measured": None if peak is None else peak > (budget_gib or math.inf),
         }
     return {
+        "schema_version": TUNE_SCHEMA_VERSION,
         "model": request.model,
         "budget_gib": budget_gib,
         "max_repeats": max_repeats,

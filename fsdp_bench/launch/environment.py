@@ -13,15 +13,15 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
 
 from fsdp_bench.launch.commands import environment_command
 from fsdp_bench.results.io import read_json, utc_now, write_json_atomic
 from fsdp_bench.results.layout import RunLayout
+from fsdp_bench.results.records import Environment
 from fsdp_bench.results.schema import SCHEMA_VERSION
 
 
-def git_info(cwd: Path) -> dict[str, Any]:
+def git_info(cwd: Path) -> Environment:
     def git(*args: str) -> str | None:
         try:
             out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10)
@@ -34,7 +34,7 @@ def git_info(cwd: Path) -> dict[str, Any]:
     return {"git_sha": sha, "git_dirty": None if status is None else bool(status)}
 
 
-def collect_host() -> dict[str, Any]:
+def collect_host() -> Environment:
     return {
         "host": socket.gethostname(),
         "python": sys.version.split()[0],
@@ -59,7 +59,7 @@ class TorchEnvironment:
         os.close(fd)
         self.path = Path(name)
         self.python = environment_command(self.path)[0]
-        self._result: dict[str, Any] | None = None
+        self._result: Environment | None = None
         self.proc = subprocess.Popen(
             environment_command(self.path),
             env=env,
@@ -68,14 +68,14 @@ class TorchEnvironment:
             stdin=subprocess.DEVNULL,
         )
 
-    def result(self, timeout_s: float = 120.0) -> dict[str, Any]:
+    def result(self, timeout_s: float = 120.0) -> Environment:
         """The torch facts, or {"torch_info_error": why} (why ends with the reader's last
         error line, e.g. "ModuleNotFoundError: No module named 'torch'")."""
         if self._result is None:
             self._result = self._read(timeout_s)
         return self._result
 
-    def _read(self, timeout_s: float) -> dict[str, Any]:
+    def _read(self, timeout_s: float) -> Environment:
         try:
             _, err = self.proc.communicate(timeout=timeout_s)
             if self.proc.returncode != 0:
@@ -99,7 +99,7 @@ class TorchEnvironment:
         self.path.unlink(missing_ok=True)
 
 
-def interpreter_problem(facts: dict[str, Any], device: str, python: str) -> str | None:
+def interpreter_problem(facts: Environment, device: str, python: str) -> str | None:
     """The one line that stops a sweep whose cases could not run at all, else None: the workers'
     interpreter cannot import torch (a pytest from outside the virtual environment), or a CUDA
     sweep's torch sees no GPU (a CPU-only torch wheel on a GPU node)."""
@@ -119,9 +119,9 @@ def interpreter_problem(facts: dict[str, Any], device: str, python: str) -> str 
     return None
 
 
-def write_environment(run_dir: Path, project_root: Path, torch_env: TorchEnvironment) -> dict[str, Any]:
+def write_environment(run_dir: Path, project_root: Path, torch_env: TorchEnvironment) -> Environment:
     """Write `run_dir/env.json`; the torch half comes from a subprocess so this process stays torch-free."""
-    data: dict[str, Any] = {"schema_version": SCHEMA_VERSION, **collect_host(), **git_info(project_root)}
+    data: Environment = {"schema_version": SCHEMA_VERSION, **collect_host(), **git_info(project_root)}
     data.update(torch_env.result())
-    write_json_atomic(RunLayout(Path(run_dir)).env_file, data)
+    write_json_atomic(RunLayout(Path(run_dir)).env_file, data, shape=Environment)
     return data

@@ -19,7 +19,7 @@ from fsdp_bench.launch.session import DiskFull, SessionError
 from fsdp_bench.plan.case import Case
 from fsdp_bench.plan.catalog import optimizer_timing
 from fsdp_bench.results.metrics import M
-from fsdp_bench.results.records import CaseResult
+from fsdp_bench.results.records import CaseResult, TuneAnswer
 
 LOG_TAIL_SHOWN_CHARS = 1500  # of a failed case's log, under its FAILED line
 Outcome = tuple[str, str] | None  # ("skip" | "xfail" | "fail", message), None: passed
@@ -27,7 +27,7 @@ Outcome = tuple[str, str] | None  # ("skip" | "xfail" | "fail", message), None: 
 
 def run_item(
     state: BenchState, case: Case, *, benchmark: Any, node_id: str, write: Callable[[str], None]
-) -> tuple[CaseResult | dict[str, Any], Outcome]:
+) -> tuple[CaseResult | TuneAnswer, Outcome]:
     """The case's result (a tuning item: the tuner's answer) and the test's outcome, after its
     live line. A SessionError (a full disk, an unusable run folder) and Ctrl-C propagate, the
     sweep marked interrupted and the benchmark fixture skipped first: it timed nothing, and its
@@ -71,7 +71,7 @@ def item_outcome(case: Case, result: CaseResult) -> Outcome:
     return None
 
 
-def _run_tune(state: BenchState, request: Any, write: Callable[[str], None]) -> tuple[dict[str, Any], Outcome]:
+def _run_tune(state: BenchState, request: Any, write: Callable[[str], None]) -> tuple[TuneAnswer, Outcome]:
     """A `--bench-tune` item: the tuner's loop (launch.tune.tune_item), one live line per case.
     A TuneError propagates (a usage error); no pick fails the item."""
     from fsdp_bench.launch.tune import tune_item

@@ -18,7 +18,7 @@ from fsdp_bench.launch.session import SessionError, SweepSession
 from fsdp_bench.plan.case import Case
 from fsdp_bench.plan.sweep import Sweep
 from fsdp_bench.results.metrics import M, label
-from fsdp_bench.results.records import CaseResult
+from fsdp_bench.results.records import CaseResult, Metrics
 from fsdp_bench.results.stats import NOISY_CV_PCT
 
 
@@ -166,26 +166,26 @@ def progress_line(
     return "  ".join(parts)
 
 
-def _measured_parts(metrics: dict[str, Any], device: str) -> list[str]:
+def _measured_parts(metrics: Metrics, device: str) -> list[str]:
     return [text for _, piece in LIVE_PIECES for text in piece(metrics, device)]
 
 
-def _step_part(metrics: dict[str, Any], device: str) -> list[str]:
+def _step_part(metrics: Metrics, device: str) -> list[str]:
     median = metrics.get(M.step_time_s_median)
     return [f"step {median:.3f} s"] if isinstance(median, (int, float)) else []
 
 
-def _speed_part(metrics: dict[str, Any], device: str) -> list[str]:
+def _speed_part(metrics: Metrics, device: str) -> list[str]:
     speed = metrics.get(M.tokens_per_s_per_device)
     return [f"{speed:,.0f} tok/s/dev"] if isinstance(speed, (int, float)) else []
 
 
-def _noise_part(metrics: dict[str, Any], device: str) -> list[str]:
+def _noise_part(metrics: Metrics, device: str) -> list[str]:
     cv = metrics.get(M.step_time_cv_pct)
     return [f"NOISY (CV {cv:.0f}%)"] if isinstance(cv, (int, float)) and cv > NOISY_CV_PCT else []
 
 
-def _repeats_part(metrics: dict[str, Any], device: str) -> list[str]:
+def _repeats_part(metrics: Metrics, device: str) -> list[str]:
     spread = metrics.get(M.repeat_spread_pct)
     if isinstance(spread, (int, float)) and (metrics.get(M.repeats) or 1) > 1:
         return [f"{metrics.get(M.repeats)} repeats, medians spread {spread:.0f}%"]
@@ -197,7 +197,7 @@ def _repeats_part(metrics: dict[str, Any], device: str) -> list[str]:
 LIVE_MEMORY_UNIT = {"cpu": (1024.0, "MiB")}
 
 
-def _peak_parts(metrics: dict[str, Any], device: str) -> list[str]:
+def _peak_parts(metrics: Metrics, device: str) -> list[str]:
     """`peak alloc 10.1 MiB`; where only RSS was measured (FSDP1 on CPU: no tensor tracking),
     `peak alloc n/a, RSS 338 MiB` rather than an RSS under the allocator's label, 30x larger."""
     factor, unit = LIVE_MEMORY_UNIT.get(device, (1.0, "GiB"))
@@ -215,7 +215,7 @@ def _peak_parts(metrics: dict[str, Any], device: str) -> list[str]:
     return [f"peak alloc n/a, RSS {shown(M.peak_rss_gib)}"] if has(M.peak_rss_gib) else []
 
 
-def _busy_parts(metrics: dict[str, Any], device: str) -> list[str]:
+def _busy_parts(metrics: Metrics, device: str) -> list[str]:
     """`HOST-BOUND (GPU idle 105 ms/step, busy 16%)`, or `GPU busy 95%`; nothing where the busy
     share is not measured (CPU, --bench-no-probes)."""
     busy, idle = metrics.get(M.gpu_busy_pct), metrics.get(M.gpu_idle_ms_per_step)

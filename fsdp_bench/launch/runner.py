@@ -22,7 +22,7 @@ from fsdp_bench.plan.flavors import LAUNCH_CWD_ENV
 from fsdp_bench.plan.nodes import CASE_DEADLINE_ENV, Launch
 from fsdp_bench.results.io import read_json, utc_now, write_json_atomic
 from fsdp_bench.results.layout import CaseDir, RunLayout
-from fsdp_bench.results.records import CaseResult, RankRecord
+from fsdp_bench.results.records import CaseFields, CaseResult, RankRecord
 from fsdp_bench.results.schema import SCHEMA_VERSION, ResultError
 
 LOG_TAIL_CHARS = 4000
@@ -124,7 +124,7 @@ def run_case(
     run = RunLayout(Path(run_dir).resolve())
     work = run.case_dir(case.id, launch.node_rank, repeat)
     work.path.mkdir(parents=True, exist_ok=False)
-    write_json_atomic(work.case_file, case.to_dict())
+    write_json_atomic(work.case_file, case.to_dict(), shape=CaseFields)
     started = {"monotonic": time.monotonic(), "utc": utc_now(), "unix": time.time()}
     returncode, timed_out, leftover = _launch_and_wait(
         case, work, timeout_s=timeout_s, env=env, grace_s=grace_s, launch=launch, repeat=repeat
@@ -155,7 +155,7 @@ def run_case(
         }
     if repeat is not None:
         result["repeat"] = repeat
-    write_json_atomic(run.result_file(case.id, launch.node_rank, repeat), result)
+    write_json_atomic(run.result_file(case.id, launch.node_rank, repeat), result, shape=CaseResult)
     return result
 
 

@@ -15,7 +15,6 @@ import shutil
 import stat
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
 
 from fsdp_bench.launch.rounds import RepeatRounds
 from fsdp_bench.plan.case import Case
@@ -24,7 +23,7 @@ from fsdp_bench.results.io import read_json, write_json_atomic
 from fsdp_bench.results.layout import RunLayout, create_run_dir, foreign_entries
 from fsdp_bench.results.load import load_case_result
 from fsdp_bench.results.metrics import M
-from fsdp_bench.results.records import CaseResult
+from fsdp_bench.results.records import CaseResult, Environment, SweepSettings
 from fsdp_bench.results.schema import ResultError, is_current_ok
 
 
@@ -99,7 +98,7 @@ class SweepSession:
         if self._torch_env is None:
             self._torch_env = TorchEnvironment(env=build_env())
 
-    def check_interpreter(self, device: str) -> dict[str, Any]:
+    def check_interpreter(self, device: str) -> Environment:
         """The torch facts of the workers' interpreter (the env.json reader's, already under
         way, so no second torch import): SessionError with one line when the cases could not
         run at all (no torch there, or a CUDA sweep whose torch sees no GPU)."""
@@ -231,7 +230,9 @@ class SweepSession:
                 self.lock_run_dir(self.run_dir)
                 self._write_environment(self.run_dir)
             if self.sweep.resume is None and self.launch.owns_results:
-                write_json_atomic(RunLayout(self.run_dir).sweep_file, self.sweep.fingerprint(), overwrite=True)
+                write_json_atomic(
+                    RunLayout(self.run_dir).sweep_file, self.sweep.fingerprint(), shape=SweepSettings, overwrite=True
+                )
 
     def close(self) -> None:
         if self._torch_env is not None:
@@ -336,7 +337,7 @@ class SweepSession:
             rounds = RepeatRounds([(case.id, case)], self.sweep.repeats)
         results = rounds.run_through(case.id, lambda c, r: self._repeat_result(run, c, r))
         merged = merge_repeats(results, planned=rounds.planned(case.id))
-        write_json_atomic(run.result_file(case.id, self.launch.node_rank), merged)
+        write_json_atomic(run.result_file(case.id, self.launch.node_rank), merged, shape=CaseResult)
         return merged
 
     def _repeat_result(self, run: RunLayout, case: Case, repeat: int) -> CaseResult:

@@ -12,7 +12,6 @@ goes on where it stopped.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from fsdp_bench.analysis.tune import (
     TuneLog,
@@ -33,7 +32,7 @@ from fsdp_bench.launch.session import SweepSession
 from fsdp_bench.plan.case import Case
 from fsdp_bench.results.io import write_json_atomic
 from fsdp_bench.results.metrics import M
-from fsdp_bench.results.records import CaseResult
+from fsdp_bench.results.records import CaseResult, TuneAnswer
 
 MAX_ROUNDS = 20  # a bound the schedule never reaches on a sane grid; guards a loop that would not end
 
@@ -90,7 +89,7 @@ def run_tune(
     max_repeats: int,
     time_budget_s: float | None,
     on_result: OnResult,
-) -> dict[str, Any]:
+) -> TuneAnswer:
     """Tune one model's grid; returns the answer, also written to RUN/tune/<request id>.json."""
     try:
         predictions = [predict_case(c) for c in request.cases]
@@ -122,7 +121,7 @@ def run_tune(
     answer = tune_answer(
         request, log, model, skipped, budget_gib=budget_gib, max_repeats=max_repeats, stopped=stopped, boundary=boundary
     )
-    write_json_atomic(session.layout.tune_file(request.id), answer, overwrite=True)
+    write_json_atomic(session.layout.tune_file(request.id), answer, shape=TuneAnswer, overwrite=True)
     return answer
 
 
@@ -135,7 +134,7 @@ def _why_done(log: TuneLog, budget_gib: float | None, max_repeats: int) -> str:
     return f"{len(tied)} configurations still tied within noise after {max_repeats} repeat(s); no unmeasured case is predicted to reach them"
 
 
-def answer_lines(answer: dict[str, Any]) -> list[str]:
+def answer_lines(answer: TuneAnswer) -> list[str]:
     """The tuning's answer for the terminal."""
     cost = answer["cost"]
     ratio = f"{100 * cost['ratio']:.0f}%" if cost["ratio"] is not None else "?"

@@ -14,6 +14,7 @@ from typing import Any
 from fsdp_bench.plan.catalog import DEFAULT_PRECISION, OPTIMIZER_TIMING_ROWS, PRECISIONS, STRATEGIES, precision
 from fsdp_bench.plan.catalog import strategy as catalog_strategy
 from fsdp_bench.plan.flavors import MODEL_FLAVORS, hf_path_problem, is_hf_path
+from fsdp_bench.results.records import CaseFields
 
 # Knob values (first = default, mirrored by the Case field defaults below).
 OPTIMIZER_IMPLS = ("auto", "fused", "foreach", "plain")
@@ -131,7 +132,7 @@ class Case:
         estimate counts them."""
         return range(self.warmup)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> CaseFields:
         return dataclasses.asdict(self)
 
     @classmethod

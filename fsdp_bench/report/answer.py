@@ -5,12 +5,11 @@ what would separate them, and report.md keeps the full list (`recommend.recommen
 
 from __future__ import annotations
 
-from typing import Any
-
 from fsdp_bench.report.recommend import SPEED, Recommendation, recommend
 from fsdp_bench.report.table import is_set, trained_rows
 from fsdp_bench.report.why import short_name, why_slower
 from fsdp_bench.results.metrics import M, label
+from fsdp_bench.results.records import TableRow
 from fsdp_bench.results.schema import memory_unit
 from fsdp_bench.results.stats import NOISY_CV_PCT
 
@@ -19,7 +18,7 @@ ANSWER_MAX_CHARS = 250
 ANSWER_TIMING_WORD = " opt"  # before a non-intended optimizer timing: shorter than the report's
 
 
-def _memory(row: dict[str, Any], column: str) -> str:
+def _memory(row: TableRow, column: str) -> str:
     """`peak alloc 10.1 MiB`: what was measured, in the live lines' words and units; where the
     allocator's peak is missing (FSDP1 on CPU), `peak alloc n/a, RSS 339 MiB` as they say it."""
     name = label(column).split(" (")[0]  # the registry's label without its unit, as on the live lines
@@ -43,7 +42,7 @@ def _model(name: str) -> str:
     return f"hf:{name.rstrip('/').rsplit('/', 1)[-1]}" if name.startswith("hf:") else name
 
 
-def separator(tied: list[dict[str, Any]]) -> str:
+def separator(tied: list[TableRow]) -> str:
     """What would tell tied configurations apart, read off their measurements: a noisy step time
     (CV over NOISY_CV_PCT) is the machine's load, which more steps do not fix; single runs are
     widened for run-to-run noise, which only repeats measure; repeated ones need more steps."""

@@ -17,7 +17,7 @@ from fsdp_bench.report.table import build_table
 from fsdp_bench.report.writer import load_report_inputs
 from fsdp_bench.results.io import write_text_atomic
 from fsdp_bench.results.metrics import BY_NAME, HIGHER, M
-from fsdp_bench.results.records import CaseResult
+from fsdp_bench.results.records import CaseResult, Environment, TableRow
 from fsdp_bench.results.stats import CONFIDENCE_PCT
 
 # The numbers a regression is judged on; which way is worse is the registry's `better`.
@@ -28,7 +28,7 @@ ENV_KEYS = ("host", "gpu_names", "gpu_count", "driver", "torch", "cuda", "nccl",
 
 @dataclass
 class Comparison:
-    rows: list[dict[str, Any]]
+    rows: list[TableRow]
     only_base: list[str]
     only_new: list[str]
     env_differences: list[str]
@@ -50,7 +50,7 @@ def is_regression(metric: str, change_pct: float | None, threshold_pct: float) -
     return worse > threshold_pct
 
 
-def env_differences(base: dict[str, Any] | None, new: dict[str, Any] | None) -> list[str]:
+def env_differences(base: Environment | None, new: Environment | None) -> list[str]:
     if base is None or new is None:
         return ["the environment of one run is unknown (env.json missing or unreadable)"]
     return [f"{key}: {base.get(key)!r} -> {new.get(key)!r}" for key in ENV_KEYS if base.get(key) != new.get(key)]
@@ -72,7 +72,7 @@ VERDICT_COLORS = {
 def repeat_medians(result: CaseResult) -> list[float]:
     """A case's step-time median per repeat (one value without --bench-repeats)."""
     metrics = result.get("metrics") or {}
-    medians = metrics.get("repeat_step_time_s_medians") or [metrics.get(M.step_time_s_median)]
+    medians = metrics.get(M.repeat_step_time_s_medians) or [metrics.get(M.step_time_s_median)]
     return [m for m in medians if isinstance(m, (int, float))]
 
 
@@ -88,14 +88,14 @@ def _timing_verdict(change, threshold_pct: float) -> str:
     return "regression" if change.change_pct > 0 else "faster"
 
 
-def judge_case(b: CaseResult, n: CaseResult, threshold_pct: float, change=None) -> tuple[dict[str, Any], str | None]:
+def judge_case(b: CaseResult, n: CaseResult, threshold_pct: float, change=None) -> tuple[TableRow, str | None]:
     """One case's row and, when it regressed, its one regression line. `change`: the step-time
     change with its run-to-run interval (analysis.run_noise); a timing regression needs that
     interval to exclude zero AND the change to pass the threshold. Memory is judged on the
     threshold alone (it does not vary from run to run)."""
     from fsdp_bench.results.stats import NOISY_CV_PCT
 
-    row: dict[str, Any] = {"case_id": b["case_id"], "status_base": b.get("status"), "status_new": n.get("status")}
+    row: TableRow = {"case_id": b["case_id"], "status_base": b.get("status"), "status_new": n.get("status")}
     for metric in COMPARED:
         old, cur = _number(b.get(metric)), _number(n.get(metric))
         row[f"{metric}_base"], row[f"{metric}_new"] = old, cur

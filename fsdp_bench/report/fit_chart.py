@@ -14,7 +14,6 @@ import csv
 import re
 import sys
 from pathlib import Path
-from typing import Any
 
 from fsdp_bench.analysis.fit import WORLD_SIZES, calibrate_from_results, fit_table, gib_text
 from fsdp_bench.plan.case import CaseError
@@ -26,10 +25,11 @@ from fsdp_bench.report.trace import trace_cases, trace_line, trace_rows
 from fsdp_bench.results.layout import RunLayout
 from fsdp_bench.results.load import load_run
 from fsdp_bench.results.metrics import M
+from fsdp_bench.results.records import TableRow
 from fsdp_bench.results.schema import GIB
 
 
-def write_fit(rows: list[dict[str, Any]], out: Path) -> list[Path]:
+def write_fit(rows: list[TableRow], out: Path) -> list[Path]:
     """fit.csv and one chart per model: predicted peak per device against world size."""
     out.mkdir(parents=True, exist_ok=True)
     csv_path = out / "fit.csv"

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from fsdp_bench.analysis.run_noise import speed_interval, widened
 from fsdp_bench.report.compare import compare_tables, env_differences
@@ -23,6 +22,7 @@ from fsdp_bench.report.table import build_table
 from fsdp_bench.report.writer import load_report_inputs
 from fsdp_bench.results.layout import RunLayout
 from fsdp_bench.results.metrics import M
+from fsdp_bench.results.records import TableRow
 from fsdp_bench.results.schema import ResultError
 
 # The --compare verdicts that flag a run: a change beyond noise (and the threshold), or a failure.
@@ -38,7 +38,7 @@ def run_labels(runs: list[Path]) -> list[str]:
 @dataclass
 class History:
     runs: list[Path]
-    rows: list[dict[str, Any]]  # one per (run, case)
+    rows: list[TableRow]  # one per (run, case)
     flagged: dict[str, list[str]] = field(default_factory=dict)  # run name -> its flagged cases
     notes: list[str] = field(default_factory=list)  # unreadable files, machines that differ
 
@@ -69,7 +69,7 @@ def collect_run_dirs(paths: list[Path]) -> list[Path]:
     return runs
 
 
-def _case_row(run: str, order: int, row: dict[str, Any]) -> dict[str, Any]:
+def _case_row(run: str, order: int, row: TableRow) -> TableRow:
     """One table row (build_table's, not a case result) of one run, as history.csv has it."""
     record = row
     interval = speed_interval(record)
@@ -97,7 +97,7 @@ def build_history(runs: list[Path], *, threshold_pct: float) -> History:
         loaded.append((label, results, env, build_table(results)))
     reference = 0
     for order, (run, results, env, df) in enumerate(loaded):
-        verdicts: dict[str, dict[str, Any]] = {}
+        verdicts: dict[str, TableRow] = {}
         ref_name = loaded[reference][0] if order > 0 else None
         if order > 0:
             ref_run, ref_results, ref_env, ref_df = loaded[reference]

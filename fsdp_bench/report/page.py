@@ -27,6 +27,7 @@ from fsdp_bench.report.document import render_html as document_html
 from fsdp_bench.report.document import render_markdown as document_markdown
 from fsdp_bench.report.table import REPORT_COLUMNS, best_index, did_train
 from fsdp_bench.results.metrics import M
+from fsdp_bench.results.records import Environment, TuneAnswer
 from fsdp_bench.results.schema import memory_unit
 
 ENV_FIELDS = (
@@ -54,13 +55,13 @@ class Page:
     """Everything the page shows, already computed."""
 
     run_name: str
-    env: dict[str, Any] | None
+    env: Environment | None
     df: Any
     summary: Sequence[tuple[str, str]]
     charts: Sequence[Any]  # ChartOutcome
     problems: Sequence[str] = field(default_factory=list)
     files: Sequence[str] = field(default_factory=list)
-    tuning: Sequence[dict[str, Any]] = field(default_factory=list)  # --bench-tune answers
+    tuning: Sequence[TuneAnswer] = field(default_factory=list)  # --bench-tune answers
 
 
 def format_value(value: Any) -> str:
@@ -87,7 +88,7 @@ def _table_columns(df) -> list[tuple[str, str]]:
     return lead + [(c, label) for c, label in REPORT_COLUMNS if c in df and df[c].notna().any()]
 
 
-def _env_rows(env: dict[str, Any] | None) -> list[tuple[str, str]]:
+def _env_rows(env: Environment | None) -> list[tuple[str, str]]:
     if env is None:
         return [("environment", "unknown: env.json missing or unreadable")]
     rows = [(label, format_value(env.get(key))) for key, label in ENV_FIELDS if env.get(key) not in (None, "", [])]
@@ -157,7 +158,7 @@ def prediction_table(df) -> PredictionTable | None:
             format_value(r.get(c))
             for c in (
                 M.predicted_peak_gib,
-                "rank0_peak_allocated_gib",
+                M.rank0_peak_allocated_gib,
                 M.predicted_model_state_gib,
                 M.measured_model_state_gib,
             )
@@ -326,7 +327,7 @@ def _fmt(value: Any, spec: str) -> str:
     return "" if value is None else format(value, spec)
 
 
-def tuning_rows(answer: dict[str, Any], df=None) -> tuple[list[str], list[list[str]]]:
+def tuning_rows(answer: TuneAnswer, df=None) -> tuple[list[str], list[list[str]]]:
     """Every measured case of one tuning: predicted vs measured step time, speed, peak, cost. The
     peak column has one unit and each cell names its measure, read off the run's table (`df`): on
     CPU FSDP1 has only RSS (~0.3 GiB) beside the others' allocated MiB (issue #39)."""
@@ -376,7 +377,7 @@ def _peak_cell(value: Any, factor: float, measure: str) -> str:
     return "" if not isinstance(value, (int, float)) else f"{factor * value:.4g} {measure}".rstrip()
 
 
-def tuning_lines(answer: dict[str, Any]) -> list[str]:
+def tuning_lines(answer: TuneAnswer) -> list[str]:
     """The answer in sentences: the pick, its ties, why it stopped, what was skipped, the cost."""
     cost = answer["cost"]
     ratio = f"{100 * cost['ratio']:.0f}%" if cost.get("ratio") is not None else "?"

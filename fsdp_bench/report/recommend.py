@@ -5,13 +5,13 @@ trained only; pure pandas, no matplotlib."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from fsdp_bench.analysis.busy import HOST_BOUND_BUSY_PCT, host_bound_detail, host_bound_text
 from fsdp_bench.analysis.run_noise import SINGLE_RUN_NOISE, speed_interval, widened
 from fsdp_bench.plan.catalog import intended_timing
 from fsdp_bench.report.table import is_set, left_out, trained_rows
 from fsdp_bench.results.metrics import M
+from fsdp_bench.results.records import TableRow
 from fsdp_bench.results.stats import CONFIDENCE_PCT
 
 SPEED = M.tokens_per_s_per_device
@@ -29,10 +29,10 @@ class Recommendation:
     model: str
     memory: str  # the column the budget was checked against
     budget_gib: float | None
-    picks: list[dict[str, Any]]  # best first; at most two
+    picks: list[TableRow]  # best first; at most two
     over_budget: int  # trained cases left out for exceeding the budget
     unmeasured: int = 0  # trained cases without a measurement of that memory (left out only under a budget)
-    tied: list[dict[str, Any]] = field(default_factory=list)  # the leaders within noise of the fastest
+    tied: list[TableRow] = field(default_factory=list)  # the leaders within noise of the fastest
     unmeasured_strategies: tuple[str, ...] = ()
 
 
@@ -69,7 +69,7 @@ def recommend(df, budget_gib: float | None = None) -> list[Recommendation]:
     return out
 
 
-def describe(row: dict[str, Any], memory: str) -> str:
+def describe(row: TableRow, memory: str) -> str:
     timing = (
         ""
         if row.get("optimizer_timing") in (None, intended_timing().name)
@@ -97,14 +97,14 @@ def format_gib(value: float) -> str:
     return f"{value:.2f} GiB" if value >= 0.1 else f"{value * 1024:.1f} MiB"
 
 
-def level_pct(row: dict[str, Any]) -> float:
+def level_pct(row: TableRow) -> float:
     """The confidence level a case's interval reached: CONFIDENCE_PCT, lower with under 6 steps
     (the interval is then min..max)."""
     level = row.get(M.step_time_median_ci_level_pct)
     return level if isinstance(level, (int, float)) and level == level else CONFIDENCE_PCT
 
 
-def noise_band(row: dict[str, Any]) -> tuple[float, float] | None:
+def noise_band(row: TableRow) -> tuple[float, float] | None:
     """The tokens/s interval two cases are compared at (analysis.run_noise.widened): a single
     run's widened for run-to-run noise, a case with repeats' as measured and spanning its repeats."""
     interval = speed_interval(row)
@@ -112,7 +112,7 @@ def noise_band(row: dict[str, Any]) -> tuple[float, float] | None:
     return None if interval is None else widened(*interval, repeats if isinstance(repeats, int) else None, spread)
 
 
-def speeds_overlap(best: dict[str, Any], second: dict[str, Any]) -> bool:
+def speeds_overlap(best: TableRow, second: TableRow) -> bool:
     """Whether the second's tokens/s band reaches the best one's (`noise_band`): within noise (a
     case without an interval cannot be told apart, so it counts as within noise)."""
     if best is second or best.get("case_id") == second.get("case_id"):
@@ -165,11 +165,11 @@ def why_note(rec: Recommendation) -> str:
     return f"; why{' (a difference within noise)' if len(rec.tied) > 1 else ''}: {reason}"
 
 
-def _short(row: dict[str, Any]) -> str:
+def _short(row: TableRow) -> str:
     return f"{row['strategy']} batch {row['batch_size']} x accum {row['grad_accum']}"
 
 
-def host_overhead_note(rows: list[dict[str, Any]]) -> str:
+def host_overhead_note(rows: list[TableRow]) -> str:
     """What the ranked cases' GPU busy shares say about the ranking: '' when none is host-bound
     (or none was measured); when all are, the ranking is decided by host overhead."""
     bound = [r for r in rows if is_set(r.get(M.host_bound))]

@@ -11,12 +11,12 @@ import re
 import sys
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 from fsdp_bench.analysis.fit import predict_case_peak
 from fsdp_bench.plan.case import Case, parse_mesh
 from fsdp_bench.results.load import load_run
 from fsdp_bench.results.metrics import M
+from fsdp_bench.results.records import TableRow
 
 GIB = 1 << 30
 # One pytest run of a part: "== RUN: pytest ...", its estimate, and pytest's last line "... in 93.71s".
@@ -37,7 +37,7 @@ def predicted_peak_gib(case: Case, world_size: int) -> float:
     return predict_case_peak(case, world_size, mesh=parse_mesh(case.mesh) if case.mesh else None)["peak_bytes"] / GIB
 
 
-def case_rows(run_dir: Path) -> list[dict[str, Any]]:
+def case_rows(run_dir: Path) -> list[TableRow]:
     """One row per finished case of a run folder: what it reached and what was predicted."""
     rows = []
     for result in load_run(run_dir)[0]:
@@ -72,7 +72,7 @@ def _started(log_text: str) -> str:
     return found[1] if found else ""
 
 
-def part_timings(gpu_dir: Path) -> list[dict[str, Any]]:
+def part_timings(gpu_dir: Path) -> list[TableRow]:
     """Each pytest run of each part's log: its estimate, what it took, whether it was stopped, and
     how many ok cases it kept from an earlier run of the same folder (--bench-resume). Logs are
     read in the order they were started, so a resumed run's entry is its latest."""
@@ -107,7 +107,7 @@ def _what(case: Case) -> str:
     return f"{case.strategy} {case.model} bs{case.batch_size} x{case.seq_len} ({', '.join(extras)})"
 
 
-def cases_table(rows: Iterable[dict[str, Any]]) -> str:
+def cases_table(rows: Iterable[TableRow]) -> str:
     lines = [
         "| run | case | tokens/s/device | MFU % | step CV % (steps) | peak allocated GiB | predicted GiB | error % |",
         "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",

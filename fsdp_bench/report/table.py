@@ -14,7 +14,7 @@ from fsdp_bench.plan.case import timing_order
 from fsdp_bench.plan.catalog import DEFAULT_PRECISION, strategy_order
 from fsdp_bench.results.metrics import HIGHER_IS_BETTER, LOWER_IS_BETTER, M
 from fsdp_bench.results.metrics import label as metric_label
-from fsdp_bench.results.records import CaseResult, RankRecord
+from fsdp_bench.results.records import CaseResult, RankRecord, TableRow
 from fsdp_bench.results.schema import GIB
 
 # The axes a person compares along, in sort order; the CSV starts with them.
@@ -77,11 +77,11 @@ REPORT_COLUMN_ORDER = (
 REPORT_COLUMNS = tuple((name, _CASE_LABELS.get(name) or metric_label(name)) for name in REPORT_COLUMN_ORDER)
 
 
-def flatten_case(result: CaseResult) -> dict[str, Any]:
+def flatten_case(result: CaseResult) -> TableRow:
     """One comparison.csv row. Cases that did not finish keep their axes, status and reason, but
     no metrics: a half-measured number from a case that then failed would mislead."""
     case = dict(result.get("case") or {})
-    row: dict[str, Any] = {"case_id": result.get("case_id")}
+    row: TableRow = {"case_id": result.get("case_id")}
     row.update(case)
     if all(isinstance(case.get(k), int) for k in ("batch_size", "grad_accum", "nproc")):
         row["global_batch_size"] = case["batch_size"] * case["grad_accum"] * case["nproc"]
@@ -180,14 +180,14 @@ def _gib(value: Any) -> float | None:
     return value / GIB if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def flatten_rank(result: CaseResult, rank: RankRecord) -> dict[str, Any]:
+def flatten_rank(result: CaseResult, rank: RankRecord) -> TableRow:
     """One per_rank.csv row: where this rank got to, its memory and its own step times."""
     from fsdp_bench.results.stats import summarize_step_times
 
     case = result.get("case") or {}
     error = rank.get("error") or {}
     memory = rank.get("memory") or {}
-    row: dict[str, Any] = {
+    row: TableRow = {
         "case_id": result.get("case_id"),
         **{k: case.get(k) for k in AXES},
         "case_status": result.get("status"),
@@ -230,7 +230,7 @@ def flatten_rank(result: CaseResult, rank: RankRecord) -> dict[str, Any]:
     return row
 
 
-def _rank_busy(rank: RankRecord) -> dict[str, Any]:
+def _rank_busy(rank: RankRecord) -> TableRow:
     """This rank's GPU busy share (its own probe step against its own median step)."""
     busy = rank.get("gpu_busy") or {}
     return {
@@ -240,7 +240,7 @@ def _rank_busy(rank: RankRecord) -> dict[str, Any]:
     }
 
 
-def _rank_parts(rank: RankRecord) -> dict[str, Any]:
+def _rank_parts(rank: RankRecord) -> TableRow:
     """This rank's own step taken apart (the case's columns are the waited-for rank's)."""
     from fsdp_bench.analysis.attribution import PARTS
 

@@ -13,12 +13,12 @@ import sys
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
 
 from fsdp_bench.analysis.fit import predict_peak_bytes
 from fsdp_bench.plan.case import Case
 from fsdp_bench.plan.flavors import flavor_for
 from fsdp_bench.results.io import read_json, write_json_atomic
+from fsdp_bench.results.records import CaseFields, TableRow
 from fsdp_bench.results.schema import GIB
 
 ESTIMATOR = "fsdp_bench.worker.estimate"
@@ -53,10 +53,10 @@ def trace_cases(
     ]
 
 
-def run_estimator(case: Case, workdir: Path, timeout_s: float = ESTIMATE_TIMEOUT_S) -> dict[str, Any]:
+def run_estimator(case: Case, workdir: Path, timeout_s: float = ESTIMATE_TIMEOUT_S) -> TableRow:
     """The estimator's JSON for `case`, or {"status": "failed", "reason": ...} with its last words."""
     case_path, out = workdir / f"{case.id}.case.json", workdir / f"{case.id}.estimate.json"
-    write_json_atomic(case_path, case.to_dict(), overwrite=True)
+    write_json_atomic(case_path, case.to_dict(), shape=CaseFields, overwrite=True)
     out.unlink(missing_ok=True)
     command = [sys.executable, "-m", ESTIMATOR, "--case", str(case_path), "--out", str(out)]
     try:
@@ -69,7 +69,7 @@ def run_estimator(case: Case, workdir: Path, timeout_s: float = ESTIMATE_TIMEOUT
     return read_json(out)
 
 
-def trace_rows(cases: Iterable[Case], workdir: Path | None = None) -> Iterator[dict[str, Any]]:
+def trace_rows(cases: Iterable[Case], workdir: Path | None = None) -> Iterator[TableRow]:
     """Per case: the estimate (or why none) and the fast model's peak for the same case."""
     with tempfile.TemporaryDirectory(prefix="fsdp-bench-trace-") as scratch:
         for case in cases:
@@ -95,7 +95,7 @@ def trace_rows(cases: Iterable[Case], workdir: Path | None = None) -> Iterator[d
             }
 
 
-def trace_line(row: dict[str, Any]) -> str:
+def trace_line(row: TableRow) -> str:
     """One printed line per case."""
     case, estimate, fast = row["case"], row["estimate"], row["fast_peak_bytes"]
     head = f"{case.model} {case.strategy} ws{case.nproc} batch {case.batch_size} seq {case.seq_len}:"

@@ -9,12 +9,13 @@ from typing import Any
 from fsdp_bench.analysis.attribution import PARTS, reason_text, scaled_parts
 from fsdp_bench.plan.catalog import intended_timing
 from fsdp_bench.results.metrics import M
+from fsdp_bench.results.records import TableRow
 
 WHY_COLUMN = M.why_vs_best
 HOST_LABELS = {"device idle": "host time (device idle)", "no op or collective running": "host time (nothing running)"}
 
 
-def short_name(row: dict[str, Any], timing_word: str = ", optimizer") -> str:
+def short_name(row: TableRow, timing_word: str = ", optimizer") -> str:
     """`fsdp2 batch 8 x accum 1`, and the optimizer timing when it is not the intended one
     (`timing_word` before it: the short answer's is ` opt`)."""
     intended = row.get("optimizer_timing") in (None, intended_timing().name)
@@ -30,7 +31,7 @@ def _number(value: Any) -> float | None:
 PER_TOKENS = 1000  # cases doing different work per step are compared per this many tokens per device
 
 
-def row_parts(row: dict[str, Any], *, per_tokens: int | None = None) -> dict[str, float] | None:
+def row_parts(row: TableRow, *, per_tokens: int | None = None) -> dict[str, float] | None:
     """The row's parts in seconds of its measured median step (or of the time it takes
     `per_tokens` tokens on one device); None without a measured probe."""
     step, window = _number(row.get(M.step_time_s_median)), _number(row.get(M.probe_step_s))
@@ -47,7 +48,7 @@ def row_parts(row: dict[str, Any], *, per_tokens: int | None = None) -> dict[str
     return {p: s * per_tokens * ranks / tokens for p, s in scaled.items()}
 
 
-def why_slower(slower: dict[str, Any], faster: dict[str, Any]) -> str | None:
+def why_slower(slower: TableRow, faster: TableRow) -> str | None:
     """`reason_text` for two table rows, or None when either has no parts. Rows doing different
     work per optimizer step (another batch or accumulation) are compared per PER_TOKENS tokens
     per device, the time that decides tokens/s."""

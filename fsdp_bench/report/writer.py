@@ -8,7 +8,6 @@ nothing else in the run folder is touched. No torch import.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from fsdp_bench.report.charts import CHART_FILES, draw_charts
 from fsdp_bench.report.charts.style import RunData
@@ -18,7 +17,7 @@ from fsdp_bench.report.table import build_per_rank_table, build_table
 from fsdp_bench.results.io import write_text_atomic
 from fsdp_bench.results.layout import RunLayout
 from fsdp_bench.results.load import load_environment_file, load_run, load_tune_answer
-from fsdp_bench.results.records import CaseResult
+from fsdp_bench.results.records import CaseResult, Environment, TuneAnswer
 from fsdp_bench.results.schema import ResultError
 
 TABLE_FILES = ("comparison.csv", "per_rank.csv")
@@ -26,7 +25,7 @@ PAGE_FILES = ("report.md", "report.html")
 OWNED_FILES = TABLE_FILES + CHART_FILES + PAGE_FILES
 
 
-def load_environment(run_dir: Path) -> tuple[dict[str, Any] | None, str | None]:
+def load_environment(run_dir: Path) -> tuple[Environment | None, str | None]:
     """env.json, or None and the one-line problem."""
     try:
         return load_environment_file(RunLayout(Path(run_dir)).env_file), None
@@ -34,7 +33,7 @@ def load_environment(run_dir: Path) -> tuple[dict[str, Any] | None, str | None]:
         return None, f"{exc}; the environment section is left unknown"
 
 
-def load_report_inputs(run_dir: Path) -> tuple[list[CaseResult], dict[str, Any] | None, list[str]]:
+def load_report_inputs(run_dir: Path) -> tuple[list[CaseResult], Environment | None, list[str]]:
     """The readable case results, the environment, and one line per problem found."""
     run_dir = Path(run_dir)
     layout = RunLayout(run_dir)
@@ -65,7 +64,7 @@ def load_report_inputs(run_dir: Path) -> tuple[list[CaseResult], dict[str, Any] 
     return unique, env, problems
 
 
-def load_tuning(run_dir: Path) -> tuple[list[dict[str, Any]], list[str]]:
+def load_tuning(run_dir: Path) -> tuple[list[TuneAnswer], list[str]]:
     """The run's --bench-tune answers, and one line per unreadable one."""
     found, problems = [], []
     for path in RunLayout(Path(run_dir)).tune_files():

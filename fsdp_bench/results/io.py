@@ -45,8 +45,22 @@ def _write_atomic(path: Path, write: Any, *, overwrite: bool) -> None:
         raise
 
 
-def write_json_atomic(path: Path, data: Any, *, overwrite: bool = False) -> None:
-    """Write JSON so a reader sees the whole file or none of it."""
+# Set by the test suite (tests/conftest.py), inherited by every worker it launches: each write is
+# checked against its declared shape, so a field written off its declaration fails a test instead
+# of a reader months later. Off in users' runs: a bad field there is a note at read time, and a
+# rank's record on its way out of a failing process must not be refused.
+CHECK_WRITES_ENV = "FSDP_BENCH_CHECK_WRITES"
+
+
+def write_json_atomic(path: Path, data: Any, *, shape: Any, overwrite: bool = False) -> None:
+    """Write JSON so a reader sees the whole file or none of it. `shape`: the record type the file
+    is declared as (results.records), the one place its fields are named."""
+    if os.environ.get(CHECK_WRITES_ENV):
+        from fsdp_bench.results.checks import record_problem
+
+        if problem := record_problem(data, shape):
+            raise ValueError(f"{path}: not a {getattr(shape, '__name__', shape)}: {problem}")
+
     def write(fh) -> None:
         json.dump(data, fh, indent=1, sort_keys=False, default=_json_default, allow_nan=True)
         fh.write("\n")

@@ -10,7 +10,7 @@ from fsdp_bench.results.io import read_json
 from fsdp_bench.results.layout import RunLayout, newest_run
 from fsdp_bench.results.migrate import migrate_case_result
 from fsdp_bench.results.checks import record_problem, result_problem
-from fsdp_bench.results.records import CaseResult, Environment, TuneAnswer
+from fsdp_bench.results.records import TUNE_SCHEMA_VERSION, CaseResult, Environment, TuneAnswer
 from fsdp_bench.results.schema import STATUSES, ResultError, check_schema
 
 
@@ -30,6 +30,13 @@ def load_case_result(path: Path) -> CaseResult:
 def load_tune_answer(path: Path) -> TuneAnswer:
     """A --bench-tune answer (tune/<request>.json), checked as load_case_result checks a case."""
     data = read_json(path)
+    if isinstance(data, dict):
+        data.setdefault("schema_version", 1)  # answers written before the field: the same shape
+        if type(data["schema_version"]) is not int or data["schema_version"] != TUNE_SCHEMA_VERSION:
+            raise ResultError(
+                f"{path}: tune answer version {data['schema_version']!r} is not supported "
+                f"(this fsdp-bench reads {TUNE_SCHEMA_VERSION})"
+            )
     _check(path, data, TuneAnswer)
     return data
 

@@ -11,15 +11,40 @@ any older schema version: `results.load`, `results.migrate`) and writing one (`r
 keys, numbers of a measurable size), so a field and its type are declared in this one place; the
 same check reads a tune answer and env.json.
 
-Nested objects (a memory reading, an error, the FLOP counts) stay `dict[str, Any]`: they are
-described where they are measured (worker.memory, worker.failure, worker.probes).
+The measured objects a rank record nests are declared in results.readings; a few nested objects
+whose fields vary with the device or the option that made them (FLOP counts, the profile summary,
+a prediction, a checkpoint) stay `dict[str, Any]`, described where they are measured.
 """
 
 from __future__ import annotations
 
 from typing import Any, TypedDict
 
-Number = int | float
+from fsdp_bench.results.readings import (
+    AllocatorHealth,
+    CheckpointReading,
+    ModelStateBytes,
+    PeakPrediction,
+    ProfileSummary,
+    ErrorRecord,
+    GpuBusy,
+    GpuUtilReading,
+    MemoryReading,
+    MemorySample,
+    Number,
+    PrecisionUsed,
+    StepParts,
+    StepPeaks,
+)
+
+# A case's `metrics`: a value per name the registry (results.metrics) holds; result_problem
+# refuses any other name. Numbers, yes/no, labels, and the one list (repeat medians).
+MetricValue = Number | str | bool | list[Number] | None
+Metrics = dict[str, MetricValue]
+# One case flattened for the table and every report reader (report.table.flatten_case): its axes,
+# the work quantities, the verdicts and its metrics, by column name (report.table's columns).
+Cell = Number | str | bool | list[Number] | None
+TableRow = dict[str, Cell]
 
 
 class StageReading(TypedDict, total=False):
@@ -88,7 +113,7 @@ class RankRecord(TypedDict, total=False):
     host: str
     status: str  # running, then ok or failed / oom
     stage: str  # the last stage entered (results.schema.STAGES)
-    error: dict[str, Any]  # type, message, traceback tail of a failure
+    error: ErrorRecord  # type, message, traceback tail of a failure
     started_utc: str
     ended_utc: str
     stages: list[StageReading]  # a memory reading after each stage
@@ -104,25 +129,25 @@ class RankRecord(TypedDict, total=False):
     update_norm_steps: list[int]  # the step (warmup included) each norm is of; older files: every step
     update_norms_null_reason: str
     measurement_stop_reason: str
-    memory: dict[str, Any]  # peaks of the measured steps
-    memory_timeline: list[dict[str, Any]]
-    memory_at_failure: dict[str, Any]
+    memory: StepPeaks  # peaks of the measured steps
+    memory_timeline: list[MemorySample]
+    memory_at_failure: MemoryReading
     memory_breakdown_bytes: dict[str, Number | None]
     memory_breakdown_null_reason: str
     memory_snapshot: str
     memory_snapshot_recording: bool
-    allocator: dict[str, Any]
+    allocator: AllocatorHealth
     device: str
     device_name: str
     dtype: str
     compute_dtype: str
-    precision: dict[str, Any]
+    precision: PrecisionUsed
     n_params: int
     param_bytes: int
     effective_sharding: str
     construction: dict[str, Any]
     data: dict[str, Any]
-    expected_model_state_bytes: dict[str, Number | str | None]
+    expected_model_state_bytes: ModelStateBytes
     measured_model_state_bytes: dict[str, Number]
     measured_model_state_null_reason: str
     optimizer_vs_model: dict[str, Any]
@@ -130,17 +155,27 @@ class RankRecord(TypedDict, total=False):
     optimizer_params_repointed: int
     params_changed: bool
     flops: dict[str, Any]
-    prediction: dict[str, Any]
-    profile: dict[str, Any]
-    gpu_util: dict[str, Any]
-    gpu_busy: dict[str, Any]
-    step_parts: dict[str, Any]  # analysis.attribution.step_parts of the rank's profiled probe step
-    checkpoint: dict[str, Any]
+    prediction: PeakPrediction
+    profile: ProfileSummary
+    gpu_util: GpuUtilReading
+    gpu_busy: GpuBusy
+    step_parts: StepParts  # analysis.attribution.step_parts of the rank's profiled probe step
+    checkpoint: CheckpointReading
     simulation: dict[str, Any]
     oom: dict[str, Any]
     probe_oom: dict[str, Any]
     oom_snapshot_error: str
     oom_observer_error: str
+
+
+class RepeatSummary(TypedDict, total=False):
+    """One repeat of a merged case (`repeats` of its result, analysis.repeats)."""
+
+    repeat: int
+    status: str
+    reason: str
+    duration_s: Number | None
+    step_time_s_median: Number | None
 
 
 class _ResultRequired(TypedDict):
@@ -164,11 +199,11 @@ class CaseResult(_ResultRequired, total=False):
     finished_unix: Number | None
     duration_s: Number
     log_tail: str
-    metrics: dict[str, Any]  # checked against the metric registry (results.schema)
+    metrics: Metrics  # checked against the metric registry (results.checks)
     ranks: list[RankRecord]
     simulation: dict[str, Any]  # --bench-simulate-world-size: what was simulated
     repeat: int | None  # which repeat this file is (a repeat's own file)
-    repeats: list[dict[str, Any]]  # merged repeats: each one's status, duration, median
+    repeats: list[RepeatSummary]  # merged repeats: each one's status, duration, median
     step_times_s_by_repeat: list[list[Number]]
     time_split_s: dict[str, Number] | None
     leftover_pids: list[int]
@@ -176,6 +211,7 @@ class CaseResult(_ResultRequired, total=False):
 
 
 REQUIRED_RESULT_FIELDS = ("case_id", "case", "status")
+TUNE_SCHEMA_VERSION = 1
 
 
 # --bench-tune's answer (`tune/<request>.json`, analysis.tune.tune_answer): what the report reads
@@ -260,11 +296,45 @@ class _TuneRequired(TypedDict):
 
 
 class TuneAnswer(_TuneRequired, total=False):
+    schema_version: int  # TUNE_SCHEMA_VERSION; answers written before it had none and read as 1
     budget_gib: Number | None
     pick: str | None
     rounds: list[TuneRound]
     boundary_check: TuneBoundaryCheck | None
     step_model: TuneStepModel | None
+
+
+class PeakEstimate(TypedDict, total=False):
+    """The estimator's answer (worker.estimate, `--bench-trace`): a case's rank-0 peak on fake tensors."""
+
+    case: CaseFields
+    status: str  # ok, or refused with the reason
+    reason: str
+    peak_bytes: Number
+    by_category_bytes: dict[str, Number]
+    probe_peak_bytes: Number
+    ddp_bucket_bytes: Number
+    world_size: int
+    tracker: str
+    build_s: Number
+    estimate_s: Number
+    method: str
+
+
+class CollectiveTrace(TypedDict, total=False):
+    """worker.comm_trace's `trace-rank-N.json`: the bytes per collective one rank moved in a step,
+    and each collective event's name and input shapes (what analysis.comm_model is checked on)."""
+
+    rank: int
+    world_size: int
+    case_id: str
+    bytes: dict[str, Number]
+    events: list[list[Any]]
+
+
+# The sweep settings a run folder was made with, where they differ from the defaults (`sweep.json`,
+# plan.sweep.Sweep.fingerprint): a resume with other settings is refused. Keys are Sweep's fields.
+SweepSettings = dict[str, Any]
 
 
 class Environment(TypedDict, total=False):

@@ -14,10 +14,11 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import torch
 import torch.distributed as dist
+
+from fsdp_bench.results.readings import CheckpointReading
 
 RESUME_STEPS = 2
 
@@ -79,7 +80,7 @@ def load_state(kind: str, model, optimizer, folder: Path) -> None:
 
 def run_checkpoint_benchmark(
     kind: str, model, optimizer, step: Callable[[int], torch.Tensor], next_step: int, device: torch.device
-) -> dict[str, Any]:
+) -> CheckpointReading:
     """Save, continue, load, continue again; timings in seconds, size in bytes, peaks per phase."""
     from fsdp_bench.worker.memory import peak_rss_bytes
 

@@ -17,6 +17,7 @@ from fsdp_bench.plan.case import Case, hybrid_mesh_shape
 from fsdp_bench.plan.catalog import strategy as catalog_strategy
 from fsdp_bench.results.io import read_json, write_json_atomic
 from fsdp_bench.results.layout import CaseDir
+from fsdp_bench.results.records import CollectiveTrace
 from fsdp_bench.worker.args import parse_case_args
 
 _COLLECTIVE_MARKERS = ("c10d::", "gloo:", "nccl:")
@@ -64,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
                 "bytes": count_trace_bytes(events, shard_group=shard_group),
                 "events": events,
             },
+            shape=CollectiveTrace,
             overwrite=True,
         )
     finally:

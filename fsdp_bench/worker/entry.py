@@ -14,6 +14,7 @@ import signal
 from fsdp_bench.plan.case import Case
 from fsdp_bench.results.io import read_json, utc_now, write_json_atomic
 from fsdp_bench.results.layout import CaseDir
+from fsdp_bench.results.records import RankRecord
 from fsdp_bench.worker.args import parse_case_args
 from fsdp_bench.worker.failure import (
     classify_exception,
@@ -56,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         raise
     finally:
         record["ended_utc"] = utc_now()
-        write_json_atomic(work.rank_file(rank), record, overwrite=True)
+        write_json_atomic(work.rank_file(rank), record, shape=RankRecord, overwrite=True)
 
 
 def entry() -> None:

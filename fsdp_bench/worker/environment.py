@@ -10,9 +10,9 @@ import sys
 import time
 from importlib import metadata
 from pathlib import Path
-from typing import Any
 
 from fsdp_bench.results.io import write_json_atomic
+from fsdp_bench.results.records import Environment
 
 PROBE_S = 0.25  # seconds of matmuls for the CPU rate the duration estimate uses
 PROBE_N = 256  # square matrices: big enough for the BLAS kernel, small enough to fit in cache
@@ -37,13 +37,13 @@ def measure_cpu_gflops(budget_s: float = PROBE_S, n: int = PROBE_N) -> float:
         torch.set_num_threads(threads)
 
 
-def collect_torch() -> dict[str, Any]:
+def collect_torch() -> Environment:
     start = time.perf_counter()
     import torch
 
     # How long `import torch` took: every rank and torchrun of every case pays it, so it scales
     # the estimate's fixed cost per case with the machine's speed and load right now.
-    info: dict[str, Any] = {
+    info: Environment = {
         "torch_import_s": round(time.perf_counter() - start, 3),
         "cpu_matmul_gflops": round(measure_cpu_gflops(), 2),
         "torch": torch.__version__,
@@ -81,4 +81,4 @@ def collect_torch() -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    write_json_atomic(Path(sys.argv[1]), collect_torch(), overwrite=True)
+    write_json_atomic(Path(sys.argv[1]), collect_torch(), shape=Environment, overwrite=True)

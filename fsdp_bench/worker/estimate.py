@@ -34,6 +34,7 @@ from typing import Any
 from fsdp_bench.plan.case import Case
 from fsdp_bench.plan.catalog import strategy as catalog_strategy
 from fsdp_bench.results.io import read_json, write_json_atomic
+from fsdp_bench.results.records import PeakEstimate
 from fsdp_bench.worker.simulate import fake_rank0
 
 METHOD = "fake tensors and a fake process group; one untracked step, then one tracked (fsdp_bench.worker.estimate)"
@@ -220,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     case = Case.from_dict(read_json(args.case))
     reason = refusal(case)
     result = {"status": "refused", "reason": reason} if reason else {"status": "ok", **estimate_peak(case)}
-    write_json_atomic(args.out, {"case": case.to_dict(), **result})
+    write_json_atomic(args.out, {"case": case.to_dict(), **result}, shape=PeakEstimate)
     json.dump(result, sys.stdout)
     return 0
 

@@ -7,12 +7,12 @@ import os
 import time
 import traceback
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from fsdp_bench.plan.case import Case
 from fsdp_bench.results.layout import CaseDir
+from fsdp_bench.results.readings import ErrorRecord
 from fsdp_bench.results.records import RankRecord
 
 
@@ -25,7 +25,7 @@ def raise_on_sigterm(signum, frame) -> None:
     raise Terminated(128 + signum)
 
 
-def error_record(exc: BaseException) -> dict[str, Any]:
+def error_record(exc: BaseException) -> ErrorRecord:
     message = (
         str(exc)
         if not isinstance(exc, Terminated)

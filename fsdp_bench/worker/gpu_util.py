@@ -21,6 +21,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from fsdp_bench.results.readings import GpuUtilReading
+
 
 class GpuUtilSampler:
     def __init__(self, device, interval_s: float = 0.1, read: Callable[[], float] | None = None) -> None:
@@ -79,7 +81,7 @@ class GpuUtilSampler:
         if self._thread is not None:
             self._thread.join(timeout=5)
 
-    def result(self) -> dict[str, Any]:
+    def result(self) -> GpuUtilReading:
         if self.reason is None and not self.samples:
             self.reason = "measured steps ended before the first NVML sample"
         if self.reason is not None:

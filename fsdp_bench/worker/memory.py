@@ -15,6 +15,8 @@ from typing import Any
 
 import torch
 
+from fsdp_bench.results.readings import AllocatorHealth, MemoryReading, MemorySample, TrackedPeak
+
 try:  # RSS of this process right now; ru_maxrss only gives the peak.
     import psutil
 
@@ -31,9 +33,9 @@ def peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
 
 
-def read_memory(device: torch.device) -> dict[str, Any]:
+def read_memory(device: torch.device) -> MemoryReading:
     """Current and peak allocator readings (CUDA) plus process RSS, in bytes."""
-    reading: dict[str, Any] = {"rss_bytes": rss_bytes()}
+    reading: MemoryReading = {"rss_bytes": rss_bytes()}
     if device.type == "cuda":
         reading.update(
             allocated_bytes=torch.cuda.memory_allocated(device),
@@ -51,7 +53,7 @@ def reset_peak(device: torch.device) -> None:
 
 def track_step_memory(
     step: Callable[[Callable[[str], None]], Any], modules: list[torch.nn.Module], optimizer: torch.optim.Optimizer
-) -> dict[str, Any]:
+) -> TrackedPeak:
     """Run `step(on_phase)` once under MemTracker; the peak live tensor bytes, total and per category.
 
     MemTracker refuses a second forward of a module in one session (gradient accumulation), so
@@ -95,7 +97,7 @@ class MemoryTimeline:
     def __init__(self, device: torch.device) -> None:
         self.device = device
         self.enabled = device.type == "cuda"
-        self.samples: list[dict[str, Any]] = []
+        self.samples: list[MemorySample] = []
         self.step = 0
         self._t0: float | None = None
 
@@ -121,7 +123,7 @@ class MemoryTimeline:
 ALLOC_CONF_ENV = "PYTORCH_CUDA_ALLOC_CONF"
 
 
-def allocator_health(device: torch.device) -> dict[str, Any] | None:
+def allocator_health(device: torch.device) -> AllocatorHealth | None:
     """Retries, OOMs and the reserved-minus-allocated gap of the CUDA caching allocator."""
     if device.type != "cuda":
         return None

@@ -18,6 +18,7 @@ from torch import nn
 
 from fsdp_bench.plan.case import PROFILED_STEPS, Case
 from fsdp_bench.results.layout import CaseDir
+from fsdp_bench.results.readings import PeakPrediction
 from fsdp_bench.results.records import RankRecord
 from fsdp_bench.worker.probe_guard import ProbeGuard
 from fsdp_bench.worker.training import local_tensor
@@ -213,7 +214,7 @@ def _units_and_mesh(case: Case, world_size: int, rank: int) -> dict[str, Any]:
     return {"units": units, "mesh": mesh, "rank": rank}
 
 
-def predicted_memory(case: Case, world_size: int, rank: int) -> dict[str, Any]:
+def predicted_memory(case: Case, world_size: int, rank: int) -> PeakPrediction:
     """analysis.fit's predicted peak and allocated model state for this case, recorded before
     the measurement is known (fp32 AdamW model, estimated activations; see analysis.fit)."""
     from fsdp_bench.analysis.fit import predict_case_peak

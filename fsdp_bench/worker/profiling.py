@@ -35,6 +35,7 @@ from fsdp_bench.analysis.attribution import COLLECTIVE_ORDER
 from fsdp_bench.analysis.busy import device_busy
 from fsdp_bench.analysis.intervals import clip, exposed_length, total_length, union
 from fsdp_bench.plan.case import PROFILER_WARMUP_STEPS
+from fsdp_bench.results.readings import BusyProbe, ProfileSummary, StepParts
 
 STEP_MARKER = "fsdp_bench.step"
 DATA_MARKER = "fsdp_bench.data"  # the batch fetch inside a step (worker.setup.Rank.train_step)
@@ -73,7 +74,7 @@ def collective_kind(name: str) -> str | None:
     return "other"
 
 
-def summarize_events(events: Iterable[TraceEvent]) -> dict[str, Any]:
+def summarize_events(events: Iterable[TraceEvent]) -> ProfileSummary:
     """Per-step seconds of communication (total, exposed, per collective), compute, optimizer
     and host time, averaged over the profiled steps."""
     events = list(events)
@@ -127,7 +128,7 @@ def _comm_threads(events: list[TraceEvent]) -> set[int]:
     }
 
 
-def attribute_events(events: Iterable[TraceEvent]) -> dict[str, Any]:
+def attribute_events(events: Iterable[TraceEvent]) -> StepParts:
     """The probe step taken apart (`analysis.attribution.step_parts`): compute, exposed
     communication by collective, optimizer, data and host time, summing to the step's window.
 
@@ -161,7 +162,7 @@ def attribute_events(events: Iterable[TraceEvent]) -> dict[str, Any]:
     return parts
 
 
-def busy_from_events(events: Iterable[TraceEvent]) -> dict[str, Any]:
+def busy_from_events(events: Iterable[TraceEvent]) -> BusyProbe:
     """The device's busy seconds per step (`analysis.busy.device_busy`): every device interval
     inside the `fsdp_bench.step` windows (the host spans; the device-side copy of the annotation
     is no work)."""
@@ -200,7 +201,7 @@ def load_trace_events(path: Path) -> list[TraceEvent]:
 
 def profile_steps(
     step: Callable[[], Any], *, n_steps: int, device_type: str, rank: int, trace_dir: Path | None
-) -> dict[str, Any]:
+) -> ProfileSummary:
     """Run `step` under torch.profiler: one profiler warmup step (not recorded), then `n_steps`
     recorded ones; save the TensorBoard trace and summarize it.
 
@@ -268,7 +269,7 @@ def probe_step_events(step: Callable[[], Any], *, device_type: str) -> list[Trac
         return load_trace_events(path)
 
 
-def probe_device_busy(step: Callable[[], Any], *, device_type: str) -> dict[str, Any]:
+def probe_device_busy(step: Callable[[], Any], *, device_type: str) -> BusyProbe:
     """Run `step` once under torch.profiler and return the device's busy time in its window
     (`busy_from_events`): one untimed step, no trace kept.
 

@@ -7,12 +7,11 @@ import os
 import socket
 import time
 from pathlib import Path
-from typing import Any
 
 from fsdp_bench.plan.case import Case
 from fsdp_bench.plan.faults import faults_for, slow_fraction_for
 from fsdp_bench.results.io import utc_now, write_json_atomic
-from fsdp_bench.results.records import RankRecord
+from fsdp_bench.results.records import RankRecord, StageReading
 from fsdp_bench.results.schema import GIB, MEASUREMENT_VERSION, SCHEMA_VERSION, STAGE_LABELS
 
 
@@ -78,12 +77,12 @@ class StageTracker:
         if self.progress_file is None:
             return
         try:
-            write_json_atomic(self.progress_file, self.record, overwrite=True)
+            write_json_atomic(self.progress_file, self.record, shape=RankRecord, overwrite=True)
         except OSError:
             pass  # a full disk must not turn a healthy case into a failed one
 
 
-def format_stage_line(reading: dict[str, Any]) -> str:
+def format_stage_line(reading: StageReading) -> str:
     parts = [f"[fsdp-bench] rank {reading['rank']} {reading['label']}:"]
     for key in ("allocated_bytes", "max_allocated_bytes", "reserved_bytes", "max_reserved_bytes", "rss_bytes"):
         if reading.get(key) is not None:

@@ -13,6 +13,7 @@ from fsdp_bench.analysis.simulation import simulated_environment, simulation_sum
 from fsdp_bench.plan.case import Case
 from fsdp_bench.results.io import read_json, write_json_atomic
 from fsdp_bench.results.layout import CaseDir
+from fsdp_bench.results.records import RankRecord
 from fsdp_bench.worker.args import parse_case_args
 
 
@@ -46,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     record = read_json(path)
     if record.get("status") == "ok":
         record["simulation"] = simulation_summary(case, record)
-        write_json_atomic(path, record, overwrite=True)
+        write_json_atomic(path, record, shape=RankRecord, overwrite=True)
     return code
 
 

@@ -12,6 +12,7 @@ import torch
 from fsdp_bench.plan.case import Case
 from fsdp_bench.plan.catalog import precision
 from fsdp_bench.plan.catalog import strategy as catalog_strategy
+from fsdp_bench.results.records import RankRecord
 from fsdp_bench.worker.strategies import compute_dtype
 
 
@@ -123,7 +124,7 @@ class Trainer:
         if self.case.grad_sync == "last" and hasattr(self.model, "set_requires_gradient_sync"):
             self.model.set_requires_gradient_sync(value)
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> RankRecord:
         """What the run used: configured param/reduce dtypes and the dtype blocks really produced."""
         if not precision(self.case.precision).low:
             param = reduce = "float32"

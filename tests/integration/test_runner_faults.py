@@ -172,7 +172,7 @@ _SIGTERM_DURING_FAILURE = textwrap.dedent("""
     entry.classify_exception = classify_then_sigterm
     out = sys.argv[1]
     write_json_atomic(os.path.join(out, "case.json"),
-                      Case(strategy="ddp", nproc=1, steps=1, warmup=0, seq_len=16).to_dict())
+                      Case(strategy="ddp", nproc=1, steps=1, warmup=0, seq_len=16).to_dict(), shape=Any)
     entry.main(["--case", os.path.join(out, "case.json"), "--out", out])
 """)
 

@@ -121,5 +121,7 @@ def test_compare_judges_metrics_with_a_direction():
     from fsdp_bench.results.metrics import BY_NAME
 
     assert all(BY_NAME[m].better for m in COMPARED)
-    assert is_regression("tokens_per_s_per_device", -10.0, 5.0) and not is_regression("tokens_per_s_per_device", 10.0, 5.0)
+    assert is_regression("tokens_per_s_per_device", -10.0, 5.0) and not is_regression(
+        "tokens_per_s_per_device", 10.0, 5.0
+    )
     assert is_regression("peak_allocated_gib", 10.0, 5.0) and not is_regression("peak_allocated_gib", -10.0, 5.0)

@@ -10,6 +10,7 @@ no module-level mutable state, and no run-folder path is spelled outside `result
 from __future__ import annotations
 
 import ast
+import os
 import re
 from pathlib import Path
 
@@ -150,9 +151,18 @@ def test_strategy_traits_are_never_read_from_the_name():
 
 
 # The modules that record a metric under its name (the aggregate and the statistics it calls, the
-# profiler's per-rank split, the worker's rank record) spell it; every other reader asks the
+# profiler's per-rank split, the worker's rank record, the repeats' merge, the simulation, the
+# migration of older files) spell it; every other reader asks the
 # registry (`fsdp_bench.results.metrics.M`), so a renamed or misspelt metric fails at once.
-_METRIC_RECORDERS = {"results/metrics.py", "analysis/aggregate.py", "results/stats.py", "worker/profiling.py"}
+_METRIC_RECORDERS = {
+    "results/metrics.py",
+    "analysis/aggregate.py",
+    "results/stats.py",
+    "worker/profiling.py",
+    "analysis/repeats.py",
+    "analysis/simulation.py",
+    "results/migrate.py",
+}
 
 
 def test_metric_names_are_spelled_only_in_the_registry_and_their_recorder():
@@ -319,3 +329,48 @@ def test_precision_and_timing_names_are_spelled_only_in_plan():
 def test_the_literal_rule_catches_a_planted_name():
     planted = 'def scaler(case):\n    return case.precision == "fp16"\n\nLABEL = "after_shard"\n'
     assert sorted(registry_literals(planted, _precision_and_timing_names())) == [(2, "fp16"), (4, "after_shard")]
+
+
+# --- issue 34: every file a run writes has one declared shape -------------------------------------
+
+
+def test_every_json_write_names_its_record_type():
+    """Each write_json_atomic call in the package passes `shape=` a type declared in results/ (a
+    record or a reading), so the file's fields are named in one place and checked when written."""
+    import ast
+
+    from fsdp_bench.results import readings, records
+
+    declared = {n for module in (records, readings) for n in vars(module) if n[0].isupper()}
+    calls = []
+    for path in [*_modules(), ROOT / "scripts" / "bench_visualize.py"]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "write_json_atomic":
+                shape = next((k.value for k in node.keywords if k.arg == "shape"), None)
+                calls.append((f"{path.name}:{node.lineno}", getattr(shape, "id", None)))
+    assert len(calls) >= 12
+    assert [c for c in calls if c[1] not in declared] == []
+
+
+def test_a_write_off_its_declared_shape_is_refused_under_the_suite(tmp_path):
+    from fsdp_bench.results.io import CHECK_WRITES_ENV, write_json_atomic
+    from fsdp_bench.results.records import RankRecord
+
+    assert os.environ.get(CHECK_WRITES_ENV)  # tests/conftest.py: what the sweeps below inherit
+    with pytest.raises(ValueError, match="not a RankRecord: field step_times_s"):
+        write_json_atomic(tmp_path / "rank0.json", {"rank": 0, "step_times_s": "fast"}, shape=RankRecord)
+    assert not (tmp_path / "rank0.json").exists()
+    write_json_atomic(tmp_path / "rank0.json", {"rank": 0, "step_times_s": [0.1, 0.2]}, shape=RankRecord)
+
+
+def test_few_plain_dicts_outside_results():
+    """Records and readings have declared types; what stays `dict[str, Any]` outside results/ is
+    keyword arguments, option specs and other dicts no file is read back as."""
+    plain = [
+        f"{p.relative_to(PACKAGE)}:{i}"
+        for p in _modules()
+        if "results" not in p.relative_to(PACKAGE).parts
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if "dict[str, Any]" in line
+    ]
+    assert len(plain) < 20, plain

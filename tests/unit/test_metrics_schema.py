@@ -3,6 +3,8 @@ and validate."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from fsdp_bench.plan.case import Case, CaseError
@@ -30,9 +32,9 @@ def _result(version):
 def test_schema_is_4_and_older_versions_load_migrated(tmp_path):
     assert SCHEMA_VERSION == 4
     for v in (1, 2, 3, 4):
-        write_json_atomic(tmp_path / f"v{v}.json", _result(v))
+        write_json_atomic(tmp_path / f"v{v}.json", _result(v), shape=Any)
         assert load_case_result(tmp_path / f"v{v}.json")["schema_version"] == 4
-    write_json_atomic(tmp_path / "v5.json", _result(5))
+    write_json_atomic(tmp_path / "v5.json", _result(5), shape=Any)
     with pytest.raises(ResultError, match="reads 1, 2, 3, 4"):
         load_case_result(tmp_path / "v5.json")
 
@@ -43,13 +45,13 @@ def test_migration_reads_which_loop_measured_each_rank(tmp_path):
     from fsdp_bench.results.schema import MEASUREMENT_VERSION, is_current_ok
 
     old = {**_result(3), "ranks": [{"rank": 0, "update_norm_steps": [0, 1, 24]}, {"rank": 1}]}
-    write_json_atomic(tmp_path / "old.json", old)
+    write_json_atomic(tmp_path / "old.json", old, shape=Any)
     ranks = load_case_result(tmp_path / "old.json")["ranks"]
     assert [r["measurement_version"] for r in ranks] == [2, 1]
     assert MEASUREMENT_VERSION == 2
     assert not is_current_ok(load_case_result(tmp_path / "old.json"))  # rank 1 is the older loop
     old["ranks"] = old["ranks"][:1]
-    write_json_atomic(tmp_path / "v2loop.json", old)
+    write_json_atomic(tmp_path / "v2loop.json", old, shape=Any)
     assert is_current_ok(load_case_result(tmp_path / "v2loop.json"))
 
 
@@ -64,7 +66,7 @@ def test_migration_fills_what_the_report_used_to_backfill(tmp_path):
             {"rank": 0, "effective_sharding": "FULL_SHARD", "memory": {"peak_allocated_bytes": 2**30}},
         ],
     }
-    write_json_atomic(tmp_path / "old.json", old)
+    write_json_atomic(tmp_path / "old.json", old, shape=Any)
     metrics = load_case_result(tmp_path / "old.json")["metrics"]
     assert metrics["effective_sharding"] == "full_shard"
     assert metrics["rank0_peak_allocated_gib"] == 1.0
@@ -80,7 +82,7 @@ def test_migration_adds_the_median_interval_early_version_2_files_lack(tmp_path)
         "metrics": {"step_time_s_median": 0.12},
         "ranks": [{"rank": r, "step_times_s": t} for r, t in enumerate(times)],
     }
-    write_json_atomic(tmp_path / "old.json", old)
+    write_json_atomic(tmp_path / "old.json", old, shape=Any)
     metrics = load_case_result(tmp_path / "old.json")["metrics"]
     expected = summarize_step_times(slowest_rank_step_times(times))
     assert metrics["step_time_s_median_ci_low"] == expected["step_time_s_median_ci_low"] == 0.11
@@ -88,7 +90,7 @@ def test_migration_adds_the_median_interval_early_version_2_files_lack(tmp_path)
     assert metrics["step_time_median_ci_level_pct"] == expected["step_time_median_ci_level_pct"]
     assert metrics["step_time_s_median"] == 0.12  # what the file had stays as it was
     recorded = {**old, "metrics": {"step_time_s_median": 0.12, "step_time_s_median_ci_low": 0.09}}
-    write_json_atomic(tmp_path / "recorded.json", recorded)
+    write_json_atomic(tmp_path / "recorded.json", recorded, shape=Any)
     assert load_case_result(tmp_path / "recorded.json")["metrics"] == recorded["metrics"]
 
 
@@ -112,7 +114,7 @@ def test_a_metric_the_registry_does_not_hold_is_refused(tmp_path):
     """A misspelt metric would read as a missing column in every table; the loader names it."""
     data = _result(4)
     data["metrics"]["tokens_per_sec_per_device"] = 12.0
-    write_json_atomic(tmp_path / "foreign.json", data)
+    write_json_atomic(tmp_path / "foreign.json", data, shape=Any)
     with pytest.raises(ResultError, match="metrics.tokens_per_sec_per_device is not a metric"):
         load_case_result(tmp_path / "foreign.json")
     # a family row covers the names it stands for, and no other

@@ -1,5 +1,6 @@
 import json
 import os
+from typing import Any
 
 import pytest
 
@@ -11,11 +12,11 @@ from fsdp_bench.results.schema import ResultError
 
 def test_atomic_write_refuses_to_overwrite(tmp_path):
     path = tmp_path / "a.json"
-    write_json_atomic(path, {"x": 1})
+    write_json_atomic(path, {"x": 1}, shape=Any)
     with pytest.raises(FileExistsError):
-        write_json_atomic(path, {"x": 2})
+        write_json_atomic(path, {"x": 2}, shape=Any)
     assert json.loads(path.read_text()) == {"x": 1}
-    write_json_atomic(path, {"x": 3}, overwrite=True)
+    write_json_atomic(path, {"x": 3}, shape=Any, overwrite=True)
     assert json.loads(path.read_text()) == {"x": 3}
     assert [p.name for p in tmp_path.iterdir()] == ["a.json"]  # no temp file left behind
 
@@ -45,9 +46,9 @@ def _result(case_id="ddp-x", status="ok", **extra):
 
 def test_load_reports_bad_files_by_name(tmp_path):
     run = create_run_dir(tmp_path)
-    write_json_atomic(run / "cases" / "good.json", _result())
+    write_json_atomic(run / "cases" / "good.json", _result(), shape=Any)
     (run / "cases" / "torn.json").write_text('{"schema_version": 1, "case')
-    write_json_atomic(run / "cases" / "future.json", {**_result(), "schema_version": 99})
+    write_json_atomic(run / "cases" / "future.json", {**_result(), "schema_version": 99}, shape=Any)
     results, problems = load_run(run)
     assert [r["case_id"] for r in results] == ["ddp-x"]
     assert any("torn.json: not valid JSON" in p for p in problems)
@@ -56,7 +57,7 @@ def test_load_reports_bad_files_by_name(tmp_path):
 
 def test_unknown_status_is_rejected(tmp_path):
     path = tmp_path / "r.json"
-    write_json_atomic(path, _result(status="meh"))
+    write_json_atomic(path, _result(status="meh"), shape=Any)
     with pytest.raises(ResultError, match="unknown status 'meh'"):
         load_case_result(path)
 
@@ -87,7 +88,7 @@ def test_results_are_readable_by_others_like_any_file(tmp_path):
     from fsdp_bench.results.io import readable_mode
 
     path = tmp_path / "r.json"
-    write_json_atomic(path, {"x": 1})
+    write_json_atomic(path, {"x": 1}, shape=Any)
     assert stat.S_IMODE(path.stat().st_mode) == readable_mode()
     assert readable_mode() & 0o044  # group/others can read under the usual umask (022)
 

@@ -4,7 +4,6 @@ expectation, and memory over time for the optimizer-timing comparison."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from fsdp_bench.plan.case import timing_order
 from fsdp_bench.plan.catalog import strategy_order
@@ -26,6 +25,7 @@ from fsdp_bench.report.charts.style import (
 )
 from fsdp_bench.report.table import ok_rows
 from fsdp_bench.results.metrics import M
+from fsdp_bench.results.readings import MemorySample
 from fsdp_bench.results.records import CaseResult
 from fsdp_bench.results.schema import GIB, STAGE_LABELS, STAGES
 
@@ -172,9 +172,9 @@ def chart_memory_breakdown(run: RunData, path: Path) -> None:
     save_figure(fig, path)
 
 
-def _timeline(result: CaseResult) -> list[dict[str, Any]]:
+def _timeline(result: CaseResult) -> list[MemorySample]:
     """The timeline of the rank with the highest allocated peak."""
-    best: list[dict[str, Any]] = []
+    best: list[MemorySample] = []
     for rank in result.get("ranks") or []:
         line = [p for p in rank.get("memory_timeline") or [] if isinstance(p, dict) and p.get("t_s") is not None]
         peak = max((p.get("allocated_bytes") or 0 for p in line), default=-1)

@@ -12,7 +12,7 @@ from typing import Any
 
 from fsdp_bench.plan.catalog import OPTIMIZER_TIMING_ROWS, STRATEGIES, intended_timing, strategy_order
 from fsdp_bench.report.table import ok_rows
-from fsdp_bench.results.records import CaseResult
+from fsdp_bench.results.records import CaseResult, TuneAnswer
 from fsdp_bench.results.schema import FAILED_STATUSES
 
 # Colour-blind-friendly first (Okabe-Ito), then tab10's remainder; strategies keep their colour in
@@ -57,7 +57,7 @@ class RunData:
     results: dict[str, CaseResult] = field(default_factory=dict)  # case_id -> merged result
     title: str = ""
     budget_gib: float | None = None  # memory budget per device for the recommendation
-    tuning: list[dict[str, Any]] = field(default_factory=list)  # --bench-tune answers (RUN/tune/*.json)
+    tuning: list[TuneAnswer] = field(default_factory=list)  # --bench-tune answers (RUN/tune/*.json)
 
 
 def pyplot():
