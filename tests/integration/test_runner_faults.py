@@ -164,6 +164,7 @@ _SIGTERM_DURING_FAILURE = textwrap.dedent("""
     import fsdp_bench.worker.entry as entry
     from fsdp_bench.plan.case import Case
     from fsdp_bench.results.io import write_json_atomic
+    from fsdp_bench.results.records import CaseFields
 
     real = entry.classify_exception
     def classify_then_sigterm(exc):
@@ -172,7 +173,7 @@ _SIGTERM_DURING_FAILURE = textwrap.dedent("""
     entry.classify_exception = classify_then_sigterm
     out = sys.argv[1]
     write_json_atomic(os.path.join(out, "case.json"),
-                      Case(strategy="ddp", nproc=1, steps=1, warmup=0, seq_len=16).to_dict(), shape=Any)
+                      Case(strategy="ddp", nproc=1, steps=1, warmup=0, seq_len=16).to_dict(), shape=CaseFields)
     entry.main(["--case", os.path.join(out, "case.json"), "--out", out])
 """)
 
