@@ -24,6 +24,7 @@ from fsdp_bench.results.io import read_json, utc_now, write_json_atomic
 from fsdp_bench.results.layout import CaseDir, RunLayout
 from fsdp_bench.results.records import CaseFields, CaseResult, RankRecord
 from fsdp_bench.results.schema import SCHEMA_VERSION, ResultError
+from fsdp_bench.results.work import work_of
 
 LOG_TAIL_CHARS = 4000
 CLASSIFY_TAIL_CHARS = 64000  # torchrun's failure summary lists every failed rank; read enough
@@ -220,6 +221,7 @@ def _merged_result(
         "schema_version": SCHEMA_VERSION,
         "case_id": case.id,
         "case": case.to_dict(),
+        "work": work_of(case.to_dict()),
         "status": outcome.status,
         "reason": outcome.reason,
         "failed_rank": outcome.rank,

@@ -15,6 +15,7 @@ from fsdp_bench.plan.catalog import DEFAULT_PRECISION, OPTIMIZER_TIMING_ROWS, PR
 from fsdp_bench.plan.catalog import strategy as catalog_strategy
 from fsdp_bench.plan.flavors import MODEL_FLAVORS, hf_path_problem, is_hf_path
 from fsdp_bench.results.records import CaseFields
+from fsdp_bench.results.work import global_batch_size
 
 # Knob values (first = default, mirrored by the Case field defaults below).
 OPTIMIZER_IMPLS = ("auto", "fused", "foreach", "plain")
@@ -115,7 +116,7 @@ class Case:
 
     @property
     def global_batch_size(self) -> int:
-        return self.batch_size * self.grad_accum * self.nproc
+        return global_batch_size(self.batch_size, self.grad_accum, self.nproc)
 
     @property
     def tokens_per_step(self) -> int:

@@ -11,7 +11,7 @@ from typing import Any
 from fsdp_bench.analysis.busy import is_host_bound
 from fsdp_bench.analysis.case_time import case_time_split
 from fsdp_bench.plan.case import timing_order
-from fsdp_bench.plan.catalog import DEFAULT_PRECISION, strategy_order
+from fsdp_bench.plan.catalog import strategy_order
 from fsdp_bench.results.metrics import HIGHER_IS_BETTER, LOWER_IS_BETTER, M
 from fsdp_bench.results.metrics import label as metric_label
 from fsdp_bench.results.records import CaseResult, RankRecord, TableRow
@@ -83,8 +83,7 @@ def flatten_case(result: CaseResult) -> TableRow:
     case = dict(result.get("case") or {})
     row: TableRow = {"case_id": result.get("case_id")}
     row.update(case)
-    if all(isinstance(case.get(k), int) for k in ("batch_size", "grad_accum", "nproc")):
-        row["global_batch_size"] = case["batch_size"] * case["grad_accum"] * case["nproc"]
+    row.update(result.get("work") or {})  # global batch, tokens per step, like-for-like group
     row["status"] = result.get("status")
     row["reason"] = result.get("reason") or ""
     row["returncode"] = result.get("returncode")
@@ -136,14 +135,6 @@ def build_table(results: Iterable[CaseResult]):
     return _sorted(df)
 
 
-def compare_group(row: Mapping[str, Any]) -> str | None:
-    """The like-for-like key, e.g. 'gpt_tiny sl32 tok128 fp32'; None when the work is unknown."""
-    tokens = row.get("tokens_per_optimizer_step")
-    if row.get("model") is None or not isinstance(tokens, (int, float)) or tokens != tokens:
-        return None
-    return f"{row['model']} sl{int(row['seq_len'])} tok{int(tokens)} {row.get('precision') or DEFAULT_PRECISION}"
-
-
 def did_train(row: Mapping[str, Any]) -> bool:
     """Finished ok and the model learned: parameters changed and the loss moved."""
     if row.get("status") != "ok" or row.get(M.params_changed) is False:
@@ -156,14 +147,14 @@ def did_train(row: Mapping[str, Any]) -> bool:
 
 
 def add_ranking(df):
-    """tokens_per_optimizer_step, compare_group, trained, rank_in_group (1 = fastest by
-    tokens/s/device among cases that trained, within the group) and is_best."""
+    """trained, rank_in_group (1 = fastest by tokens/s/device among cases that trained, within
+    the result's like-for-like `compare_group`, results.work) and is_best."""
     import pandas as pd
 
-    if "seq_len" in df and "global_batch_size" in df:
-        df["tokens_per_optimizer_step"] = pd.to_numeric(df["global_batch_size"]) * pd.to_numeric(df["seq_len"])
+    for column in ("tokens_per_optimizer_step", "compare_group"):
+        if column not in df:  # no result knew its work (a case folder without its fields)
+            df[column] = None
     records = df.to_dict("records")
-    df["compare_group"] = [compare_group(r) for r in records]
     df["trained"] = [did_train(r) for r in records]
     rank = pd.Series([None] * len(df), index=df.index, dtype="object")
     if RANK_METRIC in df:

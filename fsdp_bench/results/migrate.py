@@ -12,6 +12,7 @@ from typing import Any, Callable
 from fsdp_bench.results.metrics import M
 from fsdp_bench.results.schema import GIB, SCHEMA_VERSION, sharding_word
 from fsdp_bench.results.stats import slowest_rank_step_times, summarize_step_times
+from fsdp_bench.results.work import work_of
 
 
 def _v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
@@ -56,8 +57,20 @@ def _v3_to_v4(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+def _v4_to_v5(data: dict[str, Any]) -> dict[str, Any]:
+    """The work per optimizer step, as the writer now records it (results.work)."""
+    if "work" not in data:
+        data["work"] = work_of(data["case"]) if isinstance(data.get("case"), dict) else None
+    return data
+
+
 # version -> the step that lifts a file of that version by one
-STEPS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4}
+STEPS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    1: _v1_to_v2,
+    2: _v2_to_v3,
+    3: _v3_to_v4,
+    4: _v4_to_v5,
+}
 
 
 def migrate_case_result(data: dict[str, Any]) -> dict[str, Any]:

@@ -178,6 +178,15 @@ class RepeatSummary(TypedDict, total=False):
     step_time_s_median: Number | None
 
 
+class Work(TypedDict):
+    """What one optimizer step of a case computes (results.work): cases are ranked against each
+    other only within one `compare_group` (same model, seq_len, tokens per step, precision)."""
+
+    global_batch_size: int
+    tokens_per_optimizer_step: int
+    compare_group: str
+
+
 class _ResultRequired(TypedDict):
     case_id: str
     case: CaseFields
@@ -199,6 +208,7 @@ class CaseResult(_ResultRequired, total=False):
     finished_unix: Number | None
     duration_s: Number
     log_tail: str
+    work: Work | None  # results.work.work_of(case), written with the result
     metrics: Metrics  # checked against the metric registry (results.checks)
     ranks: list[RankRecord]
     simulation: dict[str, Any]  # --bench-simulate-world-size: what was simulated

@@ -8,13 +8,14 @@ from typing import Any
 
 from fsdp_bench.results.records import CaseResult
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 # Versions this code reads; older ones are brought to the current one at load (results.migrate),
 # so no reader ever looks at an old shape. 2 added measurement fields (memory breakdown, model
 # state, FLOPs/MFU, profile, update norms, timeline), all optional. 3: the metrics always carry
 # `effective_sharding` in the catalog's words and, with a prediction, rank 0's measured peak.
 # 4: every rank record carries the `measurement_version` of the loop that measured it.
-READABLE_SCHEMA_VERSIONS = (1, 2, 3, 4)
+# 5: every result carries its `work` (results.work), which readers used to recompute.
+READABLE_SCHEMA_VERSIONS = (1, 2, 3, 4, 5)
 # The worker's way of measuring, bumped when the timed loop changes what a step's time means; each
 # rank record carries it, and a resume re-runs an ok case measured by an older loop (set aside under
 # .attempts/) rather than mix two harnesses in one run. 1: update norms copied every parameter to

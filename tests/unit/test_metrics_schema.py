@@ -29,14 +29,24 @@ def _result(version):
     }
 
 
-def test_schema_is_4_and_older_versions_load_migrated(tmp_path):
-    assert SCHEMA_VERSION == 4
-    for v in (1, 2, 3, 4):
+def test_schema_is_5_and_older_versions_load_migrated(tmp_path):
+    assert SCHEMA_VERSION == 5
+    for v in (1, 2, 3, 4, 5):
         write_json_atomic(tmp_path / f"v{v}.json", _result(v), shape=Any)
-        assert load_case_result(tmp_path / f"v{v}.json")["schema_version"] == 4
-    write_json_atomic(tmp_path / "v5.json", _result(5), shape=Any)
-    with pytest.raises(ResultError, match="reads 1, 2, 3, 4"):
-        load_case_result(tmp_path / "v5.json")
+        assert load_case_result(tmp_path / f"v{v}.json")["schema_version"] == 5
+    write_json_atomic(tmp_path / "v6.json", _result(6), shape=Any)
+    with pytest.raises(ResultError, match="reads 1, 2, 3, 4, 5"):
+        load_case_result(tmp_path / "v6.json")
+
+
+def test_the_work_is_written_with_the_result_and_migrated_into_older_files(tmp_path):
+    """Readers take the like-for-like group from the file (results.work), never recompute it."""
+    case = Case(strategy="ddp", model="gpt_tiny", batch_size=4, grad_accum=2, nproc=2, seq_len=32)
+    old = {**_result(4), "case": case.to_dict()}
+    write_json_atomic(tmp_path / "v4.json", old, shape=Any)
+    work = load_case_result(tmp_path / "v4.json")["work"]
+    assert work == {"global_batch_size": 16, "tokens_per_optimizer_step": 512, "compare_group": "gpt_tiny sl32 tok512 fp32"}
+    assert case.tokens_per_step == work["tokens_per_optimizer_step"]
 
 
 def test_migration_reads_which_loop_measured_each_rank(tmp_path):
