@@ -1,6 +1,14 @@
-"""`python -m fsdp_bench.fit`: will-it-fit tables and charts (see fsdp_bench.report.fit_chart)."""
+"""`python -m fsdp_bench.fit` (`fsdp-bench-fit`): will-it-fit tables and charts
+(fsdp_bench.report.fit_chart), and with --trace each case through the fake-tensor estimator,
+which launch.estimate starts."""
 
-from fsdp_bench.report.fit_chart import main
+from fsdp_bench.launch.estimate import estimator
+from fsdp_bench.report import fit_chart
+
+
+def main(argv: list[str] | None = None) -> int:
+    return fit_chart.main(argv, estimator=estimator)
+
 
 if __name__ == "__main__":
     raise SystemExit(main())

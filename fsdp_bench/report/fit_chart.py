@@ -117,11 +117,15 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, estimator=None) -> int:
+    """`estimator`: what `--trace` runs each case through, launch.estimate.estimator (handed in by
+    fsdp_bench.fit: launching processes is launch/'s, which report/ does not import)."""
     args = _parse_args(argv)
     models = args.models
     if args.trace:
-        return print_trace(args, models)
+        if estimator is None:
+            raise ValueError("--trace needs the estimator: run python -m fsdp_bench.fit")
+        return print_trace(args, models, estimator)
     calibration = None
     if args.calibrate is not None:
         calibration = calibrate_from_results(load_run(args.calibrate)[0])
@@ -152,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def print_trace(args: argparse.Namespace, models: tuple[str, ...]) -> int:
+def print_trace(args: argparse.Namespace, models: tuple[str, ...], estimator) -> int:
     """`--trace`: one line per case; bad input is one line on stderr and exit 2."""
     try:
         cases = trace_cases(
@@ -167,9 +171,10 @@ def print_trace(args: argparse.Namespace, models: tuple[str, ...]) -> int:
         print(f"python -m fsdp_bench.fit --trace: error: {exc}", file=sys.stderr)
         return 2
     failed = 0
-    for row in trace_rows(cases):
-        print(trace_line(row), flush=True)
-        failed += row["estimate"].get("status") == "failed"
+    with estimator() as estimate_of:
+        for row in trace_rows(cases, estimate_of):
+            print(trace_line(row), flush=True)
+            failed += row["estimate"].get("status") == "failed"
     return 1 if failed else 0
 
 

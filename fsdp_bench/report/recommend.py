@@ -10,6 +10,7 @@ from fsdp_bench.analysis.busy import HOST_BOUND_BUSY_PCT, host_bound_detail, hos
 from fsdp_bench.analysis.run_noise import SINGLE_RUN_NOISE, speed_interval, widened
 from fsdp_bench.plan.catalog import intended_timing
 from fsdp_bench.report.table import is_set, left_out, trained_rows
+from fsdp_bench.report.why import short_name
 from fsdp_bench.results.metrics import M
 from fsdp_bench.results.records import TableRow
 from fsdp_bench.results.stats import CONFIDENCE_PCT
@@ -165,10 +166,6 @@ def why_note(rec: Recommendation) -> str:
     return f"; why{' (a difference within noise)' if len(rec.tied) > 1 else ''}: {reason}"
 
 
-def _short(row: TableRow) -> str:
-    return f"{row['strategy']} batch {row['batch_size']} x accum {row['grad_accum']}"
-
-
 def host_overhead_note(rows: list[TableRow]) -> str:
     """What the ranked cases' GPU busy shares say about the ranking: '' when none is host-bound
     (or none was measured); when all are, the ranking is decided by host overhead."""
@@ -177,7 +174,7 @@ def host_overhead_note(rows: list[TableRow]) -> str:
         return ""
     if len(rows) == 1:
         return f"; it is {host_bound_text(bound[0][M.gpu_busy_pct], bound[0][M.gpu_idle_ms_per_step])}"
-    each = "; ".join(f"{_short(r)}: {host_bound_detail(r[M.gpu_busy_pct], r[M.gpu_idle_ms_per_step])}" for r in bound)
+    each = "; ".join(f"{short_name(r)}: {host_bound_detail(r[M.gpu_busy_pct], r[M.gpu_idle_ms_per_step])}" for r in bound)
     if len(bound) < len(rows):
         return f"; {len(bound)} of the {len(rows)} ranked configurations host-bound ({each})"
     return (

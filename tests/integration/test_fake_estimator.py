@@ -51,7 +51,7 @@ def test_fake_tensor_peak_within_2_percent_of_measured(name, strategy, n):
 def _fit(*args: str) -> subprocess.CompletedProcess:
     """The fit CLI in a fresh interpreter, which must not import torch itself."""
     code = (
-        "import sys; from fsdp_bench.report.fit_chart import main; code = main(sys.argv[1:]); "
+        "import sys; from fsdp_bench.fit import main; code = main(sys.argv[1:]); "
         "assert 'torch' not in sys.modules, 'the CLI imported torch'; sys.exit(code)"
     )
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300)

@@ -374,3 +374,55 @@ def test_few_plain_dicts_outside_results():
         if "dict[str, Any]" in line
     ]
     assert len(plain) < 20, plain
+
+
+# The names the package gives a record when it reads one, and the record type each name holds.
+_RECORD_NAMES = {
+    "result": "CaseResult",
+    "merged": "CaseResult",
+    "rank": "RankRecord",
+    "record": "RankRecord",
+    "answer": "TuneAnswer",
+    "work": "Work",
+}
+
+
+def undeclared_reads(source: str) -> list[tuple[int, str]]:
+    """(line, `name[key]`) of every read by a string key, of a record by its usual name, whose
+    key the record type does not declare, and of a `metrics` dict by a name the registry lacks."""
+    from typing import get_type_hints
+
+    from fsdp_bench.results import records
+    from fsdp_bench.results.metrics import registered
+
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        key = base = None
+        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+            key, base = node.slice.value, node.value
+        elif isinstance(node, ast.Call) and getattr(node.func, "attr", None) in ("get", "setdefault", "pop"):
+            if node.args and isinstance(node.args[0], ast.Constant):
+                key, base = node.args[0].value, node.func.value
+        name = getattr(base, "id", None)
+        if not isinstance(key, str) or name is None:
+            continue
+        if name == "metrics" and registered(key) is None:
+            out.append((node.lineno, f"metrics[{key!r}]"))
+        elif name in _RECORD_NAMES and key not in get_type_hints(getattr(records, _RECORD_NAMES[name])):
+            out.append((node.lineno, f"{name}[{key!r}]"))
+    return out
+
+
+def test_records_are_read_only_by_the_keys_their_types_declare():
+    offenders = [
+        f"{p.relative_to(PACKAGE)}:{line}: {what}"
+        for p in _modules()
+        if "results" not in p.relative_to(PACKAGE).parts
+        for line, what in undeclared_reads(p.read_text())
+    ]
+    assert not offenders, "\n".join(offenders)
+
+
+def test_the_read_rule_catches_a_planted_key():
+    planted = 'def f(result, rank, metrics):\n    return result["metric"], rank.get("steps"), metrics["tok_s"]\n'
+    assert undeclared_reads(planted) == [(2, "result['metric']"), (2, "rank['steps']"), (2, "metrics['tok_s']")]

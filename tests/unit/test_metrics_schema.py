@@ -45,7 +45,11 @@ def test_the_work_is_written_with_the_result_and_migrated_into_older_files(tmp_p
     old = {**_result(4), "case": case.to_dict()}
     write_json_atomic(tmp_path / "v4.json", old, shape=Any)
     work = load_case_result(tmp_path / "v4.json")["work"]
-    assert work == {"global_batch_size": 16, "tokens_per_optimizer_step": 512, "compare_group": "gpt_tiny sl32 tok512 fp32"}
+    assert work == {
+        "global_batch_size": 16,
+        "tokens_per_optimizer_step": 512,
+        "compare_group": "gpt_tiny sl32 tok512 fp32",
+    }
     assert case.tokens_per_step == work["tokens_per_optimizer_step"]
 
 
