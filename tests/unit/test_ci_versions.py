@@ -82,3 +82,14 @@ def test_each_version_sensitive_path_has_versions_tests():
     for path, filename in COVERED_BY.items():
         (found,) = (ROOT / "tests").rglob(filename)  # tests/unit or tests/integration
         assert "pytest.mark.versions" in found.read_text(), (path, filename)
+
+
+def test_the_readme_gpu_install_pins_the_gpu_machines_torch():
+    """The GPU block installs the torch the GPU set of .ci/run tests (issue 39 item 10), not the
+    CPU set's newer one."""
+    root = Path(__file__).resolve().parents[2]
+    gpu_pins = re.search(r'^GPU_PINS="([^"]+)"', (root / ".ci" / "run").read_text(), re.M)[1]
+    torch_pin = next(p for p in gpu_pins.split() if p.startswith("torch=="))
+    readme = (root / "README.md").read_text()
+    block = readme.split("torch with CUDA", 1)[1].split("```", 2)[1]
+    assert f"pip install {torch_pin} " in block
