@@ -66,13 +66,6 @@ class Strategy:
         return self.sharding != "replicated"
 
     @property
-    def replaces_parameters(self) -> bool:
-        """Whether applying it swaps the module's Parameter objects for new ones (so an optimizer
-        built before it holds stale parameters). DDP keeps them; every FSDP path replaces them
-        (FSDP1 with flat-parameter views, FSDP2 with DTensors), accelerate re-points its own."""
-        return self.family != "ddp"
-
-    @property
     def autocasts(self) -> bool:
         """bf16/fp16 comes from autocast over fp32 parameters (DDP); FSDP paths cast the
         parameters themselves (mixed-precision policy), so what the forward keeps differs."""
