@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
                 "world_size": dist.get_world_size(),
                 "case_id": case.id,
                 "bytes": count_trace_bytes(events, shard_group=shard_group),
-                "events": events,
+                "events": [list(e) for e in events],  # JSON has no tuples: what a reader gets back
             },
             shape=CollectiveTrace,
             overwrite=True,
