@@ -295,6 +295,17 @@ class TuneStepModel(TypedDict):
     model_error_pct: Number
 
 
+class TuneDrift(TypedDict):
+    """The machine's drift measured while tuning (analysis.drift): the pooled run-to-run sd of one
+    measurement's log step-time median, its degrees of freedom, the cases pooled, and the half-width
+    of one measurement's band it gives, in percent."""
+
+    sd_log: Number
+    dof: int
+    pooled_cases: int
+    one_run_band_pct: Number
+
+
 class _TuneRequired(TypedDict):
     model: str
     max_repeats: int
@@ -312,6 +323,8 @@ class TuneAnswer(_TuneRequired, total=False):
     rounds: list[TuneRound]
     boundary_check: TuneBoundaryCheck | None
     step_model: TuneStepModel | None
+    single_winner: bool  # one pick beyond the measured noise; false: the pick leads a tie, or is unconfirmed
+    drift: TuneDrift | None  # None: no case was measured twice
 
 
 class PeakEstimate(TypedDict, total=False):
