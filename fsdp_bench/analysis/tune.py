@@ -39,10 +39,11 @@ from dataclasses import dataclass, field
 
 from fsdp_bench.analysis.comm_model import CommVolume, comm_volume, model_units
 from fsdp_bench.analysis.drift import MIN_DRIFT_DOF, Drift, drift_band, measured_drift
-from fsdp_bench.analysis.duration import MICRO_STEP_OVERHEAD_S, case_flops_per_token, rank_flops
+from fsdp_bench.analysis.duration import MICRO_STEP_OVERHEAD_S, RECOMPUTE, case_flops_per_token, rank_flops
 from fsdp_bench.analysis.fit import FIT_MARGIN, predict_case_peak
 from fsdp_bench.analysis.run_noise import speed_interval, widened
 from fsdp_bench.plan.case import Case, parse_mesh, skip_reason
+from fsdp_bench.plan.catalog import precision as catalog_precision
 from fsdp_bench.plan.catalog import strategy as catalog_strategy
 from fsdp_bench.plan.flavors import flavor_for
 from fsdp_bench.results.metrics import M
@@ -90,9 +91,14 @@ def wire_bytes(volume: CommVolume) -> float:
 
 
 def predict_case(case: Case) -> Prediction:
+    """The case's peak and step features. The grid axes beyond strategy x batch x accumulation
+    (issue 40 item 2): activation checkpointing in the peak (analysis.fit) and in the FLOPs
+    (forward twice, analysis.duration.RECOMPUTE); reshard-after-forward is a strategy row (its
+    regathers in the wire bytes, its gathered units in the peak); forward prefetch in the peak
+    (`prefetch_bytes`), its time effect measured, not predicted (NEIGHBOUR_AXES)."""
     flavor = flavor_for(case.model)
     mesh = parse_mesh(case.mesh) if case.mesh and catalog_strategy(case.strategy).hybrid else None
-    peak = predict_case_peak(case, mesh=mesh)["peak_bytes"]
+    peak = predict_case_peak(case, mesh=mesh)["peak_bytes"] + prefetch_bytes(case)
     tokens = case.batch_size * case.grad_accum * case.seq_len
     volume = comm_volume(
         case.strategy, model_units(flavor), world_size=case.nproc, grad_accum=case.grad_accum, mesh=mesh
@@ -100,10 +106,22 @@ def predict_case(case: Case) -> Prediction:
     return Prediction(
         case=case,
         peak_bytes=peak,
-        flops=case_flops_per_token(case) * tokens,
+        flops=case_flops_per_token(case) * tokens * (RECOMPUTE if case.act_ckpt else 1.0),
         wire_bytes=wire_bytes(volume),
         micro_steps=case.grad_accum,
     )
+
+
+def prefetch_bytes(case: Case) -> int:
+    """Forward prefetch N on a strategy that reshards after forward: N more blocks gathered in
+    forward beside the one computing (FSDP2's set_modules_to_forward_prefetch depth; FSDP1's
+    forward_prefetch, one), at the largest block's unsharded size in the compute dtype."""
+    row = catalog_strategy(case.strategy)
+    if not (case.forward_prefetch > 0 and row.uses_fsdp_knobs and row.reshard_after_forward):
+        return 0
+    depth = 1 if row.chooses_backward_prefetch else case.forward_prefetch
+    blocks = [u.numel for u in model_units(flavor_for(case.model)) if not u.is_root]
+    return depth * max(blocks, default=0) * catalog_precision(case.precision).bytes
 
 
 @dataclass(frozen=True)
@@ -397,7 +415,9 @@ def control(ranked: Sequence[Prediction], best: Measured, cap: int = CONTROL_REP
 # one coefficient for every strategy; on a CPU llama3_tiny grid it priced accumulation 2 too slow,
 # and the tuner stopped at accumulation 1, 30% behind the grid's best. Batch size follows FLOPs,
 # which the model gets right; stepping along it too measured whole small grids.
-NEIGHBOUR_AXES = ("grad_accum",)
+# Forward and backward prefetch change when communication overlaps compute, which the additive
+# step model cannot price: the leader's prefetch neighbours are measured instead of predicted.
+NEIGHBOUR_AXES = ("grad_accum", "forward_prefetch", "backward_prefetch")
 
 
 def leader_neighbours(ranked: Sequence[Prediction], measured: Mapping[str, Measured], best_id: str) -> list[Prediction]:
@@ -432,6 +452,18 @@ class TuneRequest:
         return f"tune-{self.model.replace('/', '_').replace(':', '_')}"
 
 
+COMPILE_ON_CPU = (
+    "torch.compile is tuned on a GPU only: on CPU every case pays its compilation (~30 s, "
+    "analysis.duration.COMPILE_S) for kernels that say nothing of a GPU's"
+)
+
+
+def tune_skip_reason(case: Case) -> str | None:
+    """Why the tuner does not launch a case: the sweep's reason (plan.case.skip_reason), or a
+    compiled case on CPU (COMPILE_ON_CPU)."""
+    return skip_reason(case) or (COMPILE_ON_CPU if case.compile and case.device == "cpu" else None)
+
+
 def tune_requests(cases: Sequence[Case]) -> list[TuneRequest]:
     """One request per model, its cases in grid order; a case the sweep would skip at collection
     (offload or accelerate on CPU, fp16 on CPU...) is never launched, as in the sweep: it is named
@@ -439,8 +471,8 @@ def tune_requests(cases: Sequence[Case]) -> list[TuneRequest]:
     requests = []
     for model in dict.fromkeys(c.model for c in cases):
         mine = [c for c in cases if c.model == model]
-        skipped = tuple(Skip(c.id, reason) for c in mine if (reason := skip_reason(c)))
-        runnable = tuple(c for c in mine if not skip_reason(c))
+        skipped = tuple(Skip(c.id, reason) for c in mine if (reason := tune_skip_reason(c)))
+        runnable = tuple(c for c in mine if not tune_skip_reason(c))
         requests.append(TuneRequest(model, runnable, skipped))
     return requests
 

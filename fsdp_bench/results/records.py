@@ -327,6 +327,49 @@ class TuneAnswer(_TuneRequired, total=False):
     drift: TuneDrift | None  # None: no case was measured twice
 
 
+class LoadSummary(TypedDict):
+    """The 1-minute load average sampled while a run went on."""
+
+    min: Number
+    mean: Number
+    max: Number
+    samples: int
+
+
+class AutotuneCheck(TypedDict, total=False):
+    """One grid of scripts/measure_autotune.py: the tuner's answer judged against the exhaustive
+    grid run with repeats (interleaved), with the cost and the load during both runs."""
+
+    grid: str
+    cases: int
+    pick: str | None
+    single_winner: bool | None
+    tied: list[str]
+    true_best: str
+    truth_tied_with_best: list[str]
+    gap_pct: Number | None
+    within_noise: bool
+    tied_set_holds_best: bool
+    drift: TuneDrift | None
+    stopped: str
+    tune_case_s: Number
+    tune_runs: int
+    grid_case_s: Number
+    ratio: Number | None
+    load_truth: LoadSummary
+    load_tune: LoadSummary
+    wall_s: dict[str, Number]
+    runs: dict[str, str]
+
+
+class AutotuneMeasurement(TypedDict):
+    """scripts/measure_autotune.py --out: the command, the burners beside it, one row per grid."""
+
+    command: list[str]
+    burn: int
+    rows: list[AutotuneCheck]
+
+
 class PeakEstimate(TypedDict, total=False):
     """The estimator's answer (worker.estimate, `--bench-trace`): a case's rank-0 peak on fake tensors."""
 

@@ -254,3 +254,60 @@ def test_the_tuners_own_estimate_counts_what_is_left_to_run():
     assert runs_left(ranked, measured, model, budget_gib=None, max_repeats=3) == 2  # the control, twice
     measured[top] = _measured(top, 1e12, repeats=3, medians=(1.0, 1.01, 0.99))
     assert runs_left(ranked, measured, model, budget_gib=None, max_repeats=3) == 0
+
+
+def _knob_grid(**knobs) -> list[Case]:
+    return [replace(c, **knobs) for c in _grid()]
+
+
+def test_activation_checkpointing_is_predicted_slower_and_smaller():
+    plain = {c.id: predict_case(c) for c in _grid()}
+    for case in _knob_grid(act_ckpt=True):
+        ckpt, base = predict_case(case), plain[replace(case, act_ckpt=False).id]
+        assert ckpt.flops == pytest.approx(base.flops * 8 / 6)  # forward twice
+        assert ckpt.peak_bytes < base.peak_bytes  # each block keeps only its input
+        assert ckpt.wire_bytes == base.wire_bytes
+
+
+def test_forward_prefetch_is_predicted_to_hold_more_gathered_blocks():
+    fsdp2 = Case(strategy="fsdp2", model="gpt_tiny", batch_size=2, seq_len=32)
+    deeper = [predict_case(replace(fsdp2, forward_prefetch=n)).peak_bytes for n in (0, 1, 2)]
+    assert deeper[0] < deeper[1] < deeper[2]
+    ddp = Case(strategy="ddp", model="gpt_tiny", batch_size=2, seq_len=32)
+    no_reshard = replace(fsdp2, strategy="fsdp2_no_reshard")
+    for case in (ddp, no_reshard):  # nothing to prefetch: every unit is already whole in forward
+        assert predict_case(replace(case, forward_prefetch=1)).peak_bytes == predict_case(case).peak_bytes
+
+
+def test_reshard_after_forward_trades_memory_for_traffic():
+    fsdp2 = predict_case(Case(strategy="fsdp2", model="gpt_tiny", batch_size=2, seq_len=32))
+    kept = predict_case(Case(strategy="fsdp2_no_reshard", model="gpt_tiny", batch_size=2, seq_len=32))
+    assert fsdp2.wire_bytes > kept.wire_bytes and fsdp2.peak_bytes < kept.peak_bytes
+
+
+def test_a_larger_space_prunes_by_prediction_and_skips_compile_on_cpu():
+    """strategy x batch x accum x activation checkpointing x compile: 48 cases; on CPU the 24
+    compiled ones are named, not launched, and under a budget the checkpointed cases survive
+    where their plain twins are predicted not to fit."""
+    grid = [replace(c, act_ckpt=a, compile=k) for c in _grid() for a in (False, True) for k in (False, True)]
+    (request,) = tune_requests(grid)
+    assert len(request.cases) == 24 and len(request.skipped) == 24
+    assert all("compile" in s.reason for s in request.skipped)
+    predictions = [predict_case(c) for c in request.cases]
+    ckpt = sorted(p.peak_bytes for p in predictions if p.case.act_ckpt)
+    plain = sorted(p.peak_bytes for p in predictions if not p.case.act_ckpt)
+    budget = (ckpt[-1] + plain[-1]) / 2 * 1.08 / GIB
+    fit, skipped, _ = split_by_budget(predictions, budget)
+    assert any(not p.case.act_ckpt for p in (x for x in predictions if x.case.id in {s.case_id for s in skipped}))
+    assert {p.case.id for p in fit if p.case.act_ckpt} == {p.case.id for p in predictions if p.case.act_ckpt}
+
+
+def test_the_leaders_prefetch_neighbour_is_measured_not_predicted():
+    from fsdp_bench.analysis.tune import leader_neighbours
+
+    fsdp2 = [Case(strategy="fsdp2", model="gpt_tiny", batch_size=2, seq_len=32, forward_prefetch=n) for n in (0, 1, 2)]
+    predictions = [predict_case(c) for c in fsdp2]
+    model = StepModel(1e-12, 1e-6, 0.0, error=0.0)
+    ranked = rank_predictions(predictions, model)
+    measured = {fsdp2[0].id: _measured(fsdp2[0].id, 1e12)}
+    assert [p.case.id for p in leader_neighbours(ranked, measured, fsdp2[0].id)] == [fsdp2[1].id]
