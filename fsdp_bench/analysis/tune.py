@@ -331,7 +331,10 @@ def survivors(measured: Mapping[str, Measured], budget_gib: float | None) -> lis
 
 def lone_winner_allowed(measured: Mapping[str, Measured], best: Measured) -> bool:
     """A single winner may be claimed only on measured drift (analysis.drift.MIN_DRIFT_DOF) and a
-    leader measured more than once: one measurement in a quiet minute is not a speed."""
+    leader measured more than once: one measurement in a quiet minute is not a speed. A leader with
+    no other measured case to beat (a one-case grid) is trivially alone."""
+    if not any(m.status == "ok" and m.case_id != best.case_id for m in measured.values()):
+        return True
     drift = tuning_drift(measured)
     return drift is not None and drift.enough and best.repeats >= 2
 
