@@ -167,8 +167,8 @@ class RoundClock:
 
 
 def round_line(model: str, log: TuneLog, elapsed_s: float, left: int, budget_gib: float | None) -> str:
-    """`tune M round 2 (explore, 4 runs): 6 case(s) measured, leader X 1,234 tok/s/dev, drift +-8% per
-    run; elapsed 1m02s, estimate ~40s more (4 runs)`."""
+    """`tune M round 2 (explore, 4 case(s)); 6 case(s) measured in 8 run(s); leader X 1,234 tok/s/dev;
+    drift +-8% per run (dof 3); elapsed 1m02s, estimate ~0m40s more (4 run(s))`."""
     entry, runs = log.rounds[-1], sum(m.repeats for m in log.measured.values())
     best, drift = leader(log.measured, budget_gib), tuning_drift(log.measured)
     parts = [f"tune {model} round {entry['round']} ({entry['kind']}, {len(entry['runs'])} case(s))"]

@@ -47,6 +47,7 @@ def test_tune_picks_writes_its_section_and_spends_less_than_the_grid(tmp_path):
     assert all(r["predicted_step_s"] > 0 and r["measured_step_s"] > 0 for r in answer["measured"])
     report = (run / "report.md").read_text()
     assert "## Autotune: gpt_tiny" in report and answer["pick"] in report
+    assert ("Drift measured while tuning" if answer["drift"] else "Drift: not measured") in report
     assert (run / "tune_rounds.png").stat().st_size > 0
     assert f"tune gpt_tiny: pick {answer['pick']}" in out
     # issue 39 item 3: an opening line, then one line per measuring round with the elapsed time
