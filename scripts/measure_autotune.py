@@ -1,70 +1,82 @@
-"""Does `--bench-tune` find the full grid's best for a quarter of its cost? On each grid, runs the
-full grid with repeats (the ground truth), then the tuner with the same options, and prints one
-row per grid: pick, true best, gap, whether the pick is within the truth's noise, cost ratio.
+"""How close does `--bench-tune` come to the exhaustive best, and at what share of its cost? Per
+grid: the full grid with repeats (interleaved round-robin, as every sweep with --bench-repeats
+runs them: the ground truth), then the tuner with the same options; one row per grid with pick,
+true best, gap, whether the pick is within the truth's noise of the best (or, when the tuner
+answers with a tie, whether its tied set holds the true best), cost, and the load average sampled
+during each run.
 
-    python scripts/measure_autotune.py [--grids gpt_tiny,llama3_tiny,hf:tests/data/hf_configs/NAME]
-                                       [--repeats 3] [--results-dir DIR] [-- extra --bench-* options]
+    python scripts/measure_autotune.py [--grids gpt_tiny,hf:tests/data/hf_configs/NAME]
+        [--repeats 2] [--strategies ...] [--batch-sizes 2,4] [--grad-accum 1,2]
+        [--burn N] [--out FILE.json] [--results-dir DIR] [-- extra --bench-* options]
 
-Each grid is the default 24-case strategy sweep (6 strategies x batch 2,4 x accum 1,2) of the model
-on CPU with 2 gloo ranks at seq len 32. Costs are case-seconds (the runner's wall time per case,
-summed over repeats) as written in the run folders; the full grid's are measured, not estimated.
-"Within noise" uses the recommendation's rule: the pick's tokens/s interval in the ground truth
-overlaps the true best's.
+CPU, 2 gloo ranks, seq len 32. Costs are case-seconds (the runner's wall time per case, summed
+over repeats) as written in the run folders; the full grid's are measured, not estimated.
+"Within noise" is the recommendation's rule on the ground truth (report.recommend.speeds_overlap:
+95% intervals, a repeated case's band spanning its repeats' medians). `--burn N` runs N busy
+Python processes beside both runs (a loaded machine; they are this script's children and end
+with it). `--out` writes every row as JSON (with the commands) for the docs to quote.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from fsdp_bench.report.recommend import speeds_overlap  # noqa: E402
+from fsdp_bench.results.io import write_json_atomic  # noqa: E402
 from fsdp_bench.results.metrics import M  # noqa: E402
+from fsdp_bench.results.records import AutotuneMeasurement  # noqa: E402
 
-GRID = [
-    "--bench-seq-len",
-    "32",
-    "--bench-nproc",
-    "2",
-    "--bench-device",
-    "cpu",
-    "--bench-batch-sizes",
-    "2,4",
-    "--bench-grad-accum",
-    "1,2",
-    "--bench-no-report",
-]
+FIXED = ["--bench-seq-len", "32", "--bench-nproc", "2", "--bench-device", "cpu", "--bench-no-report"]
+BURNER = "while True: pass"
 
 
-def _run(model: str, out: Path, repeats: int, extra: list[str], tune: bool) -> Path:
+class LoadSampler:
+    """The 1-minute load average every `every_s` seconds while a run goes on (min, mean, max)."""
+
+    def __init__(self, every_s: float = 5.0) -> None:
+        self.every_s, self.samples, self._stop = every_s, [], threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.samples.append(os.getloadavg()[0])
+            self._stop.wait(self.every_s)
+
+    def __enter__(self) -> LoadSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def summary(self) -> dict:
+        s = self.samples or [float("nan")]
+        return {"min": min(s), "mean": sum(s) / len(s), "max": max(s), "samples": len(self.samples)}
+
+
+def _run(model: str, out: Path, repeats: int, grid: list[str], tune: bool) -> tuple[Path, dict, float]:
     before = set(out.iterdir()) if out.is_dir() else set()
-    cmd = [
-        sys.executable,
-        "-m",
-        "pytest",
-        "-q",
-        "-p",
-        "no:randomly",
-        "benchmarks/test_strategy_sweep.py",
-        "--bench-model",
-        model,
-        "--bench-repeats",
-        str(repeats),
-        "--bench-results-dir",
-        str(out),
-        *GRID,
-        *extra,
-    ]
-    subprocess.run(cmd + (["--bench-tune"] if tune else []), cwd=ROOT, check=False, capture_output=True)
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "benchmarks/test_strategy_sweep.py"]
+    cmd += ["--bench-model", model, "--bench-repeats", str(repeats), "--bench-results-dir", str(out), *grid]
+    cmd += ["--bench-tune"] if tune else []
+    start = time.monotonic()
+    with LoadSampler() as load:
+        subprocess.run(cmd, cwd=ROOT, check=False, capture_output=True)
     made = sorted(set(out.iterdir()) - before)
     if not made:
         raise SystemExit(f"measure_autotune: no run folder made for {model} (tune={tune})")
-    return made[-1]
+    return made[-1], load.summary(), time.monotonic() - start
 
 
 def _results(run: Path) -> dict[str, dict]:
@@ -72,56 +84,93 @@ def _results(run: Path) -> dict[str, dict]:
 
 
 def _row(result: dict) -> dict:
-    return {"case_id": result["case_id"], **(result.get("metrics") or {})}
+    return {"case_id": result["case_id"], M.repeats: len(result.get(M.repeats) or []) or 1, **result["metrics"]}
 
 
-def compare(model: str, out: Path, repeats: int, extra: list[str]) -> dict:
-    truth_run = _run(model, out, repeats, extra, tune=False)
-    tune_run = _run(model, out, repeats, extra, tune=True)
+def compare(model: str, out: Path, repeats: int, grid: list[str]) -> dict:
+    truth_run, truth_load, truth_wall = _run(model, out, repeats, grid, tune=False)
+    tune_run, tune_load, tune_wall = _run(model, out, repeats, grid, tune=True)
+    everything = _results(truth_run)
     truth = {
         k: r
-        for k, r in _results(truth_run).items()
+        for k, r in everything.items()
         if r.get("status") == "ok" and (r.get("metrics") or {}).get(M.params_changed) is not False
     }
     best = max(truth.values(), key=lambda r: r["metrics"][M.tokens_per_s_per_device])
     answer = json.loads(next((tune_run / "tune").glob("*.json")).read_text())
+    named = [answer["pick"], *answer["tied"]] if answer["pick"] else []
+    speed = {k: r["metrics"][M.tokens_per_s_per_device] for k, r in truth.items()}
+    best_speed = speed[best["case_id"]]
+    full_s = sum(r.get("duration_s") or 0 for r in everything.values())
     pick = truth.get(answer["pick"])
-    full_s = sum(r.get("duration_s") or 0 for r in _results(truth_run).values())
-    gap = (
-        None
-        if pick is None
-        else 100 * (1 - pick["metrics"][M.tokens_per_s_per_device] / best["metrics"][M.tokens_per_s_per_device])
-    )
     return {
         "grid": model,
-        "cases": len(_results(truth_run)),
+        "cases": len(everything),
         "pick": answer["pick"],
+        "single_winner": answer.get("single_winner"),
+        "tied": answer["tied"],
         "true_best": best["case_id"],
-        "gap_pct": gap,
+        "truth_tied_with_best": sorted(k for k, r in truth.items() if speeds_overlap(_row(best), _row(r))),
+        "gap_pct": None if pick is None else 100 * (1 - speed[answer["pick"]] / best_speed),
         "within_noise": pick is not None and speeds_overlap(_row(best), _row(pick)),
+        "tied_set_holds_best": best["case_id"] in named,
+        "drift": answer.get("drift"),
+        "stopped": answer["stopped"],
         "tune_case_s": answer["cost"]["spent_case_s"],
+        "tune_runs": sum(r["repeat_count"] for r in answer["measured"]),
         "grid_case_s": full_s,
         "ratio": answer["cost"]["spent_case_s"] / full_s if full_s else None,
+        "load_truth": truth_load,
+        "load_tune": tune_load,
+        "wall_s": {"truth": truth_wall, "tune": tune_wall},
+        "runs": {"truth": truth_run.name, "tune": tune_run.name},
     }
+
+
+def _print(r: dict) -> None:
+    gap = "" if r["gap_pct"] is None else f"{r['gap_pct']:.1f}"
+    ratio = "" if r["ratio"] is None else f"{100 * r['ratio']:.0f}%"
+    verdict = "single" if r["single_winner"] else f"tied {len(r['tied']) + 1}"
+    print(
+        f"{r['grid']:30} {r['cases']:>5} {str(r['pick']):45} {verdict:>8} {r['true_best']:45} {gap:>6} "
+        f"{'yes' if r['within_noise'] else 'NO':>8} {'yes' if r['tied_set_holds_best'] else 'NO':>6} {ratio:>6} "
+        f"{r['load_truth']['mean']:>5.1f} {r['load_tune']['mean']:>5.1f}",
+        flush=True,
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--grids", default="gpt_tiny,llama3_tiny")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--strategies", default=None, help="default: the sweep's six")
+    parser.add_argument("--batch-sizes", default="2,4")
+    parser.add_argument("--grad-accum", default="1,2")
+    parser.add_argument("--burn", type=int, default=0, help="busy processes beside both runs")
+    parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--results-dir", type=Path, default=Path("results/autotune"))
     args, extra = parser.parse_known_args()
-    extra = [a for a in extra if a != "--"]
-    print(f"{'grid':40} {'cases':>5} {'pick':45} {'true best':45} {'gap %':>6} {'in noise':>8} {'cost':>6}")
-    for model in [g for g in args.grids.split(",") if g]:
-        r = compare(model, args.results_dir, args.repeats, extra)
-        gap = "" if r["gap_pct"] is None else f"{r['gap_pct']:.1f}"
-        ratio = "" if r["ratio"] is None else f"{100 * r['ratio']:.0f}%"
+    grid = [*FIXED, "--bench-batch-sizes", args.batch_sizes, "--bench-grad-accum", args.grad_accum]
+    grid += ["--bench-strategies", args.strategies] if args.strategies else []
+    grid += [a for a in extra if a != "--"]
+    burners = [subprocess.Popen([sys.executable, "-c", BURNER]) for _ in range(args.burn)]
+    rows = []
+    try:
         print(
-            f"{r['grid']:40} {r['cases']:>5} {str(r['pick']):45} {r['true_best']:45} {gap:>6} "
-            f"{'yes' if r['within_noise'] else 'NO':>8} {ratio:>6}",
-            flush=True,
+            f"{'grid':30} {'cases':>5} {'pick':45} {'verdict':>8} {'true best':45} {'gap %':>6} "
+            f"{'in noise':>8} {'holds':>6} {'cost':>6} {'load':>5} {'load':>5}"
         )
+        for model in [g for g in args.grids.split(",") if g]:
+            rows.append(compare(model, args.results_dir, args.repeats, grid))
+            _print(rows[-1])
+    finally:
+        for p in burners:
+            p.kill()
+            p.wait()
+    if args.out is not None:
+        command = ["python", "scripts/measure_autotune.py", *sys.argv[1:]]
+        data = {"command": command, "burn": args.burn, "rows": rows}
+        write_json_atomic(args.out, data, shape=AutotuneMeasurement, overwrite=True)
 
 
 if __name__ == "__main__":

@@ -38,14 +38,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from fsdp_bench.analysis.comm_model import CommVolume, comm_volume, model_units
-from fsdp_bench.analysis.duration import MICRO_STEP_OVERHEAD_S, case_flops_per_token, rank_flops
+from fsdp_bench.analysis.drift import MIN_DRIFT_DOF, Drift, drift_band, measured_drift
+from fsdp_bench.analysis.duration import MICRO_STEP_OVERHEAD_S, RECOMPUTE, case_flops_per_token, rank_flops
 from fsdp_bench.analysis.fit import FIT_MARGIN, predict_case_peak
 from fsdp_bench.analysis.run_noise import speed_interval, widened
 from fsdp_bench.plan.case import Case, parse_mesh, skip_reason
+from fsdp_bench.plan.catalog import precision as catalog_precision
 from fsdp_bench.plan.catalog import strategy as catalog_strategy
 from fsdp_bench.plan.flavors import flavor_for
 from fsdp_bench.results.metrics import M
-from fsdp_bench.results.records import TUNE_SCHEMA_VERSION, CaseResult, TuneAnswer, TuneMeasured, TuneRound
+from fsdp_bench.results.records import TUNE_SCHEMA_VERSION, CaseResult, TuneAnswer, TuneDrift, TuneMeasured, TuneRound
 from fsdp_bench.results.schema import GIB
 
 PRIOR_BYTES_PER_S = {"cpu": 1e9, "cuda": 100e9}  # gloo over loopback / NVLink-class, before the probe
@@ -89,9 +91,14 @@ def wire_bytes(volume: CommVolume) -> float:
 
 
 def predict_case(case: Case) -> Prediction:
+    """The case's peak and step features. The grid axes beyond strategy x batch x accumulation
+    (issue 40 item 2): activation checkpointing in the peak (analysis.fit) and in the FLOPs
+    (forward twice, analysis.duration.RECOMPUTE); reshard-after-forward is a strategy row (its
+    regathers in the wire bytes, its gathered units in the peak); forward prefetch in the peak
+    (`prefetch_bytes`), its time effect measured, not predicted (NEIGHBOUR_AXES)."""
     flavor = flavor_for(case.model)
     mesh = parse_mesh(case.mesh) if case.mesh and catalog_strategy(case.strategy).hybrid else None
-    peak = predict_case_peak(case, mesh=mesh)["peak_bytes"]
+    peak = predict_case_peak(case, mesh=mesh)["peak_bytes"] + prefetch_bytes(case)
     tokens = case.batch_size * case.grad_accum * case.seq_len
     volume = comm_volume(
         case.strategy, model_units(flavor), world_size=case.nproc, grad_accum=case.grad_accum, mesh=mesh
@@ -99,10 +106,22 @@ def predict_case(case: Case) -> Prediction:
     return Prediction(
         case=case,
         peak_bytes=peak,
-        flops=case_flops_per_token(case) * tokens,
+        flops=case_flops_per_token(case) * tokens * (RECOMPUTE if case.act_ckpt else 1.0),
         wire_bytes=wire_bytes(volume),
         micro_steps=case.grad_accum,
     )
+
+
+def prefetch_bytes(case: Case) -> int:
+    """Forward prefetch N on a strategy that reshards after forward: N more blocks gathered in
+    forward beside the one computing (FSDP2's set_modules_to_forward_prefetch depth; FSDP1's
+    forward_prefetch, one), at the largest block's unsharded size in the compute dtype."""
+    row = catalog_strategy(case.strategy)
+    if not (case.forward_prefetch > 0 and row.uses_fsdp_knobs and row.reshard_after_forward):
+        return 0
+    depth = 1 if row.chooses_backward_prefetch else case.forward_prefetch
+    blocks = [u.numel for u in model_units(flavor_for(case.model)) if not u.is_root]
+    return depth * max(blocks, default=0) * catalog_precision(case.precision).bytes
 
 
 @dataclass(frozen=True)
@@ -190,6 +209,7 @@ class Measured:
     repeats: int = 0
     case_seconds: float = 0.0  # wall time of every repeat run so far
     spread_pct: float | None = None  # the repeats' step-time medians, (max - min) / median
+    repeat_step_s: tuple[float, ...] = ()  # each repeat's step-time median, in repeat order
 
 
 def measured_from_result(result: CaseResult) -> Measured:
@@ -209,7 +229,8 @@ def measured_from_result(result: CaseResult) -> Measured:
     band = speed_interval(metrics) or (speed, speed)
     peak = next((metrics[k] for k in MEASURED_MEMORY if isinstance(metrics.get(k), (int, float))), None)
     seconds, spread = float(result.get("duration_s") or 0.0), metrics.get(M.repeat_spread_pct)
-    return Measured(case_id, "ok", step, speed, band[0], band[1], peak, repeats, seconds, spread)
+    medians = tuple(x for x in metrics.get(M.repeat_step_time_s_medians) or [step] if isinstance(x, (int, float)))
+    return Measured(case_id, "ok", step, speed, band[0], band[1], peak, repeats, seconds, spread, medians)
 
 
 def fits_budget(m: Measured, budget_gib: float | None) -> bool:
@@ -217,15 +238,22 @@ def fits_budget(m: Measured, budget_gib: float | None) -> bool:
     return budget_gib is None or (m.peak_gib is not None and m.peak_gib <= budget_gib)
 
 
-def noise_band(m: Measured) -> tuple[float, float]:
-    """The case's tokens/s interval, a single run's widened for run-to-run noise (run_noise)."""
-    return widened(m.tokens_per_s_low or 0.0, m.tokens_per_s_high or 0.0, m.repeats, m.spread_pct)
+def tuning_drift(measured: Mapping[str, Measured]) -> Drift | None:
+    """The drift measured so far: the pooled spread of every ok case's repeats (analysis.drift)."""
+    return measured_drift(m.repeat_step_s for m in measured.values() if m.status == "ok")
 
 
-def within_noise(leader: Measured, other: Measured) -> bool:
+def noise_band(m: Measured, drift: Drift | None = None) -> tuple[float, float]:
+    """The case's tokens/s interval, a single run's widened for the assumed run-to-run noise
+    (run_noise), then for the drift measured during the tuning (analysis.drift)."""
+    low, high = widened(m.tokens_per_s_low or 0.0, m.tokens_per_s_high or 0.0, m.repeats, m.spread_pct)
+    return drift_band(low, high, m.repeats, drift)
+
+
+def within_noise(leader: Measured, other: Measured, drift: Drift | None = None) -> bool:
     """Whether `other` cannot be told apart from the leader: its tokens/s band reaches the
-    leader's (report.recommend's overlap rule, with the single-run widening above)."""
-    return other.case_id == leader.case_id or noise_band(other)[1] >= noise_band(leader)[0]
+    leader's (report.recommend's overlap rule, with the widenings above)."""
+    return other.case_id == leader.case_id or noise_band(other, drift)[1] >= noise_band(leader, drift)[0]
 
 
 @dataclass(frozen=True)
@@ -291,12 +319,24 @@ def leader(measured: Mapping[str, Measured], budget_gib: float | None) -> Measur
 
 
 def survivors(measured: Mapping[str, Measured], budget_gib: float | None) -> list[Measured]:
-    """The leader and every measured, fitting case within noise of it, fastest first."""
+    """The leader and every measured, fitting case within noise of it (the drift measured so far
+    included), fastest first."""
     best = leader(measured, budget_gib)
     if best is None:
         return []
+    drift = tuning_drift(measured)
     ok = [m for m in measured.values() if m.status == "ok" and m.tokens_per_s and fits_budget(m, budget_gib)]
-    return sorted((m for m in ok if within_noise(best, m)), key=lambda m: -m.tokens_per_s)
+    return sorted((m for m in ok if within_noise(best, m, drift)), key=lambda m: -m.tokens_per_s)
+
+
+def lone_winner_allowed(measured: Mapping[str, Measured], best: Measured) -> bool:
+    """A single winner may be claimed only on measured drift (analysis.drift.MIN_DRIFT_DOF) and a
+    leader measured more than once: one measurement in a quiet minute is not a speed. A leader with
+    no other measured case to beat (a one-case grid) is trivially alone."""
+    if not any(m.status == "ok" and m.case_id != best.case_id for m in measured.values()):
+        return True
+    drift = tuning_drift(measured)
+    return drift is not None and drift.enough and best.repeats >= 2
 
 
 def plan_round(
@@ -310,23 +350,24 @@ def plan_round(
 ) -> list[tuple[Case, int]]:
     """The next round as (case, total repeats wanted); [] when tuning is done.
 
-    Explore first: the unmeasured cases that could still beat the leader, given the model's error.
-    Then race: the survivors within noise of the leader get their repeats doubled, up to
-    `max_repeats`; a lone leader is done."""
+    Explore first: the unmeasured cases that could still beat the leader, given the model's error,
+    with the leader once more (the drift's control, `control`). Then race: the survivors within
+    noise of the leader get their repeats doubled, up to `max_repeats`. A lone leader is done only
+    once the drift is measured and it was measured twice (`lone_winner_allowed`); until then the
+    control runs alone."""
     best = leader(measured, budget_gib)
     unmeasured = [p for p in ranked if p.case.id not in measured]
     if best is None:
         return [(p.case, 1) for p in unmeasured[:round_size]]
     bar = best.tokens_per_s or 0.0  # could still beat the leader: the model's error covers the prediction
     promising = [p for p in unmeasured if model.tokens_per_s(p) * (1 + model.error) >= bar]
-    if promising:
-        return [(p.case, 1) for p in promising[:round_size]]
     nearby = leader_neighbours(ranked, measured, best.case_id)
-    if nearby:
-        return [(p.case, 1) for p in nearby]
+    fresh = [(p.case, 1) for p in (promising[:round_size] or nearby)]
+    if fresh:
+        return fresh + control(ranked, best)
     tied = survivors(measured, budget_gib)
     if len(tied) < 2:
-        return []
+        return [] if lone_winner_allowed(measured, best) else control(ranked, best, cap=MIN_DRIFT_DOF + 1)
     by_id = {p.case.id: p.case for p in ranked}
     return [
         (by_id[m.case_id], min(max_repeats, 2 * m.repeats))
@@ -335,12 +376,51 @@ def plan_round(
     ]
 
 
+def runs_left(
+    ranked: Sequence[Prediction],
+    measured: Mapping[str, Measured],
+    model: StepModel,
+    *,
+    budget_gib: float | None,
+    max_repeats: int,
+    round_size: int = ROUND_SIZE,
+) -> int:
+    """The tuner's own estimate of the runs still to come (not the full grid's): every case still
+    predicted to reach the leader once, a control per exploring round, and the cases tied now
+    raced to `max_repeats`. The schedule is decided by what is measured, so this is re-estimated
+    after every round."""
+    best = leader(measured, budget_gib)
+    unmeasured = [p for p in ranked if p.case.id not in measured]
+    if best is None:
+        return len(unmeasured)
+    bar = best.tokens_per_s or 0.0
+    promising = sum(model.tokens_per_s(p) * (1 + model.error) >= bar for p in unmeasured)
+    controls = max(0, CONTROL_REPEATS - best.repeats) if promising else 0
+    tied = survivors(measured, budget_gib)
+    race = sum(max(0, max_repeats - m.repeats) for m in tied) if len(tied) > 1 else 0
+    lone = 0 if race or lone_winner_allowed(measured, best) else max(0, MIN_DRIFT_DOF + 1 - best.repeats)
+    return promising + min(controls, math.ceil(promising / round_size)) + race + lone
+
+
+CONTROL_REPEATS = 3  # the leader is re-measured in each exploring round until it has this many
+
+
+def control(ranked: Sequence[Prediction], best: Measured, cap: int = CONTROL_REPEATS) -> list[tuple[Case, int]]:
+    """The leader once more, as the drift's control, while it has fewer than `cap` repeats: its
+    measurements lie rounds apart, so their spread is what the machine changed meanwhile (even
+    beyond --bench-repeats, which bounds the race, not the machine's measurement)."""
+    case = next((p.case for p in ranked if p.case.id == best.case_id), None)
+    return [(case, best.repeats + 1)] if case is not None and best.repeats < cap else []
+
+
 # The grid axes a leader's neighbours step along: where the step model is least trustworthy. Its
 # per-micro-step term prices accumulation (the optimizer step amortized over micro-batches) with
 # one coefficient for every strategy; on a CPU llama3_tiny grid it priced accumulation 2 too slow,
 # and the tuner stopped at accumulation 1, 30% behind the grid's best. Batch size follows FLOPs,
 # which the model gets right; stepping along it too measured whole small grids.
-NEIGHBOUR_AXES = ("grad_accum",)
+# Forward and backward prefetch change when communication overlaps compute, which the additive
+# step model cannot price: the leader's prefetch neighbours are measured instead of predicted.
+NEIGHBOUR_AXES = ("grad_accum", "forward_prefetch", "backward_prefetch")
 
 
 def leader_neighbours(ranked: Sequence[Prediction], measured: Mapping[str, Measured], best_id: str) -> list[Prediction]:
@@ -375,6 +455,18 @@ class TuneRequest:
         return f"tune-{self.model.replace('/', '_').replace(':', '_')}"
 
 
+COMPILE_ON_CPU = (
+    "torch.compile is tuned on a GPU only: on CPU every case pays its compilation (~30 s, "
+    "analysis.duration.COMPILE_S) for kernels that say nothing of a GPU's"
+)
+
+
+def tune_skip_reason(case: Case) -> str | None:
+    """Why the tuner does not launch a case: the sweep's reason (plan.case.skip_reason), or a
+    compiled case on CPU (COMPILE_ON_CPU)."""
+    return skip_reason(case) or (COMPILE_ON_CPU if case.compile and case.device == "cpu" else None)
+
+
 def tune_requests(cases: Sequence[Case]) -> list[TuneRequest]:
     """One request per model, its cases in grid order; a case the sweep would skip at collection
     (offload or accelerate on CPU, fp16 on CPU...) is never launched, as in the sweep: it is named
@@ -382,8 +474,8 @@ def tune_requests(cases: Sequence[Case]) -> list[TuneRequest]:
     requests = []
     for model in dict.fromkeys(c.model for c in cases):
         mine = [c for c in cases if c.model == model]
-        skipped = tuple(Skip(c.id, reason) for c in mine if (reason := skip_reason(c)))
-        runnable = tuple(c for c in mine if not skip_reason(c))
+        skipped = tuple(Skip(c.id, reason) for c in mine if (reason := tune_skip_reason(c)))
+        runnable = tuple(c for c in mine if not tune_skip_reason(c))
         requests.append(TuneRequest(model, runnable, skipped))
     return requests
 
@@ -412,6 +504,11 @@ def full_grid_seconds(cases: Sequence[Case], measured: Mapping[str, Measured], r
     ratios = sorted(per_repeat[i] / case_seconds(by_id[i]) for i in per_repeat if i in by_id)
     scale = ratios[len(ratios) // 2] if ratios else 1.0
     return repeats * sum(per_repeat.get(c.id, case_seconds(c) * scale) for c in cases)
+
+
+def drift_record(drift: Drift) -> TuneDrift:
+    """The drift measured during the tuning, for the answer (analysis.drift)."""
+    return {"sd_log": drift.sd_log, "dof": drift.dof, "pooled_cases": drift.cases, "one_run_band_pct": drift.pct}
 
 
 def _measured_row(case_id: str, m, predicted: float | None, budget_gib: float | None) -> TuneMeasured:
@@ -459,9 +556,13 @@ def tune_answer(
             "measured_peak_in_gib": peak,
             "over_budget_when_measured": None if peak is None else peak > (budget_gib or math.inf),
         }
+    best = leader(log.measured, budget_gib)
+    drift = tuning_drift(log.measured)
     return {
         "schema_version": TUNE_SCHEMA_VERSION,
         "model": request.model,
+        "single_winner": len(tied) == 1 and best is not None and lone_winner_allowed(log.measured, best),
+        "drift": None if drift is None else drift_record(drift),
         "budget_gib": budget_gib,
         "max_repeats": max_repeats,
         "stopped": stopped,

@@ -24,7 +24,7 @@ def record_benchmark_stats(benchmark: Any, case: Case, result: CaseResult) -> No
         }
     )
     if not times or not benchmark.enabled:
-        benchmark.skipped = True  # nothing to time; silences "fixture was not used"
+        mark_untimed(benchmark)  # nothing to time
         return
     # Like for like: only cases doing the same work per optimizer step are compared.
     tokens = case.batch_size * case.grad_accum * case.nproc * case.seq_len
@@ -35,3 +35,12 @@ def record_benchmark_stats(benchmark: Any, case: Case, result: CaseResult) -> No
     benchmark._mode = "fsdp-bench(external timings)"
     for t in times:
         stats.update(t)
+
+
+def mark_untimed(benchmark: Any) -> None:
+    """An item with nothing for pytest-benchmark to time (a tuning, a case without step times):
+    no stats, and no "fixture was not used" warning. `skipped` alone does not do it: pytest-
+    benchmark's makereport hook resets it from the test's outcome after the call, and its cleanup
+    warns unless `skipped` or `_mode` is set; a mode without stats adds no row to its table."""
+    benchmark.skipped = True
+    benchmark._mode = "fsdp-bench(nothing timed)"

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from fsdp_bench.launch.bench_stats import record_benchmark_stats
+from fsdp_bench.launch.bench_stats import mark_untimed, record_benchmark_stats
 from fsdp_bench.launch.progress import BenchState
 from fsdp_bench.launch.session import DiskFull, SessionError
 from fsdp_bench.plan.case import Case
@@ -33,11 +33,14 @@ def run_item(
     sweep marked interrupted and the benchmark fixture skipped first: it timed nothing, and its
     "fixture was not used" warning would add a warnings summary around the one closing line."""
     try:
-        if state.sweep.tune:
-            return _run_tune(state, case, write)
         opening = state.opening_line()
         if opening:
             write(opening)
+        if state.sweep.tune:
+            # the tuning's cases are timed by the worker and reported by the answer, not by this
+            # item: no stats to feed pytest-benchmark, and no "fixture was not used" warning
+            mark_untimed(benchmark)
+            return _run_tune(state, case, write)
         result = state.session.run(case)
     except (SessionError, KeyboardInterrupt) as exc:
         state.interrupted |= isinstance(exc, SessionError)

@@ -314,7 +314,8 @@ class SweepSession:
         run = self.layout
         merged = {case.id: _load_or_none(run.result_file(case.id)) for case, _ in batch}
         todo = [(case, n) for case, n in batch if not _has_repeats(merged[case.id], n)]
-        rounds = RepeatRounds([(case.id, case) for case, _ in todo], {case.id: n for case, n in todo})
+        kept = [(case.id, 1) for case, _ in todo if _promote_plain_result(run, case.id, merged[case.id])]
+        rounds = RepeatRounds([(case.id, case) for case, _ in todo], {case.id: n for case, n in todo}, kept=kept)
         for case, _ in batch:
             result = merged[case.id]
             if rounds.holds(case.id):
@@ -450,6 +451,21 @@ def _has_repeats(merged: CaseResult | None, repeats: int) -> bool:
     result of a plain sweep (no repeats list) is one repeat: the sweep's resume keeps it, and so
     does the tuner's."""
     return is_current_ok(merged) and (len(merged.get(M.repeats) or []) or 1) >= repeats
+
+
+def _promote_plain_result(run: RunLayout, case_id: str, merged: CaseResult | None) -> bool:
+    """A plain sweep's ok result (no repeats list) that the tuner wants repeated becomes its
+    repeat 1 (issue 37): its work files move into `repeat-1/` and its result to `repeat-1.json`,
+    where the rounds keep it, instead of measuring repeat 1 again. True when it was promoted."""
+    if not is_current_ok(merged) or merged.get(M.repeats) or run.result_file(case_id, repeat=1).exists():
+        return False
+    folder, target = run.case_dir(case_id).path, run.case_dir(case_id, repeat=1).path
+    target.mkdir(parents=True, exist_ok=True)
+    for entry in list(folder.iterdir()) if folder.is_dir() else []:
+        if entry != target and not entry.name.startswith("repeat-"):
+            shutil.move(str(entry), str(target / entry.name))
+    write_json_atomic(run.result_file(case_id, repeat=1), {**merged, "repeat": 1}, shape=CaseResult)
+    return True
 
 
 def _set_aside(run: RunLayout, case_id: str, *, repeat: int | None = None, with_dir: bool = True) -> None:

@@ -11,22 +11,27 @@ goes on where it stopped.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
+from fsdp_bench.analysis.duration import format_duration
 from fsdp_bench.analysis.tune import (
     TuneLog,
     TuneRequest,
     choose_probe,
     fit_step_model,
     leader,
+    lone_winner_allowed,
     measured_from_result,
     plan_round,
     predict_case,
     prior_model,
     rank_predictions,
+    runs_left,
     split_by_budget,
     survivors,
     tune_answer,
+    tuning_drift,
 )
 from fsdp_bench.launch.session import SweepSession
 from fsdp_bench.plan.case import Case
@@ -37,6 +42,7 @@ from fsdp_bench.results.records import CaseResult, TuneAnswer
 MAX_ROUNDS = 20  # a bound the schedule never reaches on a sane grid; guards a loop that would not end
 
 OnResult = Callable[[Case, CaseResult], None]
+OnLine = Callable[[str], None]
 
 
 class TuneError(RuntimeError):
@@ -89,26 +95,31 @@ def run_tune(
     max_repeats: int,
     time_budget_s: float | None,
     on_result: OnResult,
+    on_round: OnLine | None = None,
 ) -> TuneAnswer:
-    """Tune one model's grid; returns the answer, also written to RUN/tune/<request id>.json."""
+    """Tune one model's grid; returns the answer, also written to RUN/tune/<request id>.json.
+    `on_round` hears one progress line per round (launch.tune.round_line)."""
     try:
         predictions = [predict_case(c) for c in request.cases]
     except (ValueError, KeyError, OSError) as exc:
         raise TuneError(f"--bench-tune: cannot predict {request.model}: {exc}") from None
     fitting, skipped, boundary = split_by_budget(predictions, budget_gib)
     prior = prior_model(request.cases[0])
-    model, log = prior, TuneLog()
+    model, log, clock = prior, TuneLog(), RoundClock(request, max_repeats, budget_gib, on_round)
     stopped = "no configuration is predicted to fit the budget" if not fitting else ""
     if fitting:
-        _measure(
-            session, log, [(p.case, 1) for p in choose_probe(fitting, prior)], "probe", model, on_result, predictions
-        )
+        probe = [(p.case, 1) for p in choose_probe(fitting, prior)]
+        clock.opening(len(fitting), probe)
+        _measure(session, log, probe, "probe", model, on_result, predictions)
+        clock.round_done(log, _refit(prior, predictions, log), fitting)
     if boundary is not None:
         _measure(session, log, [(boundary.case, 1)], "boundary", model, on_result, predictions)
     while fitting and not stopped:
         model = _refit(prior, predictions, log)
         if time_budget_s is not None and log.spent_s() >= time_budget_s:
-            stopped = f"time budget spent ({log.spent_s():.0f} of {time_budget_s:g} case-seconds)"
+            stopped = f"time budget spent ({log.spent_s():.0f} of {time_budget_s:g} case-seconds); " + _why_done(
+                log, budget_gib, max_repeats
+            )
             break
         batch = plan_round(
             rank_predictions(fitting, model), log.measured, model, budget_gib=budget_gib, max_repeats=max_repeats
@@ -118,6 +129,7 @@ def run_tune(
             break
         kind = "repeat" if all(case.id in log.measured for case, _ in batch) else "explore"
         _measure(session, log, batch, kind, model, on_result, predictions)
+        clock.round_done(log, _refit(prior, predictions, log), fitting)
     answer = tune_answer(
         request, log, model, skipped, budget_gib=budget_gib, max_repeats=max_repeats, stopped=stopped, boundary=boundary
     )
@@ -125,13 +137,80 @@ def run_tune(
     return answer
 
 
+class RoundClock:
+    """The tuner's progress on the terminal (issue 39 item 3): an opening line, then one line per
+    round with the elapsed wall time and the tuner's own estimate of what is left (runs still
+    planned x wall seconds per run so far), never the full grid's."""
+
+    def __init__(self, request: TuneRequest, max_repeats: int, budget_gib: float | None, on_line: OnLine | None):
+        self.request, self.max_repeats, self.budget_gib, self.on_line = request, max_repeats, budget_gib, on_line
+        self.started = time.monotonic()
+
+    def opening(self, fitting: int, probe) -> None:
+        from fsdp_bench.analysis.duration import case_seconds
+
+        guess = sum(case_seconds(case) for case, _ in probe)
+        self._say(
+            f"tune {self.request.model}: {len(self.request.cases)} case(s) in the grid, {fitting} predicted to fit; "
+            f"round 0 probes {len(probe)} (~{format_duration(guess)} by the duration estimate), "
+            "then rounds of the cases that could still win"
+        )
+
+    def round_done(self, log: TuneLog, model, fitting) -> None:
+        ranked = rank_predictions(fitting, model)
+        left = runs_left(ranked, log.measured, model, budget_gib=self.budget_gib, max_repeats=self.max_repeats)
+        self._say(round_line(self.request.model, log, time.monotonic() - self.started, left, self.budget_gib))
+
+    def _say(self, line: str) -> None:
+        if self.on_line is not None:
+            self.on_line(line)
+
+
+def round_line(model: str, log: TuneLog, elapsed_s: float, left: int, budget_gib: float | None) -> str:
+    """`tune M round 2 (explore, 4 case(s)); 6 case(s) measured in 8 run(s); leader X 1,234 tok/s/dev;
+    drift +-8% per run (dof 3); elapsed 1m02s, estimate ~0m40s more (4 run(s))`."""
+    entry, runs = log.rounds[-1], sum(m.repeats for m in log.measured.values())
+    best, drift = leader(log.measured, budget_gib), tuning_drift(log.measured)
+    parts = [f"tune {model} round {entry['round']} ({entry['kind']}, {len(entry['runs'])} case(s))"]
+    parts.append(f"{len(log.measured)} case(s) measured in {runs} run(s)")
+    if best is not None:
+        parts.append(f"leader {best.case_id} {best.tokens_per_s:,.0f} tok/s/dev")
+    parts.append("drift not measured yet" if drift is None else f"drift {drift.describe()} (dof {drift.dof})")
+    per_run = elapsed_s / max(1, runs)
+    parts.append(
+        f"elapsed {format_duration(elapsed_s)}, estimate ~{format_duration(per_run * left)} more ({left} run(s))"
+    )
+    return "; ".join(parts)
+
+
 def _why_done(log: TuneLog, budget_gib: float | None, max_repeats: int) -> str:
-    if leader(log.measured, budget_gib) is None:
+    best = leader(log.measured, budget_gib)
+    if best is None:
         return "no measured configuration trained within the budget"
-    tied = survivors(log.measured, budget_gib)
+    tied, drift = survivors(log.measured, budget_gib), tuning_drift(log.measured)
+    noise = "drift not measured" if drift is None else f"measured drift {drift.describe()}"
+    if len(tied) < 2 and lone_winner_allowed(log.measured, best):
+        return (
+            f"the leader is separated from every other measured case beyond noise ({noise}), "
+            "and no unmeasured case is predicted to reach it"
+        )
     if len(tied) < 2:
-        return "the leader is separated from every other measured case beyond noise, and no unmeasured case is predicted to reach it"
-    return f"{len(tied)} configurations still tied within noise after {max_repeats} repeat(s); no unmeasured case is predicted to reach them"
+        return f"the leader is unconfirmed: {noise}, measured {best.repeats} time(s); no single winner claimed"
+    return (
+        f"too noisy to separate {len(tied)} configurations ({noise}) within {max_repeats} repeat(s): "
+        "they are tied; no single winner"
+    )
+
+
+def _verdict(answer: TuneAnswer) -> str:
+    """What the pick is: the single winner, the fastest of a tie (named), or unconfirmed."""
+    if answer["tied"]:
+        return f" (fastest of {len(answer['tied']) + 1} tied within noise, no single winner): " + ", ".join(
+            answer["tied"]
+        )
+    if answer["pick"] and answer.get("single_winner") is False:
+        return " (unconfirmed: not separated beyond measured noise)"
+    return ""
 
 
 def answer_lines(answer: TuneAnswer) -> list[str]:
@@ -139,8 +218,7 @@ def answer_lines(answer: TuneAnswer) -> list[str]:
     cost = answer["cost"]
     ratio = f"{100 * cost['ratio']:.0f}%" if cost["ratio"] is not None else "?"
     lines = [
-        f"tune {answer['model']}: pick {answer['pick'] or 'none'}"
-        + (f"; tied within noise: {', '.join(answer['tied'])}" if answer["tied"] else ""),
+        f"tune {answer['model']}: pick {answer['pick'] or 'none'}" + _verdict(answer),
         f"  stopped: {answer['stopped']}",
         f"  cost: {cost['spent_case_s']:.0f} case-seconds on {cost['measured_cases']} of {cost['grid_cases']} cases, "
         f"{ratio} of the full grid's estimated {cost['full_grid_case_s']:.0f} at {answer['max_repeats']} repeat(s)",
@@ -178,6 +256,7 @@ def tune_item(state, request, write_live) -> dict:
         max_repeats=sweep.repeats,
         time_budget_s=sweep.tune_time_s,
         on_result=on_result,
+        on_round=write_live,
     )
     for line in answer_lines(answer):
         write_live(line)

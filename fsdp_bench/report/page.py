@@ -377,6 +377,21 @@ def _peak_cell(value: Any, factor: float, measure: str) -> str:
     return "" if not isinstance(value, (int, float)) else f"{factor * value:.4g} {measure}".rstrip()
 
 
+def _drift_sentence(answer: TuneAnswer) -> str:
+    """The machine's drift measured during the tuning (analysis.drift), which every comparison
+    was widened by; answers written before it was measured say nothing of it."""
+    if "drift" not in answer:
+        return "Drift: not recorded (an answer from before the tuner measured it)."
+    drift = answer.get("drift")
+    if drift is None:
+        return "Drift: not measured (no case was measured twice)."
+    verdict = "a single winner" if answer.get("single_winner") else "no single winner"
+    return (
+        f"Drift measured while tuning: one run's band +-{drift['one_run_band_pct']:.0f}% "
+        f"({drift['dof']} degrees of freedom over {drift['pooled_cases']} case(s)); {verdict}."
+    )
+
+
 def tuning_lines(answer: TuneAnswer) -> list[str]:
     """The answer in sentences: the pick, its ties, why it stopped, what was skipped, the cost."""
     cost = answer["cost"]
@@ -386,6 +401,7 @@ def tuning_lines(answer: TuneAnswer) -> list[str]:
         f"Pick ({budget}): {answer.get('pick') or 'none'}.",
         "Tied with it within noise: " + (", ".join(answer["tied"]) if answer["tied"] else "none") + ".",
         f"Stopped: {answer['stopped']}.",
+        _drift_sentence(answer),
         f"Cost: {cost['spent_case_s']:.0f} case-seconds on {cost['measured_cases']} of {cost['grid_cases']} cases, "
         f"{ratio} of the full grid's {cost['full_grid_case_s']:.0f} (estimated at {answer['max_repeats']} "
         "repeat(s), scaled by this run's measured cases).",

@@ -295,6 +295,17 @@ class TuneStepModel(TypedDict):
     model_error_pct: Number
 
 
+class TuneDrift(TypedDict):
+    """The machine's drift measured while tuning (analysis.drift): the pooled run-to-run sd of one
+    measurement's log step-time median, its degrees of freedom, the cases pooled, and the half-width
+    of one measurement's band it gives, in percent."""
+
+    sd_log: Number
+    dof: int
+    pooled_cases: int
+    one_run_band_pct: Number
+
+
 class _TuneRequired(TypedDict):
     model: str
     max_repeats: int
@@ -312,6 +323,51 @@ class TuneAnswer(_TuneRequired, total=False):
     rounds: list[TuneRound]
     boundary_check: TuneBoundaryCheck | None
     step_model: TuneStepModel | None
+    single_winner: bool  # one pick beyond the measured noise; false: the pick leads a tie, or is unconfirmed
+    drift: TuneDrift | None  # None: no case was measured twice
+
+
+class LoadSummary(TypedDict):
+    """The 1-minute load average sampled while a run went on."""
+
+    min: Number
+    mean: Number
+    max: Number
+    samples: int
+
+
+class AutotuneCheck(TypedDict, total=False):
+    """One grid of scripts/measure_autotune.py: the tuner's answer judged against the exhaustive
+    grid run with repeats (interleaved), with the cost and the load during both runs."""
+
+    grid: str
+    cases: int
+    pick: str | None
+    single_winner: bool | None
+    tied: list[str]
+    true_best: str
+    truth_tied_with_best: list[str]
+    gap_pct: Number | None
+    within_noise: bool
+    tied_set_holds_best: bool
+    drift: TuneDrift | None
+    stopped: str
+    tune_case_s: Number
+    tune_runs: int
+    grid_case_s: Number
+    ratio: Number | None
+    load_truth: LoadSummary
+    load_tune: LoadSummary
+    wall_s: dict[str, Number]
+    runs: dict[str, str]
+
+
+class AutotuneMeasurement(TypedDict):
+    """scripts/measure_autotune.py --out: the command, the burners beside it, one row per grid."""
+
+    command: list[str]
+    burn: int
+    rows: list[AutotuneCheck]
 
 
 class PeakEstimate(TypedDict, total=False):

@@ -72,3 +72,25 @@ def test_a_tuning_round_runs_its_repeats_round_robin(tmp_path):
     assert results[DDP]["metrics"]["repeats"] == 2 and results[FSDP2]["metrics"]["repeats"] == 3
     # ddp's one-repeat merged result was set aside, its repeat folders stayed
     assert [p.name for p in (run / "cases" / ".attempts").iterdir()] == [f"{DDP}.1"]
+
+
+def test_a_plain_ok_result_the_tuner_repeats_is_its_repeat_one(tmp_path):
+    """Issue 37: a plain run's ok case (no repeats list) that a tuning round wants twice keeps its
+    measurement as repeat 1 (its work files and result moved into the repeat layout) and launches
+    repeat 2 only, instead of measuring repeat 1 again."""
+    session = SweepSession(parse_sweep({**OPTIONS, "strategies": "ddp", "results-dir": str(tmp_path)}, no_report=True))
+    (ddp,) = session.sweep.cases()
+    try:
+        plain = session.run(ddp)
+        assert plain["status"] == "ok" and not plain.get("repeats")
+        run = session.layout.root
+        ((_, merged),) = list(session.run_round([(ddp, 2)]))
+    finally:
+        session.close()
+    times = _repeat_times(run)
+    assert sorted(times) == [(DDP, 1), (DDP, 2)]
+    assert times[(DDP, 1)] == (plain["launched_unix"], plain["finished_unix"])  # kept, not re-run
+    assert times[(DDP, 2)][0] >= plain["finished_unix"]
+    assert merged["status"] == "ok" and merged["metrics"]["repeats"] == 2
+    assert (run / "cases" / DDP / "repeat-1" / "log.txt").is_file()  # its work files moved with it
+    assert not (run / "cases" / DDP / "log.txt").exists()

@@ -47,8 +47,22 @@ def test_tune_picks_writes_its_section_and_spends_less_than_the_grid(tmp_path):
     assert all(r["predicted_step_s"] > 0 and r["measured_step_s"] > 0 for r in answer["measured"])
     report = (run / "report.md").read_text()
     assert "## Autotune: gpt_tiny" in report and answer["pick"] in report
+    assert ("Drift measured while tuning" if answer["drift"] else "Drift: not measured") in report
     assert (run / "tune_rounds.png").stat().st_size > 0
     assert f"tune gpt_tiny: pick {answer['pick']}" in out
+    # issue 39 item 3: an opening line, then one line per measuring round with the elapsed time
+    # and the tuner's own estimate (runs it still plans), and no pytest-benchmark warning
+    lines = out.splitlines()
+    assert any(line.startswith("fsdp-bench: tuning") for line in lines), out
+    assert any(line.startswith("tune gpt_tiny: 6 case(s) in the grid") for line in lines), out
+    rounds = [line for line in lines if line.startswith("tune gpt_tiny round ")]
+    measuring = [r for r in answer["rounds"] if r["kind"] != "boundary"]
+    assert len(rounds) == len(measuring), out
+    assert all("elapsed " in line and " more (" in line and "run(s))" in line for line in rounds), rounds
+    assert rounds[-1].endswith("estimate ~0m00s more (0 run(s))") or answer["stopped"].startswith("time"), rounds
+    assert "fixture was not used" not in out and "PytestBenchmarkWarning" not in out, out
+    assert answer["drift"] is None or answer["drift"]["dof"] >= 1
+    assert isinstance(answer["single_winner"], bool)
 
 
 def test_tune_under_a_tiny_budget_never_picks_a_case_over_it(tmp_path):

@@ -37,8 +37,16 @@ def _grid() -> list[Case]:
 
 
 def _measured(
-    case_id: str, speed: float, *, half_width: float = 0.02, repeats: int = 1, peak: float = 0.001
+    case_id: str,
+    speed: float,
+    *,
+    half_width: float = 0.02,
+    repeats: int = 1,
+    peak: float = 0.001,
+    medians: tuple[float, ...] = (),
 ) -> Measured:
+    """A measured case; `medians`: its repeats' step-time medians (the drift's data), by default
+    `repeats` identical ones."""
     return Measured(
         case_id,
         "ok",
@@ -49,6 +57,7 @@ def _measured(
         peak_gib=peak,
         repeats=repeats,
         case_seconds=10.0,
+        repeat_step_s=medians or (1.0,) * repeats,
     )
 
 
@@ -183,9 +192,122 @@ def test_the_leaders_unmeasured_neighbours_are_measured_before_stopping():
     measured = {pick.id: _measured(pick.id, 1e12)}
     planned = plan_round(ranked, measured, model, budget_gib=None, max_repeats=3)
     wanted = {Case(strategy="ddp", model="gpt_tiny", batch_size=4, grad_accum=2, seq_len=32).id}
-    assert {c.id for c, r in planned} == wanted and {r for _, r in planned} == {1}
+    # the neighbour once, and the leader once more: the drift's control
+    assert sorted((c.id, r) for c, r in planned) == sorted([(*wanted, 1), (pick.id, 2)])
     assert {p.case.id for p in leader_neighbours(ranked, measured, pick.id)} == wanted
-    # Once they are measured (slower), the lone leader is done.
+    # Once they are measured (slower) and the drift is measured, the lone leader is done.
     for case_id in wanted:
         measured[case_id] = _measured(case_id, 1.0)
+    measured[pick.id] = _measured(pick.id, 1e12, repeats=3, medians=(1.0, 1.01, 0.99))
     assert plan_round(ranked, measured, model, budget_gib=None, max_repeats=3) == []
+
+
+def test_drift_is_pooled_from_the_repeats_and_widens_every_band():
+    from fsdp_bench.analysis.drift import MIN_DRIFT_DOF, measured_drift
+
+    assert measured_drift([(1.0,), (2.0,)]) is None  # no case measured twice: unknown, not zero
+    drift = measured_drift([(1.0, 1.2), (0.5, 0.6, 0.55), (3.0,)])
+    assert drift.dof == 3 and drift.cases == 2 and drift.enough and MIN_DRIFT_DOF <= 3
+    assert 10 < drift.pct < 30  # medians 10-20% apart: one run's band is wider than the assumed 10%
+    a, b = _measured("a", 1000), _measured("b", 700)  # 30% apart: beyond the assumed +-10% each
+    assert not within_noise(a, b)
+    assert within_noise(a, b, drift)  # within the measured drift
+    # more repeats narrow the drift's share: the same two at 8 repeats each separate
+    a8, b8 = _measured("a", 1000, repeats=8), _measured("b", 700, repeats=8)
+    assert not within_noise(a8, b8, drift)
+
+
+def test_a_lucky_single_measurement_is_re_measured_and_never_a_lone_winner():
+    """Issue 40: the probe's leader measured once in a quiet minute, every later case under load at
+    half its speed. Without a measured drift the old rule stopped on "separated beyond noise";
+    now the leader is re-measured (the control), and once its second measurement shows the load,
+    it is tied with the case measured under that load."""
+    from fsdp_bench.analysis.tune import lone_winner_allowed
+
+    predictions = [predict_case(c) for c in _grid()]
+    model = StepModel(1e-12, 1e-6, 0.0, error=0.1)
+    ranked = rank_predictions(predictions, model)
+    lucky, twin = ranked[0].case.id, ranked[1].case.id
+    measured = {p.case.id: _measured(p.case.id, 100.0) for p in ranked}
+    measured[lucky] = _measured(lucky, 2000, medians=(0.5,))
+    measured[twin] = _measured(twin, 1000, medians=(1.0,))
+    assert [m.case_id for m in survivors(measured, None)] == [lucky]  # beyond the assumed +-10%
+    assert not lone_winner_allowed(measured, measured[lucky])  # but no drift is measured
+    assert plan_round(ranked, measured, model, budget_gib=None, max_repeats=1) == [(ranked[0].case, 2)]
+    # re-measured under the load: 1000 tokens/s; pooled speed 1333, its repeats 67% apart
+    measured[lucky] = replace(_measured(lucky, 1333, repeats=2, medians=(0.5, 1.0)), spread_pct=100 * 0.5 / 0.75)
+    assert [m.case_id for m in survivors(measured, None)] == [lucky, twin]
+    # at --bench-repeats 1 the tie cannot be raced: the tuner stops, naming both
+    assert plan_round(ranked, measured, model, budget_gib=None, max_repeats=1) == []
+
+
+def test_the_tuners_own_estimate_counts_what_is_left_to_run():
+    from fsdp_bench.analysis.tune import runs_left
+
+    predictions = [predict_case(c) for c in _grid()]
+    model = StepModel(1e-12, 1e-6, 0.0, error=0.1)
+    ranked = rank_predictions(predictions, model)
+    assert runs_left(ranked, {}, model, budget_gib=None, max_repeats=3) == len(ranked)
+    top = ranked[0].case.id
+    measured = {p.case.id: _measured(p.case.id, 1.0) for p in ranked}  # every case measured, slow
+    measured[top] = _measured(top, 1e12)
+    assert runs_left(ranked, measured, model, budget_gib=None, max_repeats=3) == 2  # the control, twice
+    measured[top] = _measured(top, 1e12, repeats=3, medians=(1.0, 1.01, 0.99))
+    assert runs_left(ranked, measured, model, budget_gib=None, max_repeats=3) == 0
+
+
+def _knob_grid(**knobs) -> list[Case]:
+    return [replace(c, **knobs) for c in _grid()]
+
+
+def test_activation_checkpointing_is_predicted_slower_and_smaller():
+    plain = {c.id: predict_case(c) for c in _grid()}
+    for case in _knob_grid(act_ckpt=True):
+        ckpt, base = predict_case(case), plain[replace(case, act_ckpt=False).id]
+        assert ckpt.flops == pytest.approx(base.flops * 8 / 6)  # forward twice
+        assert ckpt.peak_bytes < base.peak_bytes  # each block keeps only its input
+        assert ckpt.wire_bytes == base.wire_bytes
+
+
+def test_forward_prefetch_is_predicted_to_hold_more_gathered_blocks():
+    fsdp2 = Case(strategy="fsdp2", model="gpt_tiny", batch_size=2, seq_len=32)
+    deeper = [predict_case(replace(fsdp2, forward_prefetch=n)).peak_bytes for n in (0, 1, 2)]
+    assert deeper[0] < deeper[1] < deeper[2]
+    ddp = Case(strategy="ddp", model="gpt_tiny", batch_size=2, seq_len=32)
+    no_reshard = replace(fsdp2, strategy="fsdp2_no_reshard")
+    for case in (ddp, no_reshard):  # nothing to prefetch: every unit is already whole in forward
+        assert predict_case(replace(case, forward_prefetch=1)).peak_bytes == predict_case(case).peak_bytes
+
+
+def test_reshard_after_forward_trades_memory_for_traffic():
+    fsdp2 = predict_case(Case(strategy="fsdp2", model="gpt_tiny", batch_size=2, seq_len=32))
+    kept = predict_case(Case(strategy="fsdp2_no_reshard", model="gpt_tiny", batch_size=2, seq_len=32))
+    assert fsdp2.wire_bytes > kept.wire_bytes and fsdp2.peak_bytes < kept.peak_bytes
+
+
+def test_a_larger_space_prunes_by_prediction_and_skips_compile_on_cpu():
+    """strategy x batch x accum x activation checkpointing x compile: 48 cases; on CPU the 24
+    compiled ones are named, not launched, and under a budget the checkpointed cases survive
+    where their plain twins are predicted not to fit."""
+    grid = [replace(c, act_ckpt=a, compile=k) for c in _grid() for a in (False, True) for k in (False, True)]
+    (request,) = tune_requests(grid)
+    assert len(request.cases) == 24 and len(request.skipped) == 24
+    assert all("compile" in s.reason for s in request.skipped)
+    predictions = [predict_case(c) for c in request.cases]
+    ckpt = sorted(p.peak_bytes for p in predictions if p.case.act_ckpt)
+    plain = sorted(p.peak_bytes for p in predictions if not p.case.act_ckpt)
+    budget = (ckpt[-1] + plain[-1]) / 2 * 1.08 / GIB
+    fit, skipped, _ = split_by_budget(predictions, budget)
+    assert any(not p.case.act_ckpt for p in (x for x in predictions if x.case.id in {s.case_id for s in skipped}))
+    assert {p.case.id for p in fit if p.case.act_ckpt} == {p.case.id for p in predictions if p.case.act_ckpt}
+
+
+def test_the_leaders_prefetch_neighbour_is_measured_not_predicted():
+    from fsdp_bench.analysis.tune import leader_neighbours
+
+    fsdp2 = [Case(strategy="fsdp2", model="gpt_tiny", batch_size=2, seq_len=32, forward_prefetch=n) for n in (0, 1, 2)]
+    predictions = [predict_case(c) for c in fsdp2]
+    model = StepModel(1e-12, 1e-6, 0.0, error=0.0)
+    ranked = rank_predictions(predictions, model)
+    measured = {fsdp2[0].id: _measured(fsdp2[0].id, 1e12)}
+    assert [p.case.id for p in leader_neighbours(ranked, measured, fsdp2[0].id)] == [fsdp2[1].id]
