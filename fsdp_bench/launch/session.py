@@ -226,13 +226,25 @@ class SweepSession:
                 )
                 self._write_environment(RunLayout(self.run_dir).node_root(self.launch.node_rank))
             else:
-                self.run_dir = create_run_dir(self.sweep.results_dir)
-                self.lock_run_dir(self.run_dir)
-                self._write_environment(self.run_dir)
+                self.run_dir = self._new_run_dir()
             if self.sweep.resume is None and self.launch.owns_results:
                 write_json_atomic(
                     RunLayout(self.run_dir).sweep_file, self.sweep.fingerprint(), shape=SweepSettings, overwrite=True
                 )
+
+    def _new_run_dir(self) -> Path:
+        """A new run folder, locked, with its env.json. Known to the session (`run_dir`) only once
+        set up: a folder that could not be locked (a full disk) is no run, so nothing at the end
+        names it or offers to resume it (#37); it is removed again while it holds nothing."""
+        run_dir = create_run_dir(self.sweep.results_dir)
+        try:
+            self.lock_run_dir(run_dir)
+            self._write_environment(run_dir)
+        except (SessionError, OSError):
+            self.unlock_run_dir()
+            _remove_if_empty(RunLayout(run_dir))
+            raise
+        return run_dir
 
     def close(self) -> None:
         if self._torch_env is not None:
@@ -467,3 +479,14 @@ def _set_aside(run: RunLayout, case_id: str, *, repeat: int | None = None, with_
     for src in (*sources, run.result_file(case_id, repeat=repeat)):
         if src.exists():
             shutil.move(str(src), str(dest / src.name))
+
+
+def _remove_if_empty(run: RunLayout) -> None:
+    """Undo a run folder this session just created and could not set up: its empty lock file,
+    cases/ and the folder itself, each only while it is empty (never anything a sweep wrote)."""
+    with contextlib.suppress(OSError):
+        if run.lock_file.is_file() and not run.lock_file.is_symlink() and run.lock_file.stat().st_size == 0:
+            run.lock_file.unlink()
+    for folder in (run.cases_dir, run.root):
+        with contextlib.suppress(OSError):
+            folder.rmdir()
