@@ -160,6 +160,20 @@ def run_case(
     return result
 
 
+def skip_case(
+    case: Case, run_dir: Path, reason: str, *, launch: Launch = Launch(), repeat: int | None = None
+) -> CaseResult:
+    """A case not launched (the host-memory guard): a `skipped` result with its one-line reason,
+    saved like any result (a failed case is data), no case folder and no process."""
+    run = RunLayout(Path(run_dir).resolve())
+    now = {"monotonic": time.monotonic(), "utc": utc_now(), "unix": time.time()}
+    result = _merged_result(case, Outcome("skipped", reason), [], returncode=None, started=now, log_tail="")
+    if repeat is not None:
+        result["repeat"] = repeat
+    write_json_atomic(run.result_file(case.id, launch.node_rank, repeat), result, shape=CaseResult)
+    return result
+
+
 def _case_env(
     case: Case, env: dict[str, str] | None, grace_s: float, launch: Launch, timeout_s: float
 ) -> dict[str, str]:

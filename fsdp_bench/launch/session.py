@@ -367,17 +367,25 @@ class SweepSession:
 
     def _launch(self, run: RunLayout, case: Case, repeat: int | None = None) -> CaseResult:
         """The case (or one repeat of it) in its own torchrun (free space checked, any earlier
-        attempt set aside by the caller); `on_launch` hears of each."""
-        from fsdp_bench.launch.runner import run_case
+        attempt set aside by the caller), or a `skipped` result when the host-memory guard finds
+        it would need more than is available now; `on_launch` hears of each."""
+        from fsdp_bench.launch.memory_guard import available_host_bytes, memory_skip_reason
+        from fsdp_bench.launch.runner import run_case, skip_case
 
-        result = run_case(
-            case,
-            run.root,
-            timeout_s=self.sweep.timeout_s,
-            grace_s=self.sweep.kill_grace_s,
-            launch=self.launch,
-            repeat=repeat,
-        )
+        over = None
+        if not self.sweep.allow_memory_overcommit:
+            over = memory_skip_reason(case, available_host_bytes(), nnodes=self.launch.nnodes)
+        if over is not None:
+            result = skip_case(case, run.root, over, launch=self.launch, repeat=repeat)
+        else:
+            result = run_case(
+                case,
+                run.root,
+                timeout_s=self.sweep.timeout_s,
+                grace_s=self.sweep.kill_grace_s,
+                launch=self.launch,
+                repeat=repeat,
+            )
         if self.on_launch is not None:
             self.on_launch(case, repeat, result)
         return result
