@@ -183,8 +183,11 @@ class SweepSession:
     def check_same_settings(self, run_dir: Path) -> None:
         """Refuse to resume a run with settings that change what its cases measure."""
         stored_file = RunLayout(Path(run_dir)).sweep_file
-        if not stored_file.exists():
-            return  # a run from before sweep.json was kept: nothing to compare with
+        if not stored_file.exists():  # every run folder has one since #23; without it (made by hand, or
+            # re-created by an older version under a case whose folder was deleted) any settings would pass
+            raise SessionError(
+                f"{run_dir} has no sweep.json: cannot tell the run's settings, so it is not resumed; start a new run"
+            )
         try:
             stored = read_json(stored_file)
         except (OSError, ValueError, ResultError):
@@ -270,6 +273,7 @@ class SweepSession:
         try:
             yield
         except OSError as exc:
+            self.check_run_dir()  # the folder itself went away or was replaced: say that, no resume hint
             raise RunFolderGone(
                 f"{run.root}: {_os_error_line(exc)}; stopping (resume later with --bench-resume {run.root})"
             ) from None
@@ -349,7 +353,7 @@ class SweepSession:
             rounds = RepeatRounds([(case.id, case)], self.sweep.repeats)
         results = rounds.run_through(case.id, lambda c, r: self._repeat_result(run, c, r))
         merged = merge_repeats(results, planned=rounds.planned(case.id))
-        write_json_atomic(run.result_file(case.id, self.launch.node_rank), merged, shape=CaseResult)
+        write_json_atomic(run.result_file(case.id, self.launch.node_rank), merged, shape=CaseResult, make_parents=False)
         return merged
 
     def _repeat_result(self, run: RunLayout, case: Case, repeat: int) -> CaseResult:
