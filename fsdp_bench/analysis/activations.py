@@ -85,6 +85,10 @@ def _llama_layer(c: Mapping[str, Any], seq_len: int) -> _Layer:
     head_dim = c.get("head_dim") or h // heads
     kv = (c.get("num_key_value_heads") or heads) * head_dim
     per_token = 6 * h + 2 * heads * head_dim + 2 * kv + 4 * inter + 2 + heads
+    if c.get("attention_dropout") or 0:  # math attention on CPU (flash has no dropout), as gpt2's below:
+        # scaled q and k, scores' softmax, dropout noise and the dropped scores; no log-sum-exp
+        math_path = per_token - heads + heads * head_dim + kv + 3 * heads * seq_len
+        return _Layer(math_path, 2 * seq_len * head_dim, norms=2, separate_inputs=3)
     return _Layer(per_token, 2 * seq_len * head_dim, lse=heads, norms=2, separate_inputs=3)  # q/k/v, gate/up
 
 

@@ -44,6 +44,7 @@ def run_item(
         result = state.session.run(case)
     except (SessionError, KeyboardInterrupt) as exc:
         state.interrupted |= isinstance(exc, SessionError)
+        state.stopped = str(exc) if isinstance(exc, SessionError) else state.stopped
         benchmark.skipped = True
         raise
     line = state.progress.finish_case(node_id, case.id, result)

@@ -1,14 +1,15 @@
-"""Will the sweep's cases fit in this machine's memory? Checked before the first case launches
-(no torch): a case whose ranks would need more host memory than is available is refused in one
-line with the numbers, instead of swapping the machine to a halt or waking the OOM killer.
+"""Will a case fit in this machine's memory? Asked before every launch (no torch): a case whose
+processes would need more host memory than is available is not launched but ends `skipped`, its
+reason one line with the numbers, instead of swapping the machine to a halt or waking the OOM
+killer; the sweep goes on. Before the first case the sweep says which cases that will be.
 
-A CPU rank holds its model state and activations in host memory: its need is the predicted peak
-(`analysis.fit.predict_peak_bytes`, the same prediction the report checks against measurements)
-plus what one rank process costs before any model exists (torch, gloo, the interpreter). A CUDA
-rank keeps those in device memory and costs the host only its fixed part; a CUDA case predicted
+The figure is `analysis.host_memory.host_peak` (the one estimate `fit` and the tuner can share):
+each rank's base, the `--bench-data` text it reads and packs, the whole model it builds before
+sharding, the step's predicted peak on a CPU rank with attention's growth with the square of the
+sequence where it is materialised, a simulated rank's step, and torchrun. A CUDA case predicted
 over its GPU's memory is only announced (`device_memory_note`): an OOM on the GPU ends that one
-case as `oom` and the sweep goes on (the reference plan provokes one on purpose), while host memory
-exhausted takes the whole machine down.
+case as `oom` and the sweep goes on (the reference plan provokes one on purpose), while host
+memory exhausted takes the whole machine down.
 """
 
 from __future__ import annotations
@@ -16,15 +17,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from fsdp_bench.analysis.fit import predict_case_peak
+from fsdp_bench.analysis.host_memory import HostPeak, host_peak
 from fsdp_bench.plan.case import Case, parse_mesh
+from fsdp_bench.plan.text_data import text_bytes
 from fsdp_bench.results.schema import GIB
 
-# One rank process before its model: torch + gloo + interpreter. The golden CPU runs
-# (tests/data/golden/base, gpt_tiny, a few MB of model) record peak_rss_gib 0.316 per rank;
-# rounded up for torchrun's own process and allocator slack.
-RANK_FIXED_BYTES = 0.5 * GIB
 MEMINFO = Path("/proc/meminfo")
+OVERCOMMIT = "--bench-allow-memory-overcommit"
 
 
 def available_host_bytes(meminfo: Path = MEMINFO) -> int | None:
@@ -40,6 +39,8 @@ def available_host_bytes(meminfo: Path = MEMINFO) -> int | None:
 
 def predicted_rank_peak_bytes(case: Case) -> float | None:
     """One rank's predicted peak of model state and activations; None where there is no model."""
+    from fsdp_bench.analysis.fit import predict_case_peak
+
     mesh = parse_mesh(case.mesh) if case.mesh else None
     try:
         return predict_case_peak(case, mesh=mesh)["peak_bytes"]
@@ -47,34 +48,43 @@ def predicted_rank_peak_bytes(case: Case) -> float | None:
         return None
 
 
-def host_bytes_needed(case: Case, ranks_here: int) -> tuple[float, float | None]:
-    """(host bytes the case's processes on this node need, one rank's predicted peak)."""
-    peak = predicted_rank_peak_bytes(case)
-    processes = 1 if case.simulate else ranks_here
-    on_host = (peak or 0.0) if case.device == "cpu" else 0.0
-    return processes * (on_host + RANK_FIXED_BYTES), peak
+def case_host_peak(case: Case, *, nnodes: int = 1) -> HostPeak:
+    """The case's host memory on one node: its ranks there, its data folder's text as on disk now."""
+    return host_peak(case, ranks_here=max(1, case.nproc // max(1, nnodes)), text_bytes=text_bytes(case.data))
 
 
-def memory_refusal(cases: Iterable[Case], available_bytes: int | None, *, nnodes: int = 1) -> str | None:
-    """One line naming the case that needs the most host memory, when it needs more than is
-    available; None when everything fits (or the machine does not say what it has)."""
+def memory_skip_reason(case: Case, available_bytes: int | None, *, nnodes: int = 1) -> str | None:
+    """One line saying why the case is not launched, when its processes need more host memory
+    than is available; None when it fits (or the machine does not say what it has)."""
     if available_bytes is None:
         return None
-    worst = None
-    for case in cases:
-        ranks_here = max(1, case.nproc // max(1, nnodes))
-        need, peak = host_bytes_needed(case, ranks_here)
-        if need > available_bytes and (worst is None or need > worst[1]):
-            worst = (case, need, peak, ranks_here)
-    if worst is None:
+    peak = case_host_peak(case, nnodes=nnodes)
+    if peak.total_bytes <= available_bytes:
         return None
-    case, need, peak, ranks_here = worst
-    per_rank = f"{(peak or 0) / GIB:.1f} GiB predicted peak + " if case.device == "cpu" else ""
+    launcher = f" + {peak.launcher / GIB:.1f} GiB for torchrun" if peak.launcher else ""
     return (
-        f"fsdp-bench: refusing to start: case {case.id} needs about {need / GIB:.1f} GiB of host memory "
-        f"({1 if case.simulate else ranks_here} process(es) x ({per_rank}{RANK_FIXED_BYTES / GIB:.1f} GiB "
-        f"per process)) but only {available_bytes / GIB:.1f} GiB is available; use a smaller model, batch "
-        f"size or --bench-nproc, or pass --bench-allow-memory-overcommit to run it anyway"
+        f"needs about {peak.total_bytes / GIB:.1f} GiB of host memory ({peak.processes} process(es) x "
+        f"{peak.rank_bytes / GIB:.1f} GiB, most of it {peak.largest_part()}{launcher}) but only "
+        f"{available_bytes / GIB:.1f} GiB is available; not launched (use a smaller model, batch, sequence "
+        f"or data folder, or pass {OVERCOMMIT} to run it anyway)"
+    )
+
+
+def memory_plan_line(cases: Iterable[Case], available_bytes: int | None, *, nnodes: int = 1) -> str | None:
+    """Said before the first case: how many cases will be skipped for host memory, naming the
+    largest; None when every case fits."""
+    over = [
+        (case, case_host_peak(case, nnodes=nnodes).total_bytes)
+        for case in cases
+        if memory_skip_reason(case, available_bytes, nnodes=nnodes) is not None
+    ]
+    if not over:
+        return None
+    case, need = max(over, key=lambda pair: pair[1])
+    return (
+        f"fsdp-bench: {len(over)} case(s) need more host memory than the {available_bytes / GIB:.1f} GiB "
+        f"available and will be skipped, not launched (the largest: {case.id}, about {need / GIB:.1f} GiB); "
+        f"{OVERCOMMIT} runs them anyway"
     )
 
 

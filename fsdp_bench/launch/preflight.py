@@ -1,7 +1,7 @@
 """What the sweep checks and says after collection and before its first case: the workers'
 interpreter can run a case at all (torch importable, a GPU seen for a CUDA sweep), the duration
-estimate calibrated on this machine now, and the slow-CPU and host-memory guards (no pytest here: the plugin
-turns `Preflight.refusal` into its usage error)."""
+estimate calibrated on this machine now, the slow-CPU guard (no pytest here: the plugin turns
+`Preflight.refusal` into its usage error) and the cases the host-memory guard will skip."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from fsdp_bench.analysis.duration import Calibration, estimate_gpu_name, estimate_line, estimate_sweep, slow_cpu_line
-from fsdp_bench.launch.memory_guard import available_host_bytes, device_memory_note, memory_refusal
+from fsdp_bench.launch.memory_guard import available_host_bytes, device_memory_note, memory_plan_line
 from fsdp_bench.launch.session import SessionError, SweepSession
 from fsdp_bench.plan.case import Case, skip_reason
 from fsdp_bench.plan.devices import visible_gpu_memory_bytes
@@ -45,11 +45,12 @@ def run_preflight(
         kept=session.kept_on_resume([case.id for case in cases]),
     )
     refusal = None if sweep.allow_slow_cpu else slow_cpu_line(estimate)
-    if refusal is None and not sweep.allow_memory_overcommit:
-        refusal = memory_refusal(cases, available_host_bytes(), nnodes=sweep.launch().nnodes)
     if refusal is not None and not collect_only:
         return Preflight(refusal=refusal)
     lines = [estimate_line(estimate)]
+    if not sweep.allow_memory_overcommit:  # each such case ends skipped at its turn (SweepSession._launch)
+        over = memory_plan_line(cases, available_host_bytes(), nnodes=sweep.launch().nnodes)
+        lines += [over] if over else []
     plan = plan_line(cases, skipped)
     if plan is not None:
         lines.append(plan)

@@ -79,6 +79,7 @@ class BenchState:
     session: SweepSession
     progress: Progress = field(default_factory=Progress)
     interrupted: bool = False  # Ctrl-C, SIGTERM, or a full disk stopped the sweep
+    stopped: str | None = None  # the one line a SessionError stopped the sweep with (the plugin printed it)
 
     @classmethod
     def open(cls, sweep: Sweep) -> BenchState:
@@ -124,7 +125,7 @@ class BenchState:
         try:
             session.check_run_dir()
         except SessionError as exc:  # nothing to report into: writing would re-create the folder
-            return [f"no report: {exc}"], False
+            return ([] if self.stopped else [f"no report: {exc}"]), False  # said once, not twice
         if not session.launch.owns_results:
             node = session.launch.node_rank
             return [

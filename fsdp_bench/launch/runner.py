@@ -125,7 +125,7 @@ def run_case(
     run = RunLayout(Path(run_dir).resolve())
     work = run.case_dir(case.id, launch.node_rank, repeat)
     work.path.mkdir(parents=True, exist_ok=False)
-    write_json_atomic(work.case_file, case.to_dict(), shape=CaseFields)
+    write_json_atomic(work.case_file, case.to_dict(), shape=CaseFields, make_parents=False)
     started = {"monotonic": time.monotonic(), "utc": utc_now(), "unix": time.time()}
     returncode, timed_out, leftover = _launch_and_wait(
         case, work, timeout_s=timeout_s, env=env, grace_s=grace_s, launch=launch, repeat=repeat
@@ -156,7 +156,23 @@ def run_case(
         }
     if repeat is not None:
         result["repeat"] = repeat
-    write_json_atomic(run.result_file(case.id, launch.node_rank, repeat), result, shape=CaseResult)
+    # never make the run folder again: one deleted under the case stops the sweep (SweepSession)
+    write_json_atomic(run.result_file(case.id, launch.node_rank, repeat), result, shape=CaseResult, make_parents=False)
+    return result
+
+
+def skip_case(
+    case: Case, run_dir: Path, reason: str, *, launch: Launch = Launch(), repeat: int | None = None
+) -> CaseResult:
+    """A case not launched (the host-memory guard): a `skipped` result with its one-line reason,
+    saved like any result (a failed case is data), no case folder and no process."""
+    run = RunLayout(Path(run_dir).resolve())
+    now = {"monotonic": time.monotonic(), "utc": utc_now(), "unix": time.time()}
+    result = _merged_result(case, Outcome("skipped", reason), [], returncode=None, started=now, log_tail="")
+    if repeat is not None:
+        result["repeat"] = repeat
+    # never make the run folder again: one deleted under the case stops the sweep (SweepSession)
+    write_json_atomic(run.result_file(case.id, launch.node_rank, repeat), result, shape=CaseResult, make_parents=False)
     return result
 
 

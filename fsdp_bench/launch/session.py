@@ -183,8 +183,11 @@ class SweepSession:
     def check_same_settings(self, run_dir: Path) -> None:
         """Refuse to resume a run with settings that change what its cases measure."""
         stored_file = RunLayout(Path(run_dir)).sweep_file
-        if not stored_file.exists():
-            return  # a run from before sweep.json was kept: nothing to compare with
+        if not stored_file.exists():  # every run folder has one since #23; without it (made by hand, or
+            # re-created by an older version under a case whose folder was deleted) any settings would pass
+            raise SessionError(
+                f"{run_dir} has no sweep.json: cannot tell the run's settings, so it is not resumed; start a new run"
+            )
         try:
             stored = read_json(stored_file)
         except (OSError, ValueError, ResultError):
@@ -226,13 +229,25 @@ class SweepSession:
                 )
                 self._write_environment(RunLayout(self.run_dir).node_root(self.launch.node_rank))
             else:
-                self.run_dir = create_run_dir(self.sweep.results_dir)
-                self.lock_run_dir(self.run_dir)
-                self._write_environment(self.run_dir)
+                self.run_dir = self._new_run_dir()
             if self.sweep.resume is None and self.launch.owns_results:
                 write_json_atomic(
                     RunLayout(self.run_dir).sweep_file, self.sweep.fingerprint(), shape=SweepSettings, overwrite=True
                 )
+
+    def _new_run_dir(self) -> Path:
+        """A new run folder, locked, with its env.json. Known to the session (`run_dir`) only once
+        set up: a folder that could not be locked (a full disk) is no run, so nothing at the end
+        names it or offers to resume it (#37); it is removed again while it holds nothing."""
+        run_dir = create_run_dir(self.sweep.results_dir)
+        try:
+            self.lock_run_dir(run_dir)
+            self._write_environment(run_dir)
+        except (SessionError, OSError):
+            self.unlock_run_dir()
+            _remove_if_empty(RunLayout(run_dir))
+            raise
+        return run_dir
 
     def close(self) -> None:
         if self._torch_env is not None:
@@ -258,6 +273,7 @@ class SweepSession:
         try:
             yield
         except OSError as exc:
+            self.check_run_dir()  # the folder itself went away or was replaced: say that, no resume hint
             raise RunFolderGone(
                 f"{run.root}: {_os_error_line(exc)}; stopping (resume later with --bench-resume {run.root})"
             ) from None
@@ -338,7 +354,7 @@ class SweepSession:
             rounds = RepeatRounds([(case.id, case)], self.sweep.repeats)
         results = rounds.run_through(case.id, lambda c, r: self._repeat_result(run, c, r))
         merged = merge_repeats(results, planned=rounds.planned(case.id))
-        write_json_atomic(run.result_file(case.id, self.launch.node_rank), merged, shape=CaseResult)
+        write_json_atomic(run.result_file(case.id, self.launch.node_rank), merged, shape=CaseResult, make_parents=False)
         return merged
 
     def _repeat_result(self, run: RunLayout, case: Case, repeat: int) -> CaseResult:
@@ -356,17 +372,25 @@ class SweepSession:
 
     def _launch(self, run: RunLayout, case: Case, repeat: int | None = None) -> CaseResult:
         """The case (or one repeat of it) in its own torchrun (free space checked, any earlier
-        attempt set aside by the caller); `on_launch` hears of each."""
-        from fsdp_bench.launch.runner import run_case
+        attempt set aside by the caller), or a `skipped` result when the host-memory guard finds
+        it would need more than is available now; `on_launch` hears of each."""
+        from fsdp_bench.launch.memory_guard import available_host_bytes, memory_skip_reason
+        from fsdp_bench.launch.runner import run_case, skip_case
 
-        result = run_case(
-            case,
-            run.root,
-            timeout_s=self.sweep.timeout_s,
-            grace_s=self.sweep.kill_grace_s,
-            launch=self.launch,
-            repeat=repeat,
-        )
+        over = None
+        if not self.sweep.allow_memory_overcommit:
+            over = memory_skip_reason(case, available_host_bytes(), nnodes=self.launch.nnodes)
+        if over is not None:
+            result = skip_case(case, run.root, over, launch=self.launch, repeat=repeat)
+        else:
+            result = run_case(
+                case,
+                run.root,
+                timeout_s=self.sweep.timeout_s,
+                grace_s=self.sweep.kill_grace_s,
+                launch=self.launch,
+                repeat=repeat,
+            )
         if self.on_launch is not None:
             self.on_launch(case, repeat, result)
         return result
@@ -483,3 +507,14 @@ def _set_aside(run: RunLayout, case_id: str, *, repeat: int | None = None, with_
     for src in (*sources, run.result_file(case_id, repeat=repeat)):
         if src.exists():
             shutil.move(str(src), str(dest / src.name))
+
+
+def _remove_if_empty(run: RunLayout) -> None:
+    """Undo a run folder this session just created and could not set up: its empty lock file,
+    cases/ and the folder itself, each only while it is empty (never anything a sweep wrote)."""
+    with contextlib.suppress(OSError):
+        if run.lock_file.is_file() and not run.lock_file.is_symlink() and run.lock_file.stat().st_size == 0:
+            run.lock_file.unlink()
+    for folder in (run.cases_dir, run.root):
+        with contextlib.suppress(OSError):
+            folder.rmdir()

@@ -222,9 +222,9 @@ OPTIONS: dict[str, tuple[str, Callable[[str, str], Any], str]] = {
     "allow-memory-overcommit": (
         "allow_memory_overcommit",
         _switch,
-        "start even when a case's ranks are predicted "
-        "to need more host memory than the machine has available (launch/memory_guard.py); "
-        "without it such a sweep stops before any case",
+        "launch a case even when its processes are predicted "
+        "to need more host memory than the machine has available (analysis/host_memory.py); "
+        "without it such a case ends skipped, never launched, and the sweep goes on",
     ),
 }
 

@@ -162,3 +162,14 @@ def pack(documents: list[list[int]], eos: int, length: int) -> list[list[int]]:
         stream.extend(doc)
         stream.append(eos)
     return [stream[i : i + length] for i in range(0, len(stream) - length + 1, length)]
+
+
+def text_bytes(folder: str | Path) -> int:
+    """The size of the text files a data folder feeds the ranks (each rank reads them all): what
+    the host-memory estimate counts (analysis.host_memory); 0 for no folder or one that is gone."""
+    if not folder:
+        return 0
+    try:
+        return sum(p.stat().st_size for p in text_files(Path(folder).expanduser()))
+    except OSError:
+        return 0

@@ -203,7 +203,9 @@ def loss_agreement(df) -> list[str]:
     if M.loss_max_abs_dev_vs_ddp not in df:
         return []
     ok = ok_rows(df)
-    ok = ok[ok[M.loss_max_abs_dev_vs_ddp].notna() & ~ok["strategy"].map(is_baseline)]
+    if ok.empty:  # mapping an empty column gives objects, and '&' on them warns (pandas 4)
+        return []
+    ok = ok[ok[M.loss_max_abs_dev_vs_ddp].notna() & ~ok["strategy"].map(is_baseline).astype(bool)]
     if ok.empty:
         return []
     off = ok[ok[M.loss_max_abs_dev_vs_ddp] > LOSS_MATCH_TOL]

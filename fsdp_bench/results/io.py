@@ -22,11 +22,13 @@ def readable_mode() -> int:
     return 0o666 & ~umask
 
 
-def _write_atomic(path: Path, write: Any, *, overwrite: bool) -> None:
+def _write_atomic(path: Path, write: Any, *, overwrite: bool, make_parents: bool = True) -> None:
     """Call `write(fh)` on a temporary file beside `path`, fsync it, then link (no overwrite:
-    fails if `path` exists) or rename (overwrite) it into place."""
+    fails if `path` exists) or rename (overwrite) it into place. `make_parents=False`: a missing
+    folder is FileNotFoundError, never re-created (a run folder deleted under a running case)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if make_parents:
+        path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w") as fh:
@@ -52,9 +54,10 @@ def _write_atomic(path: Path, write: Any, *, overwrite: bool) -> None:
 CHECK_WRITES_ENV = "FSDP_BENCH_CHECK_WRITES"
 
 
-def write_json_atomic(path: Path, data: Any, *, shape: Any, overwrite: bool = False) -> None:
+def write_json_atomic(path: Path, data: Any, *, shape: Any, overwrite: bool = False, make_parents: bool = True) -> None:
     """Write JSON so a reader sees the whole file or none of it. `shape`: the record type the file
-    is declared as (results.records), the one place its fields are named."""
+    is declared as (results.records), the one place its fields are named. `make_parents=False`
+    for files inside a run folder that must already exist (see _write_atomic)."""
     if os.environ.get(CHECK_WRITES_ENV):
         from fsdp_bench.results.checks import record_problem
 
@@ -65,7 +68,7 @@ def write_json_atomic(path: Path, data: Any, *, shape: Any, overwrite: bool = Fa
         json.dump(data, fh, indent=1, sort_keys=False, default=_json_default, allow_nan=True)
         fh.write("\n")
 
-    _write_atomic(path, write, overwrite=overwrite)
+    _write_atomic(path, write, overwrite=overwrite, make_parents=make_parents)
 
 
 def write_text_atomic(path: Path, text: str) -> None:

@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         raise
     finally:
         record["ended_utc"] = utc_now()
-        write_json_atomic(work.rank_file(rank), record, shape=RankRecord, overwrite=True)
+        write_json_atomic(work.rank_file(rank), record, shape=RankRecord, overwrite=True, make_parents=False)
 
 
 def entry() -> None:

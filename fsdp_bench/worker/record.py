@@ -77,7 +77,7 @@ class StageTracker:
         if self.progress_file is None:
             return
         try:
-            write_json_atomic(self.progress_file, self.record, shape=RankRecord, overwrite=True)
+            write_json_atomic(self.progress_file, self.record, shape=RankRecord, overwrite=True, make_parents=False)
         except OSError:
             pass  # a full disk must not turn a healthy case into a failed one
 

@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     record = read_json(path)
     if record.get("status") == "ok":
         record["simulation"] = simulation_summary(case, record)
-        write_json_atomic(path, record, shape=RankRecord, overwrite=True)
+        write_json_atomic(path, record, shape=RankRecord, overwrite=True, make_parents=False)
     return code
 
 

@@ -123,6 +123,11 @@ def test_a_sweep_on_a_full_disk_is_one_line_and_launches_nothing(tmp_path):
     lines = [ln for ln in text.splitlines() if "No space left on device" in ln]
     assert len(lines) == 1 and "fsdp-bench" in lines[0], text
     assert not [p for p in made if "cases" in p.parts and len(p.parts) > 2], made  # no case launched
+    # #37: a folder that was never set up is no run: nothing names it or offers to resume it, and
+    # the empty husk is gone again (before: a separator, "interrupted; ... --bench-resume RUN",
+    # "results: RUN" after the one line)
+    assert "--bench-resume" not in text and "results:" not in text and "interrupted" not in text, text
+    assert made == [Path("filler")], made
 
 
 def test_a_file_size_limit_when_locking_is_one_line(tmp_path):

@@ -1,5 +1,5 @@
 """Before launch: a CUDA case predicted over its GPU's memory is named in one line (it will likely
-end as oom, which is data: the sweep goes on), while host memory is a refusal (see
+end as oom, which is data: the sweep goes on), while a case over host memory is skipped unlaunched (see
 tests/integration/test_robustness_round2.py)."""
 
 from fsdp_bench.launch.memory_guard import device_memory_note, predicted_rank_peak_bytes

@@ -1,0 +1,139 @@
+"""How much host memory one case's processes take at their peak, from its parts: the one estimate
+the launch guard refuses cases by (launch/memory_guard.py), and the one `fit` and the tuner can ask
+(`host_peak(case, text_bytes=...)`). Pure numbers; the caller reads the data folder's size.
+
+A CPU rank's resident memory peaks at the largest of its stages, on top of what the process costs
+before it holds anything (`RANK_BASE_BYTES`: torch, gloo, the interpreter):
+- **data**: a `--bench-data` folder is read whole by every rank, then tokenized and packed as
+  Python lists of ints (8-byte pointers; the text, the documents, the packed stream, its rows)
+  before one int64 tensor of the rows is kept for the run. Measured on gpt_tiny, byte-level
+  tokens: 19.9 MB of text raised a rank's peak RSS by 0.42 GiB (22.7 bytes per text byte); the
+  issue reports 1.70 GiB per rank for 58 MB (25.5 above the 0.32 GiB base): `TEXT_LOAD_BYTES_PER_BYTE`.
+- **build**: a model whose builder does not use the meta device is built whole, in fp32, before
+  any strategy shards it: every rank of an FSDP case holds the whole model at stage `model`
+  (linear_odsc at a simulated 64: 9 GiB at stage `model`, whatever its shard will be).
+- **step**: the training step's peak as `analysis.fit` predicts it on a CPU rank (on CUDA the
+  step lives in device memory), plus the attention matrices where the attention implementation
+  materialises them on the CPU: attention dropout takes torch's math path (the flash kernel has
+  no dropout), which keeps heads x seq^2 per sample three times per layer (counted by
+  analysis.activations) and, in backward, one more for the gradient of the scores
+  (`attention_transient_bytes`). A 1-layer, 4-head Llama with attention dropout at seq 4096:
+  1.01 GiB allocated, of which 1.0 GiB is those four.
+- **simulated** (`--bench-simulate-world-size`): rank 0 on a fake process group holds, through
+  its step, about `SIMULATED_WHOLE_MODEL_FACTOR` times the whole model beyond its base, whatever
+  the world size (measured, probes on: linear_small 4.2x, gpt_124m 4.1x at a simulated 64;
+  3.1x for gpt_124m without probes; the cause inside FSDP2-on-fake-collectives is not known).
+A case's total adds, per node, the launcher (torchrun: one more interpreter with torch) unless
+the case is simulated (one process, no torchrun).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fsdp_bench.analysis.comm_model import model_units
+from fsdp_bench.analysis.fit import predict_case_peak
+from fsdp_bench.plan.case import Case, parse_mesh
+from fsdp_bench.plan.catalog import precision as precision_row
+from fsdp_bench.plan.flavors import ModelFlavor, flavor_for, load_config_dict
+from fsdp_bench.results.schema import GIB
+
+# One rank process before its model, data or step: gpt_tiny (3 MB of model) on one CPU rank
+# peaked at 0.323 GiB RSS (2026-11-26, torch 2.13); a Hugging Face model's rank also imports
+# transformers (a 1-layer Llama rank: 0.42-0.45 GiB beyond what its step allocated).
+RANK_BASE_BYTES = 0.33 * GIB
+HF_IMPORT_BYTES = 0.10 * GIB
+# torchrun's own process (it imports torch): the case's process tree minus its ranks, measured
+# 0.218 GiB with one and with two gpt_tiny ranks (tests/rss_watchdog.py, load 11.8).
+LAUNCHER_BYTES = 0.22 * GIB
+TEXT_LOAD_BYTES_PER_BYTE = 26  # the rank's peak while it reads and packs its text (measured 22.7-25.5)
+TOKEN_BYTES = 8  # the packed rows kept for the run: int64, one per token (at most one per text byte)
+SIMULATED_WHOLE_MODEL_FACTOR = 4.2  # probes on; see the module doc
+
+
+@dataclass(frozen=True)
+class HostPeak:
+    """One case's host memory at its peak, by part (bytes). A rank's peak is its base plus the
+    largest of its stages; the case's is its processes' peaks plus the launcher."""
+
+    processes: int  # rank processes on this node (1 for a simulated case)
+    launcher: float  # torchrun, per node; 0 for a simulated case
+    base: float  # one rank process before anything (RANK_BASE_BYTES, + transformers)
+    data_load: float  # reading and packing a --bench-data folder (0 without)
+    data_kept: float  # its packed rows, kept through the run
+    build: float  # the whole model built before sharding (0 when built on the meta device)
+    step: float  # the training step's predicted peak on this host (0 on CUDA)
+    attention: float  # the math path's score gradient in backward, beyond `step`
+    simulated: float  # a simulated rank's step (SIMULATED_WHOLE_MODEL_FACTOR x the whole model)
+
+    @property
+    def rank_bytes(self) -> float:
+        later = max(self.build, self.step + self.attention, self.simulated)
+        return self.base + max(self.data_load, self.data_kept + later)
+
+    @property
+    def total_bytes(self) -> float:
+        return self.launcher + self.processes * self.rank_bytes
+
+    def largest_part(self) -> str:
+        """The part that sets the rank's peak, in words (the guard's refusal names it)."""
+        later = {
+            "the model built whole before sharding": self.build,
+            "the training step": self.step + self.attention,
+            "the simulated rank's step": self.simulated,
+        }
+        name, value = max(later.items(), key=lambda kv: kv[1])
+        if self.data_load > self.data_kept + value:
+            return f"reading the --bench-data text ({self.data_load / GIB:.1f} GiB)"
+        return f"{name} ({value / GIB:.1f} GiB)"
+
+
+def whole_model_bytes(flavor: ModelFlavor) -> int:
+    """The model's parameters in fp32, as every builder first makes them (tied weights once)."""
+    return 4 * sum(u.numel for u in model_units(flavor))
+
+
+def attention_transient_bytes(flavor: ModelFlavor, batch_size: int, seq_len: int, dtype_bytes: int) -> int:
+    """The gradient of one layer's attention scores (heads x seq^2 per sample), alive in backward
+    beside the saved matrices, where attention dropout sends SDPA down torch's math path on CPU;
+    0 where the flash kernel runs (no dropout: memory linear in the sequence)."""
+    shape = flavor.architecture.shape
+    if shape not in ("gpt2", "llama_style"):
+        return 0
+    config = load_config_dict(flavor)
+    heads = config.get("n_head") if shape == "gpt2" else config.get("num_attention_heads")
+    dropout = config.get("attn_pdrop", 0.1) if shape == "gpt2" else config.get("attention_dropout", 0.0)
+    if not heads or not dropout:
+        return 0
+    return int(heads) * seq_len * seq_len * batch_size * dtype_bytes
+
+
+def _step_bytes(case: Case) -> float:
+    """fit's predicted peak of the case's step on one rank; 0 where it cannot say (no model)."""
+    mesh = parse_mesh(case.mesh) if case.mesh else None
+    try:
+        return predict_case_peak(case, mesh=mesh)["peak_bytes"]
+    except (KeyError, ValueError, TypeError, ZeroDivisionError):
+        return 0.0
+
+
+def host_peak(case: Case, *, ranks_here: int | None = None, text_bytes: int = 0) -> HostPeak:
+    """The case's host memory by part. `ranks_here`: its ranks on this node (default all);
+    `text_bytes`: the size of its --bench-data folder's text files (the caller reads it)."""
+    flavor = flavor_for(case.model)
+    on_cpu = case.device == "cpu"
+    whole = whole_model_bytes(flavor)
+    tokens = text_bytes  # byte-level tokens: one per byte, an upper bound for any tokenizer
+    return HostPeak(
+        processes=1 if case.simulate else max(1, ranks_here or case.nproc),
+        launcher=0.0 if case.simulate else LAUNCHER_BYTES,
+        base=RANK_BASE_BYTES + (HF_IMPORT_BYTES if flavor.from_hf_config else 0.0),
+        data_load=text_bytes * TEXT_LOAD_BYTES_PER_BYTE,
+        data_kept=tokens * TOKEN_BYTES,
+        build=0.0 if flavor.architecture.built_on_meta else float(whole),
+        step=_step_bytes(case) if on_cpu else 0.0,
+        attention=attention_transient_bytes(flavor, case.batch_size, case.seq_len, precision_row(case.precision).bytes)
+        if on_cpu
+        else 0.0,
+        simulated=SIMULATED_WHOLE_MODEL_FACTOR * whole if case.simulate and on_cpu else 0.0,
+    )
