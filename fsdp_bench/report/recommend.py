@@ -174,7 +174,9 @@ def host_overhead_note(rows: list[TableRow]) -> str:
         return ""
     if len(rows) == 1:
         return f"; it is {host_bound_text(bound[0][M.gpu_busy_pct], bound[0][M.gpu_idle_ms_per_step])}"
-    each = "; ".join(f"{short_name(r)}: {host_bound_detail(r[M.gpu_busy_pct], r[M.gpu_idle_ms_per_step])}" for r in bound)
+    each = "; ".join(
+        f"{short_name(r)}: {host_bound_detail(r[M.gpu_busy_pct], r[M.gpu_idle_ms_per_step])}" for r in bound
+    )
     if len(bound) < len(rows):
         return f"; {len(bound)} of the {len(rows)} ranked configurations host-bound ({each})"
     return (
