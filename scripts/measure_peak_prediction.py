@@ -113,8 +113,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--configs", type=int, default=30, help="--holdout: how many held-out seeds (from the first)")
     parser.add_argument("--real-configs", type=int, default=None, help="--holdout: of those, how many on real ranks")
     parser.add_argument("--first-seed", type=int, default=HOLDOUT_SEEDS.start, help="--holdout: the first seed")
-    parser.add_argument("--out", type=Path, default=None, help="--holdout: the PeakCheckRun JSON (must not exist)")
+    parser.add_argument("--out", type=Path, default=None, help="--holdout: a folder for the PeakCheckRun files")
+    parser.add_argument("--repredict", type=Path, default=None, help="a --holdout file: re-score its measurements")
     args = parser.parse_args(argv)
+    if args.repredict:
+        if args.out is not None and args.out.exists():
+            print(f"{args.out} exists: refusing to overwrite it", file=sys.stderr)
+            return 2
+        return repredict(args)
     if args.holdout:
         return run_holdout(args)
     rows = golden_rows()
@@ -197,6 +203,7 @@ def check_row(seed: int, kind: str, case: Case, out: Path) -> PeakCheckRow:
     """One case measured and predicted (on real ranks, estimated too)."""
     row: PeakCheckRow = {
         "case": case.id,
+        "case_fields": case.to_dict(),
         "seed": seed,
         "model_type": generated_config(seed)["model_type"],
         "ranks": kind,
@@ -207,9 +214,8 @@ def check_row(seed: int, kind: str, case: Case, out: Path) -> PeakCheckRow:
         measured, why = None, f"failed: {type(exc).__name__}: {str(exc)[:120]}"
     if measured is None:
         return {**row, "status": "no peak", "reason": why}
-    p = predict_case_peak(case)
-    row.update(status="ok", phase=p["phase"], predicted_bytes=p["peak_bytes"], measured_bytes=measured)
-    row[M.peak_prediction_error_pct] = 100 * (p["peak_bytes"] - measured) / measured
+    row.update(status="ok", measured_bytes=measured)
+    row = scored_row(row, case)
     if kind == "real":
         from fsdp_bench.worker.estimate import estimate_peak
 
@@ -217,6 +223,51 @@ def check_row(seed: int, kind: str, case: Case, out: Path) -> PeakCheckRow:
         row.update(estimated_bytes=estimated)
         row[M.peak_estimate_error_pct] = 100 * (estimated - measured) / measured
     return row
+
+
+def scored_row(row: PeakCheckRow, case: Case) -> PeakCheckRow:
+    """The row's prediction by today's peak model (the measurement does not depend on it)."""
+    p = predict_case_peak(case)
+    error = 100 * (p["peak_bytes"] - row["measured_bytes"]) / row["measured_bytes"]
+    return {**row, "phase": p["phase"], "predicted_bytes": p["peak_bytes"], M.peak_prediction_error_pct: error}
+
+
+def repredict(args: argparse.Namespace) -> int:
+    """--repredict FILE or FOLDER (a --holdout --out folder: its seed files, so far): the same
+    measurements scored by this checkout's peak model (each model rebuilt from its seed), printed
+    and written to --out."""
+    old = read_json(args.repredict) if args.repredict.is_file() else _merged_seed_files(args.repredict)
+    folder = Path(tempfile.mkdtemp(prefix="peak_holdout_"))
+    rows = []
+    for row in old["cases"]:
+        if row["status"] == "ok":
+            model = write_generated_config(row["seed"], folder)  # the model path of the run may be gone
+            row = scored_row(row, Case.from_dict({**row["case_fields"], "model": model}))
+        rows.append(row)
+        print(_row_text(row))
+    summary = holdout_summary(rows)
+    print(f"\n{summary}")
+    if args.out is not None:
+        new = {**old, "cases": rows, "summary": summary, "predicted_at": _git_sha()}
+        write_json_atomic(args.out, new, shape=PeakCheckRun)
+    return 0
+
+
+def _merged_seed_files(folder: Path) -> PeakCheckRun:
+    """The seed files of a --holdout folder as one run: every row, the wall time summed, the
+    load averages' lowest and highest."""
+    parts = [read_json(p) for p in sorted(folder.glob("seed-*.json"), key=lambda p: int(p.stem.split("-")[1]))]
+    if not parts:
+        raise SystemExit(f"{folder}: no seed-<N>.json files")
+    loads = [x for p in parts for x in p["load_average"]]
+    return {
+        **parts[0],
+        "seeds": [s for p in parts for s in p["seeds"]],
+        "cases": [r for p in parts for r in p["cases"]],
+        "wall_s": round(sum(p["wall_s"] for p in parts), 1),
+        "load_average": [min(loads), max(loads)],
+        "utc_time": parts[-1]["utc_time"],
+    }
 
 
 def holdout_summary(rows: list[PeakCheckRow]) -> dict:
@@ -248,10 +299,9 @@ def _git_sha() -> str | None:
 
 
 def run_holdout(args: argparse.Namespace) -> int:
-    """--holdout: every generated case, printed as it ends; the rows and summary to --out."""
-    if args.out is not None and args.out.exists():
-        print(f"{args.out} exists: refusing to overwrite it", file=sys.stderr)
-        return 2
+    """--holdout: every generated case, printed as it ends. With --out (a folder), each config's
+    rows go to seed-<N>.json as soon as its cases end (a seed with a file is not run again: a
+    long run can be stopped and resumed), then summary.json holds every row and the summary."""
     import torch
 
     started, load_start = time.time(), os.getloadavg()[0]
@@ -259,30 +309,47 @@ def run_holdout(args: argparse.Namespace) -> int:
     (folder / "run" / "cases").mkdir(parents=True)
     seeds = list(range(args.first_seed, args.first_seed + args.configs))
     real_count = args.configs if args.real_configs is None else args.real_configs
-    rows: list[PeakCheckRow] = []
+    facts = {
+        "schema_version": 1,
+        "command": " ".join(["python", "scripts/measure_peak_prediction.py", *sys.argv[1:]]),
+        "git_sha": _git_sha(),
+        "torch": f"{torch.__version__} ({platform.machine()}, {os.cpu_count()} CPUs)",
+        "predicted_at": None,
+    }
     for i, seed in enumerate(seeds):
+        path = args.out / f"seed-{seed}.json" if args.out else None
+        if path is not None and path.exists():
+            continue
+        t0, load0, rows = time.time(), os.getloadavg()[0], []
         model = write_generated_config(seed, folder)
         for kind, case in holdout_cases(model, 2 + seed % 2, real=i < real_count):
-            row = check_row(seed, kind, case, folder / "run")
-            rows.append(row)
-            print(_row_text(row), flush=True)
-    summary = holdout_summary(rows)
-    print(f"\n{summary}")
+            rows.append(check_row(seed, kind, case, folder / "run"))
+            print(_row_text(rows[-1]), flush=True)
+        if path is not None:
+            part = _run_file(facts, [seed], rows, t0, load0)
+            write_json_atomic(path, part, shape=PeakCheckRun)
+    rows = [r for seed in seeds for r in (_seed_rows(args.out, seed) if args.out else rows)]
+    print(f"\n{holdout_summary(rows)}")
     if args.out is not None:
-        run: PeakCheckRun = {
-            "schema_version": 1,
-            "command": " ".join(["python", "scripts/measure_peak_prediction.py", *sys.argv[1:]]),
-            "utc_time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "git_sha": _git_sha(),
-            "torch": f"{torch.__version__} ({platform.machine()}, {os.cpu_count()} CPUs)",
-            "load_average": [load_start, os.getloadavg()[0]],
-            "wall_s": round(time.time() - started, 1),
-            "seeds": seeds,
-            "cases": rows,
-            "summary": summary,
-        }
-        write_json_atomic(args.out, run, shape=PeakCheckRun)
+        whole = _run_file(facts, seeds, rows, started, load_start)
+        write_json_atomic(args.out / "summary.json", whole, shape=PeakCheckRun, overwrite=True)
     return 0
+
+
+def _seed_rows(folder: Path, seed: int) -> list[PeakCheckRow]:
+    return read_json(folder / f"seed-{seed}.json")["cases"]
+
+
+def _run_file(facts: dict, seeds: list[int], rows: list[PeakCheckRow], started: float, load: float) -> PeakCheckRun:
+    return {
+        **facts,
+        "utc_time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "load_average": [load, os.getloadavg()[0]],
+        "wall_s": round(time.time() - started, 1),
+        "seeds": seeds,
+        "cases": rows,
+        "summary": holdout_summary(rows),
+    }
 
 
 def _row_text(row: PeakCheckRow) -> str:

@@ -376,6 +376,7 @@ class PeakCheckRow(TypedDict, total=False):
     on real ranks the fake-tensor estimator's) against the measured rank-0 peak."""
 
     case: str  # the case id
+    case_fields: CaseFields  # the case, its model path as it was then (rebuilt from `seed` to re-predict)
     seed: int  # plan.generated_configs seed of its model
     model_type: str
     ranks: str  # "real" (torchrun, gloo) or "simulated" (rank 0 on the fake process group)
@@ -399,6 +400,7 @@ class PeakCheckRun(TypedDict, total=False):
     torch: str
     load_average: list[Number]  # os.getloadavg() at the start and at the end
     wall_s: Number
+    predicted_at: str | None  # --repredict: the git sha whose peak model re-scored these measurements
     seeds: list[int]
     cases: list[PeakCheckRow]
     summary: dict[str, Any]
