@@ -70,7 +70,8 @@ def phase_bytes(
     backward = top + parts["gathered"] + parts["activations"] + parts["loss_temp"] + parts["accumulated_grads"]
     if deferred and parts["buckets"]:
         backward = max(backward, _ddp_deferred_head_bytes(parts, units))
-    return {"backward": backward, "optimizer step": kept + parts["grads"] + parts["optimizer_temp"]}
+    step = kept + parts["grads"] + parts["optimizer_temp"] + parts.get("tied_grad_copy", 0)
+    return {"backward": backward, "optimizer step": step}
 
 
 # DDP fills its first bucket up to this size (torch's _DEFAULT_FIRST_BUCKET_BYTES), the rest
