@@ -26,8 +26,6 @@ def with_block_moments(
     grad_accum: int,
     mesh: tuple[int, int] | None,
     dtype_bytes: int,
-    *,
-    deferred: bool = False,
 ) -> dict[str, float]:
     """`phases` with the moments inside the blocks: on FSDP2 a block's backward and a block's
     forward all-gather copy-out, on DDP a block's backward. Which of them makes the peak changes
@@ -46,10 +44,6 @@ def with_block_moments(
     backward = kept + _block_backward_bytes(
         units, *gathered, acts, shard=shard, reshard=reshard, dtype_bytes=dtype_bytes
     )
-    if deferred:
-        backward = kept + _deferred_block_backward_bytes(
-            units, *gathered, acts, shard=shard, reshard=reshard, dtype_bytes=dtype_bytes
-        )
     phases = {**phases, "backward": max(phases["backward"], backward)}
     return {"forward": kept + _block_forward_bytes(*gathered, acts, reshard=reshard), **phases}
 
@@ -183,37 +177,6 @@ def _block_backward_bytes(
         # all-gather output and unsharded parameters both alive, before any of its gradients
         end = root + full[k] + (full[k - 1] if k > 0 else 0) + block.numel * dtype_bytes
         peak = max(peak, end + alive, root + 2 * full[k] + alive)
-    return peak
-
-
-def _deferred_block_backward_bytes(
-    units: Sequence[Unit],
-    root: int,
-    full: Sequence[int],
-    acts: Activations,
-    *,
-    shard: int,
-    reshard: bool,
-    dtype_bytes: int = 4,
-) -> int:
-    """FSDP2's largest block backward when the reduction waits for the last micro-step, beyond the
-    parameters, AdamW state and the whole model's unsharded gradients (`accumulated_grads`): the
-    block's and the head's new gradients are added into those in place, so they take nothing more
-    (counting them as `_block_backward_bytes` does put a generated Gemma config, dev seed 0, at
-    +8.2 % at 512 simulated ranks, its peak being in forward). Of the unsharded gradients, the first
-    micro-step has made only the head's and those of this block and the ones above; in the last,
-    each block above has been reduced, its unsharded gradients freed for its sharded ones and one
-    reduce-scatter input (of the block just above) still alive. Gathered parameters and the
-    activations below as in `_block_backward_bytes`."""
-    blocks = [u for u in units if not u.is_root]
-    below, everything, peak = acts.under_blocks, root + sum(full), 0
-    for k in range(len(blocks)):
-        below += acts.per_layer[k]
-        above = full[k + 1 :]
-        last = (above[0] if above else 0) + sum(above) // shard - sum(b.numel for b in blocks[k + 1 :]) * dtype_bytes
-        first = -sum(b.numel for b in blocks[:k]) * dtype_bytes
-        gathered = everything if not reshard else root + full[k] + (full[k - 1] if k > 0 else 0)
-        peak = max(peak, gathered + acts.stream_grad + below + max(last, first))
     return peak
 
 
