@@ -284,6 +284,8 @@ def holdout_summary(rows: list[PeakCheckRow]) -> dict:
         }
     worst = max(ok, key=lambda r: abs(r[err]), default=None)
     out["worst"] = {"case": worst["case"], err: worst[err], "phase": worst["phase"]} if worst else None
+    # a "fits" answer needs a margin at least the largest under-prediction (analysis.fit.FIT_MARGIN)
+    out["most_under_pct"] = min((r[err] for r in ok), default=None)
     est = [r[M.peak_estimate_error_pct] for r in ok if M.peak_estimate_error_pct in r]
     out["estimator"] = {
         "cases": len(est),

@@ -52,3 +52,20 @@ def test_the_held_out_configs_cover_what_the_issue_names():
     assert any(w % 2 for w in widths) or any(w % 8 for w in widths)
     layers = {c.get("num_hidden_layers") or c["n_layer"] for c in configs}
     assert min(layers) <= 2 and max(layers) >= 7
+
+
+def test_the_tied_gradient_copy_is_ddp_with_accumulation_and_a_tied_head_only(tmp_path):
+    """fit.tied_gradient_copy_bytes: vocab x hidden x 4 bytes beside DDP's buckets once gradients
+    accumulate (issue 35), nothing for an untied head, without accumulation or without buckets."""
+    from fsdp_bench.analysis.fit import predict_peak_bytes
+
+    tied, untied = (flavor_for(write_generated_config(s, tmp_path)) for s in (100000, 100019))
+    config = generated_config(100000)
+    expected = config["vocab_size"] * config["hidden_size"] * 4
+
+    def part(flavor, strategy, accum):
+        p = predict_peak_bytes(strategy, flavor, 2, 2, seq_len=32, grad_accum=accum)
+        return p["parts_bytes"]["tied_grad_copy"]
+
+    assert part(tied, "ddp", 2) == expected
+    assert part(tied, "ddp", 1) == part(tied, "fsdp2", 2) == part(untied, "ddp", 2) == 0
