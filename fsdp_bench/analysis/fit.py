@@ -159,7 +159,9 @@ def predict_peak_bytes(
     at_top = held or (grad_accum > 1 and not deferred)  # or an earlier micro-batch wrote them
     phases = phase_bytes(parts, units, buckets_at_top=at_top, deferred=deferred)
     if acts.per_layer and act_bytes_per_sample is None:
-        phases = with_block_moments(phases, parts, strategy, units, world_size, acts, grad_accum, mesh, compute_bytes)
+        phases = with_block_moments(
+            phases, parts, strategy, units, world_size, acts, grad_accum, mesh, compute_bytes, deferred=deferred
+        )
     phase = max(phases, key=phases.get)
     return {"peak_bytes": phases[phase], "phase": phase, "parts_bytes": parts, "phases_bytes": phases} | {
         "model_state_bytes": states["total"],

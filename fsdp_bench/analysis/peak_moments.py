@@ -26,6 +26,8 @@ def with_block_moments(
     grad_accum: int,
     mesh: tuple[int, int] | None,
     dtype_bytes: int,
+    *,
+    deferred: bool = False,
 ) -> dict[str, float]:
     """`phases` with the moments inside the blocks: on FSDP2 a block's backward and a block's
     forward all-gather copy-out, on DDP a block's backward. Which of them makes the peak changes
@@ -42,7 +44,7 @@ def with_block_moments(
     reshard = catalog_strategy(strategy).reshard_after_forward
     shard = shard_size(strategy, world_size, mesh)
     backward = kept + _block_backward_bytes(
-        units, *gathered, acts, shard=shard, reshard=reshard, dtype_bytes=dtype_bytes
+        units, *gathered, acts, shard=shard, reshard=reshard, dtype_bytes=dtype_bytes, deferred=deferred
     )
     phases = {**phases, "backward": max(phases["backward"], backward)}
     return {"forward": kept + _block_forward_bytes(*gathered, acts, reshard=reshard), **phases}
@@ -143,6 +145,7 @@ def _block_backward_bytes(
     shard: int,
     reshard: bool,
     dtype_bytes: int = 4,
+    deferred: bool = False,
 ) -> int:
     """The largest block's backward on FSDP2, at its end (its weight gradients made, before its
     post-backward): the root gathered, the block gathered, the next block's all-gather output
@@ -167,6 +170,9 @@ def _block_backward_bytes(
         below += acts.per_layer[k]
         reduce_scatter = full[k + 1] if k + 1 < len(blocks) else 0
         alive = reduce_scatter + head_grads * dtype_bytes + acts.stream_grad + below
+        if deferred:  # the last micro-step: the blocks above were reduced, their accumulated
+            # unsharded gradients (counted in the caller's accumulated_grads) freed
+            alive -= sum(b.numel for b in blocks[k + 1 :]) * dtype_bytes
         if not reshard:
             peak = max(peak, everything + alive + block.numel * dtype_bytes)
             continue

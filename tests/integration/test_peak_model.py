@@ -167,3 +167,17 @@ def test_ddp_accumulation_peak_on_held_out_generated_configs(seed, tmp_path):
     assert abs(predicted - measured) / measured <= 0.05, (predicted, measured, record["prediction"]["phase"])
     tied = record["prediction"]["parts_bytes"]["tied_grad_copy"]
     assert tied > 0 if seed == 100000 else tied == 0
+
+
+def test_fsdp2_deferred_reduction_peak_on_a_held_out_generated_config(tmp_path):
+    """Issue 35: FSDP2 with the reduction deferred to the last micro-step; in the last micro-step
+    the blocks above were reduced and their accumulated unsharded gradients freed (found on dev
+    seed 0: +8.21 % -> +4.97 %). Held-out seed 100000 at 512 simulated ranks was +10.09 %."""
+    from fsdp_bench.plan.generated_configs import HOLDOUT_SEEDS, write_generated_config
+
+    assert 100_000 in HOLDOUT_SEEDS
+    model = write_generated_config(100_000, tmp_path)
+    case = Case(strategy="fsdp2", nproc=512, simulate=True, model=model, grad_accum=2, grad_sync="last", **SMALL)
+    record = _simulated_rank0(case)
+    measured, predicted = record["memory"]["peak_allocated_bytes"], record["prediction"]["peak_bytes"]
+    assert abs(predicted - measured) / measured <= 0.05, (predicted, measured, record["prediction"]["phase"])
