@@ -122,11 +122,10 @@ def predict_peak_bytes(
     buckets_from_start: bool | None = None,
     grad_sync: str = "every",
 ) -> PeakPrediction:
-    """The peak of one rank, from its parts, and the phase of the step where it falls.
-
-    Top of backward: parameters (own shards), AdamW state, DDP's buckets, the gathered units, the
-    micro-batch's activations, the loss's two vocab-wide gradients, with accumulation the earlier
-    gradients. Optimizer step: parameters, gradients, AdamW state, buckets, the step's temporaries.
+    """The peak of one rank, from its parts, and the phase of the step where it falls. Top of
+    backward: own shards, AdamW state, DDP's buckets, gathered units, activations, the loss's two
+    vocab-wide gradients, with accumulation the earlier gradients. Optimizer step: parameters,
+    gradients, AdamW state, buckets, the step's temporaries (DDP + accumulation + tied head: a copy).
     `act_bytes_per_sample` (a calibration) replaces the counted activations, loss included; bf16/fp16
     `precision` keeps activations and gathered parameters at 2 bytes (DDP: autocast, fp32 states).
     `buckets_from_start`: DDP's buckets held from the start (default: not on CPU); `grad_sync` "last":
@@ -153,15 +152,13 @@ def predict_peak_bytes(
     if row.offload and device == "cuda":  # they live on the host: not the GPU's peak
         parts.update(params=0, grads=0, optimizer=0, optimizer_temp=0)
     deferred = grad_sync == "last" and grad_accum > 1
-    parts["accumulated_grads"] = accumulated_gradient_bytes(parts["grads"], units, grad_accum, deferred, compute_bytes)
-    parts["tied_grad_copy"] = tied_gradient_copy_bytes(flavor, parts["buckets"], grad_accum)
+    parts |= _accumulation_parts(parts, flavor, units, grad_accum, deferred, compute_bytes)
     held = device != "cpu" if buckets_from_start is None else buckets_from_start  # see phase_bytes
     at_top = held or (grad_accum > 1 and not deferred)  # or an earlier micro-batch wrote them
     phases = phase_bytes(parts, units, buckets_at_top=at_top, deferred=deferred)
     if acts.per_layer and act_bytes_per_sample is None:
-        phases = with_block_moments(
-            phases, parts, strategy, units, world_size, acts, grad_accum, mesh, compute_bytes, deferred=deferred
-        )
+        moment_args = (strategy, units, world_size, acts, grad_accum, mesh, compute_bytes)
+        phases = with_block_moments(phases, parts, *moment_args, deferred=deferred)
     phase = max(phases, key=phases.get)
     return {"peak_bytes": phases[phase], "phase": phase, "parts_bytes": parts, "phases_bytes": phases} | {
         "model_state_bytes": states["total"],
@@ -190,6 +187,16 @@ def predict_case_peak(
         precision=case.precision,
         grad_sync=case.grad_sync,
     )
+
+
+def _accumulation_parts(
+    parts: dict[str, float], flavor: ModelFlavor, units: Sequence[Unit], grad_accum: int, deferred: bool, dtype: int
+) -> dict[str, float]:
+    """The parts gradient accumulation adds: the earlier micro-batches' gradients, DDP's tied copy."""
+    return {
+        "accumulated_grads": accumulated_gradient_bytes(parts["grads"], units, grad_accum, deferred, dtype),
+        "tied_grad_copy": tied_gradient_copy_bytes(flavor, parts["buckets"], grad_accum),
+    }
 
 
 def tied_gradient_copy_bytes(flavor: ModelFlavor, buckets: float, grad_accum: int, dtype_bytes: int = 4) -> int:
