@@ -209,7 +209,7 @@ def tied_gradient_copy_bytes(flavor: ModelFlavor, buckets: float, grad_accum: in
     (dev seed 0) were exact without it. 0 without buckets, accumulation or a tied head."""
     if not buckets or grad_accum == 1 or not flavor.takes_tokens:
         return 0
-    if flavor.family == "hf":
+    if flavor.from_hf_config:
         config = load_config_dict(flavor)
         if not tied_embeddings(config):
             return 0
