@@ -18,13 +18,14 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from fsdp_bench.analysis.activations import estimate_activations
 from fsdp_bench.analysis.comm_model import Unit, model_units, padded_numel
+from fsdp_bench.analysis.hf_units import hf_dims, tied_embeddings
 from fsdp_bench.analysis.model_state import allocated_model_state_bytes, shard_size
 from fsdp_bench.analysis.peak_moments import phase_bytes, with_block_moments
 from fsdp_bench.plan.case import Case
 from fsdp_bench.plan.catalog import DEFAULT_PRECISION
 from fsdp_bench.plan.catalog import precision as precision_row
 from fsdp_bench.plan.catalog import strategy as catalog_strategy
-from fsdp_bench.plan.flavors import ModelFlavor, flavor_for
+from fsdp_bench.plan.flavors import ModelFlavor, flavor_for, load_config_dict
 from fsdp_bench.results.metrics import M
 from fsdp_bench.results.readings import PeakPrediction
 from fsdp_bench.results.records import CaseResult, TableRow
@@ -121,11 +122,10 @@ def predict_peak_bytes(
     buckets_from_start: bool | None = None,
     grad_sync: str = "every",
 ) -> PeakPrediction:
-    """The peak of one rank, from its parts, and the phase of the step where it falls.
-
-    Top of backward: parameters (own shards), AdamW state, DDP's buckets, the gathered units, the
-    micro-batch's activations, the loss's two vocab-wide gradients, with accumulation the earlier
-    gradients. Optimizer step: parameters, gradients, AdamW state, buckets, the step's temporaries.
+    """The peak of one rank, from its parts, and the phase of the step where it falls. Top of
+    backward: own shards, AdamW state, DDP's buckets, gathered units, activations, the loss's two
+    vocab-wide gradients, with accumulation the earlier gradients. Optimizer step: parameters,
+    gradients, AdamW state, buckets, the step's temporaries (DDP + accumulation + tied head: a copy).
     `act_bytes_per_sample` (a calibration) replaces the counted activations, loss included; bf16/fp16
     `precision` keeps activations and gathered parameters at 2 bytes (DDP: autocast, fp32 states).
     `buckets_from_start`: DDP's buckets held from the start (default: not on CPU); `grad_sync` "last":
@@ -152,12 +152,13 @@ def predict_peak_bytes(
     if row.offload and device == "cuda":  # they live on the host: not the GPU's peak
         parts.update(params=0, grads=0, optimizer=0, optimizer_temp=0)
     deferred = grad_sync == "last" and grad_accum > 1
-    parts["accumulated_grads"] = accumulated_gradient_bytes(parts["grads"], units, grad_accum, deferred, compute_bytes)
+    parts |= _accumulation_parts(parts, flavor, units, grad_accum, deferred, compute_bytes)
     held = device != "cpu" if buckets_from_start is None else buckets_from_start  # see phase_bytes
     at_top = held or (grad_accum > 1 and not deferred)  # or an earlier micro-batch wrote them
     phases = phase_bytes(parts, units, buckets_at_top=at_top, deferred=deferred)
     if acts.per_layer and act_bytes_per_sample is None:
-        phases = with_block_moments(phases, parts, strategy, units, world_size, acts, grad_accum, mesh, compute_bytes)
+        moment_args = (strategy, units, world_size, acts, grad_accum, mesh, compute_bytes)
+        phases = with_block_moments(phases, parts, *moment_args, deferred=deferred)
     phase = max(phases, key=phases.get)
     return {"peak_bytes": phases[phase], "phase": phase, "parts_bytes": parts, "phases_bytes": phases} | {
         "model_state_bytes": states["total"],
@@ -186,6 +187,37 @@ def predict_case_peak(
         precision=case.precision,
         grad_sync=case.grad_sync,
     )
+
+
+def _accumulation_parts(
+    parts: dict[str, float], flavor: ModelFlavor, units: Sequence[Unit], grad_accum: int, deferred: bool, dtype: int
+) -> dict[str, float]:
+    """The parts gradient accumulation adds: the earlier micro-batches' gradients, DDP's tied copy."""
+    return {
+        "accumulated_grads": accumulated_gradient_bytes(parts["grads"], units, grad_accum, deferred, dtype),
+        "tied_grad_copy": tied_gradient_copy_bytes(flavor, parts["buckets"], grad_accum),
+    }
+
+
+def tied_gradient_copy_bytes(flavor: ModelFlavor, buckets: float, grad_accum: int, dtype_bytes: int = 4) -> int:
+    """DDP with accumulation keeps a second copy of a tied embedding's gradient (vocab x hidden)
+    beside its buckets through the optimizer step: the shared weight's two gradients are summed
+    out of place into a new tensor at every later micro-step. Read off MemTracker (dev seed 19, a
+    tied Llama-style config with 1.84 M parameters, 2 ranks, batch 2 x accum 2 with the reduction
+    last, peak in the optimizer step): 'grad' was 1,615,680 B (its 1683 x 240 embedding) above the
+    same case without accumulation, and the prediction -3.43 % without this part; untied configs
+    (dev seed 0) were exact without it. 0 without buckets, accumulation or a tied head."""
+    if not buckets or grad_accum == 1 or not flavor.takes_tokens:
+        return 0
+    if flavor.from_hf_config:
+        config = load_config_dict(flavor)
+        if not tied_embeddings(config):
+            return 0
+        dims = hf_dims(config)
+        return dims["vocab"] * dims["hidden"] * dtype_bytes
+    if not flavor.architecture.tied_by_default:
+        return 0
+    return flavor.config["vocab_size"] * flavor.config["n_embd"] * dtype_bytes
 
 
 def accumulated_gradient_bytes(

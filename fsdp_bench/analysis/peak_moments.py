@@ -27,6 +27,8 @@ def with_block_moments(
     grad_accum: int,
     mesh: tuple[int, int] | None,
     dtype_bytes: int,
+    *,
+    deferred: bool = False,
 ) -> dict[str, float]:
     """`phases` with the moments inside the blocks: on FSDP2 a block's backward and a block's
     forward all-gather copy-out, on DDP a block's backward. Which of them makes the peak changes
@@ -43,7 +45,7 @@ def with_block_moments(
     reshard = catalog_strategy(strategy).reshard_after_forward
     shard = shard_size(strategy, world_size, mesh)
     backward = kept + _block_backward_bytes(
-        units, *gathered, acts, shard=shard, reshard=reshard, dtype_bytes=dtype_bytes
+        units, *gathered, acts, shard=shard, reshard=reshard, dtype_bytes=dtype_bytes, deferred=deferred
     )
     phases = {**phases, "backward": max(phases["backward"], backward)}
     return {"forward": kept + _block_forward_bytes(*gathered, acts, reshard=reshard), **phases}
@@ -65,7 +67,8 @@ def phase_bytes(
     backward = top + parts["gathered"] + parts["activations"] + parts["loss_temp"] + parts["accumulated_grads"]
     if deferred and parts["buckets"]:
         backward = max(backward, _ddp_deferred_head_bytes(parts, units))
-    return {"backward": backward, "optimizer step": kept + parts["grads"] + parts["optimizer_temp"]}
+    step = kept + parts["grads"] + parts["optimizer_temp"] + parts.get("tied_grad_copy", 0)
+    return {"backward": backward, "optimizer step": step}
 
 
 # DDP fills its first bucket up to this size (torch's _DEFAULT_FIRST_BUCKET_BYTES), the rest
@@ -143,6 +146,7 @@ def _block_backward_bytes(
     shard: int,
     reshard: bool,
     dtype_bytes: int = 4,
+    deferred: bool = False,
 ) -> int:
     """The largest block's backward on FSDP2, at its end (its weight gradients made, before its
     post-backward): the root gathered, the block gathered, the next block's all-gather output
@@ -168,6 +172,9 @@ def _block_backward_bytes(
         below += acts.per_layer[k]
         reduce_scatter = full[k + 1] if k + 1 < len(blocks) else 0
         alive = reduce_scatter + head_grads * dtype_bytes + acts.stream_grad + below
+        if deferred:  # the last micro-step: the blocks above were reduced, their accumulated
+            # unsharded gradients (counted in the caller's accumulated_grads) freed
+            alive -= sum(b.numel for b in blocks[k + 1 :]) * dtype_bytes
         if not reshard:
             peak = max(peak, everything + alive + block.numel * dtype_bytes)
             continue

@@ -102,6 +102,8 @@ METRICS: tuple[Metric, ...] = (
     _m("predicted_peak_gib", "GiB", "analysis.fit's prediction for rank 0, recorded before the measurement"),
     _m("predicted_model_state_gib", "GiB", "analysis.fit's model-state prediction for rank 0"),
     _m("peak_prediction_error_pct", "%", "(predicted - measured) / measured peak, rank 0"),
+    _m("peak_estimate_error_pct", "%", "(estimated - measured) / measured peak, rank 0: the fake-tensor "
+       "estimator (worker.estimate) against a real rank"),
     _m("model_state_prediction_error_pct", "%", "(predicted - measured) / measured model state, rank 0"),
     _m("flops_per_token", "FLOP", "formula 6N + 12·L·H·Q·T (fsdp_bench/analysis/flops.py): N = parameters that "
        "multiply activations, L layers, H query heads, Q head size, T = seq_len"),

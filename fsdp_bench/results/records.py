@@ -425,3 +425,38 @@ class Environment(TypedDict, total=False):
     accelerate: str | None
     torch_info_error: str
 
+
+
+class PeakCheckRow(TypedDict, total=False):
+    """One case of scripts/measure_peak_prediction.py --holdout: the peak model's prediction (and
+    on real ranks the fake-tensor estimator's) against the measured rank-0 peak."""
+
+    case: str  # the case id
+    case_fields: CaseFields  # the case, its model path as it was then (rebuilt from `seed` to re-predict)
+    seed: int  # plan.generated_configs seed of its model
+    model_type: str
+    ranks: str  # "real" (torchrun, gloo) or "simulated" (rank 0 on the fake process group)
+    status: str  # ok, or why no peak was measured
+    reason: str
+    phase: str  # the predicted peak's moment of the step
+    predicted_bytes: Number
+    measured_bytes: Number
+    peak_prediction_error_pct: Number
+    estimated_bytes: Number  # real ranks: worker.estimate's probe peak
+    peak_estimate_error_pct: Number
+
+
+class PeakCheckRun(TypedDict, total=False):
+    """The file scripts/measure_peak_prediction.py --holdout writes: every case and the summary."""
+
+    schema_version: int
+    command: str
+    utc_time: str
+    git_sha: str | None
+    torch: str
+    load_average: list[Number]  # os.getloadavg() at the start and at the end
+    wall_s: Number
+    predicted_at: str | None  # --repredict: the git sha whose peak model re-scored these measurements
+    seeds: list[int]
+    cases: list[PeakCheckRow]
+    summary: dict[str, Any]
