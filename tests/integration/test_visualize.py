@@ -301,7 +301,13 @@ def test_files_with_wrong_types_are_one_note_each_and_the_rest_is_drawn(tmp_path
     run = copy_run("base", tmp_path)
     files = sorted((run / "cases").glob("*.json"))
     breakages = [
-        ("metrics", [1, 2], "field metrics should be an object, got a list"),
+        # metrics are declared as names to values (results.records.Metrics), and the line says so
+        (
+            "metrics",
+            [1, 2],
+            "field metrics should be an object mapping names to a number or text or true or "
+            "false or a list of numbers or null, got a list",
+        ),
         ("ranks", {"0": {}}, "field ranks should be a list, got an object"),
         ("case", "ddp", "field case should be an object, got text"),
         ("status", ["ok"], "field status should be text, got a list"),
