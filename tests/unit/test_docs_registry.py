@@ -125,3 +125,12 @@ def test_compare_judges_metrics_with_a_direction():
         "tokens_per_s_per_device", 10.0, 5.0
     )
     assert is_regression("peak_allocated_gib", 10.0, 5.0) and not is_regression("peak_allocated_gib", -10.0, 5.0)
+
+
+def test_docs_strategies_table_is_the_catalog():
+    from fsdp_bench.plan.strategy_table import markdown_table
+
+    text = (DOCS / "options.md").read_text()
+    start = "<!-- strategies table: generated from fsdp_bench/plan/catalog.py"
+    body = text.split(start, 1)[1].split("\n", 1)[1].split("<!-- end of strategies table -->", 1)[0]
+    assert body.strip() == markdown_table(), "run: python -m fsdp_bench.plan.strategy_table, and paste its table"
