@@ -39,11 +39,16 @@ def test_tune_picks_writes_its_section_and_spends_less_than_the_grid(tmp_path):
     results = case_results(run)
     measured = {r["case_id"] for r in answer["measured"]}
     assert measured == set(results)  # every measured case is an ordinary result in the run folder
-    assert 2 <= len(measured) < 6
+    # Quiet, the rounds stop before the grid is measured; under load (the full suite at load 3-6
+    # measured all 6) the measured drift can keep every case in the race: the tuner then measures
+    # the grid rather than claim a winner its noise does not separate (issue 40).
+    assert 2 <= len(measured) <= 6
     assert answer["pick"] in measured and results[answer["pick"]]["status"] == "ok"
     assert answer["rounds"][0]["kind"] == "probe"
     cost = answer["cost"]
-    assert cost["grid_cases"] == 6 and 0 < cost["spent_case_s"] < cost["full_grid_case_s"]
+    assert cost["grid_cases"] == 6 and cost["measured_cases"] == len(measured) and cost["spent_case_s"] > 0
+    if len(measured) < 6:
+        assert cost["spent_case_s"] < cost["full_grid_case_s"]
     assert all(r["predicted_step_s"] > 0 and r["measured_step_s"] > 0 for r in answer["measured"])
     report = (run / "report.md").read_text()
     assert "## Autotune: gpt_tiny" in report and answer["pick"] in report
