@@ -19,11 +19,11 @@ from pathlib import Path
 from fsdp_bench.launch.rounds import RepeatRounds
 from fsdp_bench.plan.case import Case
 from fsdp_bench.plan.sweep import Sweep, fingerprint_differences
-from fsdp_bench.results.io import read_json, write_json_atomic
+from fsdp_bench.results.io import write_json_atomic
 from fsdp_bench.results.layout import RunLayout, create_run_dir, foreign_entries
-from fsdp_bench.results.load import load_case_result
+from fsdp_bench.results.load import load_case_result, load_sweep_settings
 from fsdp_bench.results.metrics import M
-from fsdp_bench.results.records import CaseResult, Environment, SweepSettings
+from fsdp_bench.results.records import SWEEP_SCHEMA_VERSION, CaseResult, Environment, SweepFile
 from fsdp_bench.results.schema import ResultError, is_current_ok
 
 
@@ -189,11 +189,9 @@ class SweepSession:
                 f"{run_dir} has no sweep.json: cannot tell the run's settings, so it is not resumed; start a new run"
             )
         try:
-            stored = read_json(stored_file)
-        except (OSError, ValueError, ResultError):
-            raise SessionError(f"{stored_file} is unreadable; cannot tell the run's settings") from None
-        if not isinstance(stored, dict):
-            raise SessionError(f"{stored_file} is not a JSON object; cannot tell the run's settings")
+            stored = load_sweep_settings(stored_file)
+        except (OSError, ValueError, ResultError) as exc:
+            raise SessionError(f"{exc}; cannot tell the run's settings") from None
         diffs = fingerprint_differences(stored, self.sweep.fingerprint())
         if diffs:
             raise SessionError(
@@ -232,7 +230,10 @@ class SweepSession:
                 self.run_dir = self._new_run_dir()
             if self.sweep.resume is None and self.launch.owns_results:
                 write_json_atomic(
-                    RunLayout(self.run_dir).sweep_file, self.sweep.fingerprint(), shape=SweepSettings, overwrite=True
+                    RunLayout(self.run_dir).sweep_file,
+                    {"schema_version": SWEEP_SCHEMA_VERSION, "settings": self.sweep.fingerprint()},
+                    shape=SweepFile,
+                    overwrite=True,
                 )
 
     def _new_run_dir(self) -> Path:

@@ -10,7 +10,15 @@ from fsdp_bench.results.io import read_json
 from fsdp_bench.results.layout import RunLayout, newest_run
 from fsdp_bench.results.migrate import migrate_case_result
 from fsdp_bench.results.checks import record_problem, result_problem
-from fsdp_bench.results.records import TUNE_SCHEMA_VERSION, CaseResult, Environment, TuneAnswer
+from fsdp_bench.results.records import (
+    SWEEP_SCHEMA_VERSION,
+    TUNE_SCHEMA_VERSION,
+    CaseResult,
+    Environment,
+    SweepFile,
+    SweepSettings,
+    TuneAnswer,
+)
 from fsdp_bench.results.schema import STATUSES, ResultError, check_schema
 
 
@@ -39,6 +47,22 @@ def load_tune_answer(path: Path) -> TuneAnswer:
             )
     _check(path, data, TuneAnswer)
     return data
+
+
+def load_sweep_settings(path: Path) -> SweepSettings:
+    """A run folder's sweep settings (sweep.json), from either shape it was written in."""
+    data = read_json(path)
+    if not isinstance(data, dict):
+        raise ResultError(f"{path}: not a JSON object")
+    if "schema_version" not in data:  # written before the file had a version: the settings alone
+        data = {"schema_version": SWEEP_SCHEMA_VERSION, "settings": data}
+    if type(data["schema_version"]) is not int or data["schema_version"] != SWEEP_SCHEMA_VERSION:
+        raise ResultError(
+            f"{path}: sweep file version {data['schema_version']!r} is not supported "
+            f"(this fsdp-bench reads {SWEEP_SCHEMA_VERSION})"
+        )
+    _check(path, data, SweepFile)
+    return data["settings"]
 
 
 def load_environment_file(path: Path) -> Environment:

@@ -398,9 +398,18 @@ class CollectiveTrace(TypedDict, total=False):
     events: list[list[Any]]
 
 
-# The sweep settings a run folder was made with, where they differ from the defaults (`sweep.json`,
-# plan.sweep.Sweep.fingerprint): a resume with other settings is refused. Keys are Sweep's fields.
+# The sweep settings a run folder was made with, where they differ from the defaults
+# (plan.sweep.Sweep.fingerprint): a resume with other settings is refused. Keys are Sweep's fields.
 SweepSettings = dict[str, Any]
+SWEEP_SCHEMA_VERSION = 1
+
+
+class SweepFile(TypedDict):
+    """`sweep.json` of a run folder (results.load.load_sweep_settings reads it; files written before
+    the version held the settings alone, and read as version 1)."""
+
+    schema_version: int
+    settings: SweepSettings
 
 
 class Environment(TypedDict, total=False):

@@ -208,7 +208,8 @@ def test_resume_with_other_settings_is_refused_listing_the_differences(tmp_path)
     first = _session(tmp_path, steps="3", **{"batch-sizes": "1"})
     run_dir = first.ensure_run_dir()
     first.close()
-    assert json.loads(RunLayout(run_dir).sweep_file.read_text()) == {"steps": 3, "batch_sizes": [1], "device": "cpu"}
+    stored = json.loads(RunLayout(run_dir).sweep_file.read_text())
+    assert stored == {"schema_version": 1, "settings": {"steps": 3, "batch_sizes": [1], "device": "cpu"}}
     same = _session(tmp_path, steps="3", **{"batch-sizes": "1", "resume": str(run_dir), "timeout": "99"})
     same.check_same_settings(run_dir)  # how long a case may take is not what it measures
     out = subprocess.run(

@@ -3,6 +3,7 @@ and validate."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -157,3 +158,17 @@ def test_every_committed_result_names_only_registered_metrics():
             continue  # the fixtures of unreadable files
         unknown |= {f"{path.name}: {name}" for name in metrics if registered(name) is None}
     assert not unknown
+
+
+def test_sweep_json_is_versioned_and_the_old_shape_still_reads(tmp_path):
+    """sweep.json carries its version and the settings; a file from before (the settings alone)
+    reads the same; a future version is one line."""
+    from fsdp_bench.results.load import load_sweep_settings
+
+    settings = {"steps": 3, "batch_sizes": [1]}
+    (tmp_path / "new.json").write_text(json.dumps({"schema_version": 1, "settings": settings}))
+    (tmp_path / "old.json").write_text(json.dumps(settings))
+    (tmp_path / "future.json").write_text(json.dumps({"schema_version": 2, "settings": settings}))
+    assert load_sweep_settings(tmp_path / "new.json") == load_sweep_settings(tmp_path / "old.json") == settings
+    with pytest.raises(ResultError, match="sweep file version 2 is not supported"):
+        load_sweep_settings(tmp_path / "future.json")
