@@ -108,13 +108,14 @@ def attention_transient_bytes(flavor: ModelFlavor, batch_size: int, seq_len: int
     return int(heads) * seq_len * seq_len * batch_size * dtype_bytes
 
 
-def _step_bytes(case: Case) -> float:
-    """fit's predicted peak of the case's step on one rank; 0 where it cannot say (no model)."""
+def predicted_step_bytes(case: Case) -> float | None:
+    """fit's predicted peak of the case's step on one rank (model state and activations); None
+    where it cannot say (no model). The host guard counts it on CPU, the GPU note on CUDA."""
     mesh = parse_mesh(case.mesh) if case.mesh else None
     try:
         return predict_case_peak(case, mesh=mesh)["peak_bytes"]
     except (KeyError, ValueError, TypeError, ZeroDivisionError):
-        return 0.0
+        return None
 
 
 def host_peak(case: Case, *, ranks_here: int | None = None, text_bytes: int = 0) -> HostPeak:
@@ -131,7 +132,7 @@ def host_peak(case: Case, *, ranks_here: int | None = None, text_bytes: int = 0)
         data_load=text_bytes * TEXT_LOAD_BYTES_PER_BYTE,
         data_kept=tokens * TOKEN_BYTES,
         build=0.0 if flavor.architecture.built_on_meta else float(whole),
-        step=_step_bytes(case) if on_cpu else 0.0,
+        step=(predicted_step_bytes(case) or 0.0) if on_cpu else 0.0,
         attention=attention_transient_bytes(flavor, case.batch_size, case.seq_len, precision_row(case.precision).bytes)
         if on_cpu
         else 0.0,

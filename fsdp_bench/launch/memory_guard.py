@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from fsdp_bench.analysis.host_memory import HostPeak, host_peak
-from fsdp_bench.plan.case import Case, parse_mesh
+from fsdp_bench.analysis.host_memory import HostPeak, host_peak, predicted_step_bytes
+from fsdp_bench.plan.case import Case
 from fsdp_bench.plan.text_data import text_bytes
 from fsdp_bench.results.schema import GIB
 
@@ -35,17 +35,6 @@ def available_host_bytes(meminfo: Path = MEMINFO) -> int | None:
     except (OSError, ValueError, IndexError):
         return None
     return None
-
-
-def predicted_rank_peak_bytes(case: Case) -> float | None:
-    """One rank's predicted peak of model state and activations; None where there is no model."""
-    from fsdp_bench.analysis.fit import predict_case_peak
-
-    mesh = parse_mesh(case.mesh) if case.mesh else None
-    try:
-        return predict_case_peak(case, mesh=mesh)["peak_bytes"]
-    except (KeyError, ValueError, TypeError, ZeroDivisionError):
-        return None
 
 
 def case_host_peak(case: Case, *, nnodes: int = 1) -> HostPeak:
@@ -99,7 +88,7 @@ def device_memory_note(cases: Iterable[Case], device_bytes: int | None) -> str |
         (case, peak)
         for case in cases
         if case.device == "cuda"
-        for peak in [predicted_rank_peak_bytes(case)]
+        for peak in [predicted_step_bytes(case)]
         if peak and peak * (1 + FIT_MARGIN) > device_bytes
     ]
     if not over:

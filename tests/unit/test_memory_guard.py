@@ -2,7 +2,8 @@
 end as oom, which is data: the sweep goes on), while a case over host memory is skipped unlaunched (see
 tests/integration/test_robustness_round2.py)."""
 
-from fsdp_bench.launch.memory_guard import device_memory_note, predicted_rank_peak_bytes
+from fsdp_bench.analysis.host_memory import predicted_step_bytes
+from fsdp_bench.launch.memory_guard import device_memory_note
 from fsdp_bench.plan.case import Case
 from fsdp_bench.results.schema import GIB
 
@@ -14,7 +15,7 @@ def _cuda(batch_size: int) -> Case:
 def test_cases_predicted_over_the_gpu_are_named_with_their_peaks():
     small, huge = _cuda(4), _cuda(512)
     device = 80 * GIB
-    assert predicted_rank_peak_bytes(small) < device < predicted_rank_peak_bytes(huge)
+    assert predicted_step_bytes(small) < device < predicted_step_bytes(huge)
     note = device_memory_note([small, huge], device)
     assert note.startswith("fsdp-bench: 1 case(s) predicted over the GPU's 80.0 GiB")
     assert huge.id in note and small.id not in note and note.endswith("they will likely end as oom")
