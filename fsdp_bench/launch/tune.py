@@ -15,17 +15,15 @@ import time
 from collections.abc import Callable
 
 from fsdp_bench.analysis.duration import format_duration
+from fsdp_bench.analysis.step_model import fit_step_model, predict_case, prior_model
 from fsdp_bench.analysis.tune import (
     TuneLog,
     TuneRequest,
     choose_probe,
-    fit_step_model,
     leader,
     lone_winner_allowed,
     measured_from_result,
     plan_round,
-    predict_case,
-    prior_model,
     rank_predictions,
     runs_left,
     split_by_budget,

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from fsdp_bench.analysis.tune import Measured, Skip, TuneLog, TuneRequest, prior_model, tune_answer
+from fsdp_bench.analysis.step_model import prior_model
+from fsdp_bench.analysis.tune import Measured, Skip, TuneLog, TuneRequest, tune_answer
 from fsdp_bench.plan.case import Case
 from fsdp_bench.report.charts.style import RunData
 from fsdp_bench.report.charts.tuning import chart_tune_rounds

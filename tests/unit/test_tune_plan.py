@@ -7,16 +7,13 @@ from dataclasses import replace
 
 import pytest
 
+from fsdp_bench.analysis.step_model import StepModel, fit_step_model, predict_case, prior_model
 from fsdp_bench.analysis.tune import (
     Measured,
-    StepModel,
     choose_probe,
-    fit_step_model,
     full_grid_seconds,
     leader,
     plan_round,
-    predict_case,
-    prior_model,
     rank_predictions,
     split_by_budget,
     survivors,
