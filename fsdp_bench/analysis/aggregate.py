@@ -182,7 +182,9 @@ def busy_metrics(ranks: Sequence[RankRecord]) -> Metrics:
 def parts_metrics(ranks: Sequence[RankRecord]) -> Metrics:
     """The case's parts (`part_*_s_per_step`), from the rank the others wait for
     (analysis.attribution.critical_rank), with its probe step against its own measured median (`probe_vs_median_pct`:
-    how far the profiled step is from what was timed)."""
+    how far the profiled step is from what was timed), split into the profiler's own cost (the
+    profiled window against the same steps timed right after without it) and the moment's (those
+    plain steps against the median)."""
     recorded = [r.get("step_parts") for r in ranks]
     if not any(recorded):
         return {}  # records made before the parts probe
@@ -197,10 +199,16 @@ def parts_metrics(ranks: Sequence[RankRecord]) -> Metrics:
     out["parts_rank"] = rank
     out["parts_host_means"] = parts.get("host_means")
     out["probe_step_s"] = parts["window_s"]
+    plain = parts.get("plain_step_s")
+    if plain:
+        out["probe_plain_step_s"] = plain
+        out["probe_profiler_overhead_pct"] = 100.0 * (parts["window_s"] / plain - 1.0)
     times = ranks[rank].get("step_times_s") or []
     if times:
         median = statistics.median(times)
         out["probe_vs_median_pct"] = 100.0 * (parts["window_s"] / median - 1.0)
+        if plain:
+            out["probe_plain_vs_median_pct"] = 100.0 * (plain / median - 1.0)
     return out
 
 

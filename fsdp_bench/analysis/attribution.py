@@ -61,11 +61,13 @@ def step_parts(
     data: Iterable[Interval] = (),
 ) -> StepParts:
     """Seconds per step of each part (PARTS, disjoint, summing to `window_s`), averaged over the
-    step windows; `comm_exposed_by_kind_s` splits `comm_exposed_s`."""
+    step windows (`steps`, one span per step: back-to-back steps may touch, so they are counted
+    before their union is taken); `comm_exposed_by_kind_s` splits `comm_exposed_s`."""
+    steps = list(steps)
     windows = union(steps)
     if not windows:
         return {"steps": 0, "null_reason": "no step window"}
-    n = len(windows)
+    n = len(steps)
     taken = clip(optimizer, windows)
     parts = {"optimizer": total_length(taken)}
     data_iv = _minus(clip(data, windows), taken)

@@ -41,15 +41,17 @@ def device_busy(device: Iterable[Interval], steps: Iterable[Interval]) -> BusyPr
     """Seconds per step during which the device ran anything, and the steps' mean window.
 
     `device`: the device-side intervals (kernels, copies, memsets; streams may overlap one another);
-    `steps`: the step windows. Device work outside every window is not counted. Without windows
+    `steps`: the step windows, one span per step (back-to-back steps may touch, so they are counted
+    before their union is taken). Device work outside every window is not counted. Without windows
     or without device work, the result says why instead of reading 0% busy."""
+    steps = list(steps)
     windows = union(steps)
     if not windows:
         return {"steps": 0, "null_reason": "no step window in the trace"}
     device = list(device)
     if not device:
-        return {"steps": len(windows), "null_reason": "the trace has no device activity (no CUDA kernels)"}
-    n = len(windows)
+        return {"steps": len(steps), "null_reason": "the trace has no device activity (no CUDA kernels)"}
+    n = len(steps)
     return {
         "steps": n,
         "busy_s_per_step": total_length(clip(device, windows)) / n,

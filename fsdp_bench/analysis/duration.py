@@ -76,7 +76,15 @@ load included. The CPU rate per rank is CPU_MATMUL_EFFICIENCY x that rate, and t
 that are not FLOPs (the fixed cost per case: imports, process group, model build; the overhead
 per micro-step) scale with REFERENCE_GFLOPS / that rate. REFERENCE_GFLOPS was fitted on the
 default sweep (24 gpt_tiny cases) on the shared 2-core VM: 14.5 s per case at a probe of
-20.5 GFLOP/s (load average 10). Without the facts (--collect-only, a reader that failed) the
+20.5 GFLOP/s (load average 10).
+
+The load (issue #39): a 0.25 s probe on a machine whose load swings within seconds can land in a
+quiet moment; two default sweeps at load 6-10 then took 38-43% longer than estimated (README).
+The probe also counts the runnable tasks beside it (`cpu_probe_runnable`), and its rate is cut to
+the share of a core the 1-minute load average leaves one process (load_factor), where the probe
+saw less contention than that. LOAD_CPU_BOUND, how much of the load average competes as busy
+loops would, was fitted on those two sweeps (their probes read an unloaded 46 GFLOP/s; they took
+1.62-1.77x their estimates at load 6-10 at the start, so 2 / (1 + 0.3 x 7.5) = 0.62). Without the facts (--collect-only, a reader that failed) the
 fixed figures above are used. A resumed run counts only the cases it will run.
 
 The guard: on CPU, a case whose FIRST optimizer step is estimated over FIRST_STEP_LIMIT_S is a
@@ -94,7 +102,7 @@ from fsdp_bench.analysis.adaptive import max_measured_steps
 from fsdp_bench.analysis.comm_model import model_units
 from fsdp_bench.analysis.flops import PEAK_TFLOPS, flops_per_token, lookup_peak_tflops
 from fsdp_bench.analysis.hf_units import attention_layers_and_width
-from fsdp_bench.plan.case import PROFILED_STEPS, PROFILER_WARMUP_STEPS, UPDATE_NORM_MAX_BYTES, Case
+from fsdp_bench.plan.case import PARTS_PROBE_STEPS, PROFILED_STEPS, PROFILER_WARMUP_STEPS, UPDATE_NORM_MAX_BYTES, Case
 from fsdp_bench.plan.catalog import precision as precision_row
 from fsdp_bench.plan.catalog import strategy as catalog_strategy
 from fsdp_bench.plan.flavors import flavor_for
@@ -116,32 +124,56 @@ OFFLOAD_S_PER_PARAM = 2e-9
 ARTIFACT_S = 10.0  # writing one memory snapshot pickle or one profiler trace
 RECOMPUTE = 8 / 6  # activation checkpointing: forward twice, then backward
 SESSION_S = 5.0  # pytest's start and the table and charts at the end, once per sweep
-PROBE_STEP_EQUIVALENTS = 3  # FLOP-counter step + MemTracker step (about twice a plain one)
+PROBE_STEP_EQUIVALENTS = 3 + PARTS_PROBE_STEPS  # FLOP-counter + MemTracker steps (3 plain ones), the step-parts probe
 FIRST_STEP_LIMIT_S = 60.0  # CPU: a first step estimated longer than this stops the sweep
 CPU_MATMUL_EFFICIENCY = 0.5  # training FLOP/s per rank / single-thread 256x256 matmul FLOP/s (see Calibration)
 REFERENCE_GFLOPS = 48.0  # the probe's rate at which the CPU's fixed, per-micro-step and norm figures hold
+LOAD_CPU_BOUND = 0.3  # the load average's tasks, as busy loops would compete for a core (Calibration)
 
 
 @dataclass(frozen=True)
 class Calibration:
     """This machine's speed now, as the estimate uses it: FLOP/s of one CPU rank and a factor
-    on the CPU's costs that are not FLOPs (1 = a probe at REFERENCE_GFLOPS)."""
+    on the CPU's costs that are not FLOPs (1 = a probe at REFERENCE_GFLOPS). `load_factor`: the
+    share of the probe's rate the load average says a process keeps over the sweep (1: none lost;
+    see load_factor)."""
 
     cpu_flops: float = CPU_FLOPS
     fixed_scale: float = 1.0
     measured: bool = False
+    load_factor: float = 1.0
+    load_average: float | None = None
 
     @classmethod
-    def from_facts(cls, facts: dict) -> Calibration:
-        """From the env.json reader's `cpu_matmul_gflops`; the fixed figures without it."""
+    def from_facts(cls, facts: dict, load_average: float | None = None, cpus: int | None = None) -> Calibration:
+        """From the env.json reader's `cpu_matmul_gflops` (and `cpu_probe_runnable`) and the
+        load average now; the fixed figures without the probe."""
         gflops = facts.get("cpu_matmul_gflops")
         if not (isinstance(gflops, (int, float)) and gflops > 0):
             return cls()
+        runnable = facts.get("cpu_probe_runnable")
+        factor = 1.0
+        if load_average is not None and cpus:
+            factor = load_factor(load_average, cpus, runnable if isinstance(runnable, (int, float)) else None)
+        rate = gflops * factor
         return cls(
-            cpu_flops=gflops * 1e9 * CPU_MATMUL_EFFICIENCY,
-            fixed_scale=max(0.5, REFERENCE_GFLOPS / gflops),
+            cpu_flops=rate * 1e9 * CPU_MATMUL_EFFICIENCY,
+            fixed_scale=max(0.5, REFERENCE_GFLOPS / rate),
             measured=True,
+            load_factor=factor,
+            load_average=load_average,
         )
+
+
+def load_factor(load_average: float, cpus: int, probe_runnable: float | None) -> float:
+    """The share of the probe's rate a process keeps over the coming sweep: the share of a core
+    the load average leaves one process, min(1, cpus / (1 + LOAD_CPU_BOUND x load)), against the
+    share the probe got while it ran, min(1, cpus / runnable tasks then) (1 where unknown), never
+    above 1. A probe that ran among as many busy tasks as the load average says keeps its rate;
+    one that landed in a quiet moment of a busy machine is slowed to what the last minute had."""
+    ahead = min(1.0, cpus / (1.0 + LOAD_CPU_BOUND * max(0.0, load_average)))
+    probe = min(1.0, cpus / probe_runnable) if probe_runnable and probe_runnable > 0 else 1.0
+    return min(1.0, ahead / probe)
 
 
 FIXED = Calibration()
@@ -350,7 +382,10 @@ def estimate_line(estimate: SweepEstimate) -> str:
     figures = f" with {estimate.gpu_name}'s published peak" if estimate.gpu_name else ""
     if estimate.calibration.measured:
         cal = estimate.calibration
-        figures += f", CPU calibrated now ({cal.cpu_flops / 1e9:.0f} GFLOP/s per rank, start-up x{cal.fixed_scale:.1f})"
+        load = f", load average {cal.load_average:.1f}: x{cal.load_factor:.2f}" if cal.load_factor < 1 else ""
+        figures += (
+            f", CPU calibrated now ({cal.cpu_flops / 1e9:.0f} GFLOP/s per rank, start-up x{cal.fixed_scale:.1f}{load})"
+        )
     return line + f"; a rough figure from model FLOPs{figures}, see fsdp_bench/analysis/duration.py"
 
 

@@ -36,7 +36,7 @@ def run_preflight(
             facts = session.check_interpreter(device)
         except SessionError as exc:
             return Preflight(refusal=str(exc))
-        calibration = Calibration.from_facts(facts)
+        calibration = Calibration.from_facts(facts, os.getloadavg()[0], os.cpu_count() or 1)
     estimate = estimate_sweep(
         cases,
         repeats=sweep.repeats,
@@ -86,12 +86,13 @@ def plan_line(cases: Sequence[Case], skipped: Sequence[Case]) -> str | None:
 
 
 def busy_machine_line(cases: Sequence[Case], load: float, cpus: int) -> str | None:
-    """The load beside the estimate when other work shares a CPU sweep's cores: the 0.25 s probe
-    can land in a quiet moment, and two default sweeps at load 6-10 on 2 cores took 38-43% longer
-    than estimated (README); the estimate is not corrected for it, only said to be short."""
+    """The load beside the estimate when other work shares a CPU sweep's cores: its timings will
+    be noisy. The estimate allows for the load average (analysis.duration.load_factor), where the
+    0.25 s probe alone could land in a quiet moment (two default sweeps at load 6-10 on 2 cores
+    took 38-43% longer than a probe-only estimate, README)."""
     if load <= cpus or not any(c.device == "cpu" for c in cases):
         return None
     return (
-        f"fsdp-bench: load average {load:.1f} on {cpus} CPU(s): other work shares this machine, so the "
-        "estimate is likely short and timings noisy"
+        f"fsdp-bench: load average {load:.1f} on {cpus} CPU(s): other work shares this machine, so "
+        "timings will be noisy; the estimate allows for the load as it was over the last minute"
     )

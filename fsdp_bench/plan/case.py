@@ -152,6 +152,11 @@ class Case:
 # own start-up stays out of the trace). The worker runs them; the duration estimate counts them.
 PROFILED_STEPS = 2
 PROFILER_WARMUP_STEPS = 1
+# The step-parts probe (worker.profiling.probe_step_events, time_plain_steps): one profiled but
+# unmarked step, PARTS_PROBE_WINDOWS profiled windows, then PARTS_PROBE_PLAIN_STEPS without it.
+PARTS_PROBE_WINDOWS = 2
+PARTS_PROBE_PLAIN_STEPS = 5
+PARTS_PROBE_STEPS = 1 + PARTS_PROBE_WINDOWS + PARTS_PROBE_PLAIN_STEPS
 
 # Update norms need two host copies of the local parameters (on a GPU): above this many bytes of
 # them a benchmark would take more host memory than it should, and the norms are null with the

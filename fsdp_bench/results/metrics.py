@@ -150,6 +150,11 @@ METRICS: tuple[Metric, ...] = (
       for kind in ("all_gather", "reduce_scatter", "all_reduce", "broadcast")),
     _m("probe_step_s", "s", "the profiled probe step the parts come from (its window; the profiler lengthens it)"),
     _m("probe_vs_median_pct", "%", "(probe_step_s - that rank's median timed step) / the median"),
+    _m("probe_plain_step_s", "s", "the probe's steps run again right after, timed without the profiler"),
+    _m("probe_profiler_overhead_pct", "%", "(probe_step_s - probe_plain_step_s) / probe_plain_step_s: what the "
+       "profiler itself added to the step the parts come from"),
+    _m("probe_plain_vs_median_pct", "%", "(probe_plain_step_s - that rank's median timed step) / the median: "
+       "whether the probe's moment was a typical one"),
     _m("parts_rank", "rank", "the rank whose step the parts describe"),
     _m("parts_host_means", "label", "what part_host_s_per_step counts on this device"),
     _m("why_vs_best", "text", "filled by the report: the one or two parts that account for most of the case's "

@@ -117,6 +117,7 @@ class StepParts(TypedDict, total=False):
     host_s: Number
     steps: int
     window_s: Number
+    plain_step_s: Number  # the same number of steps right after, timed without the profiler
     comm_exposed_by_kind_s: dict[str, Number]
     null_reason: str | None
     host_means: str

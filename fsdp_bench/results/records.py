@@ -433,6 +433,9 @@ class Environment(TypedDict, total=False):
     transformers: str | None
     accelerate: str | None
     torch_info_error: str
+    torch_import_s: float  # how long `import torch` took in the reader (the estimate's start-up scale)
+    cpu_matmul_gflops: float  # the single-thread matmul probe (analysis.duration.Calibration)
+    cpu_probe_runnable: float | None  # mean runnable tasks while the probe ran (Linux), the probe included
 
 
 

@@ -18,9 +18,23 @@ PROBE_S = 0.25  # seconds of matmuls for the CPU rate the duration estimate uses
 PROBE_N = 256  # square matrices: big enough for the BLAS kernel, small enough to fit in cache
 
 
-def measure_cpu_gflops(budget_s: float = PROBE_S, n: int = PROBE_N) -> float:
+def runnable_tasks() -> int | None:
+    """How many tasks this machine's scheduler has runnable right now (Linux's `procs_running`,
+    this process included), or None where /proc/stat does not say."""
+    try:
+        for line in Path("/proc/stat").read_text().splitlines():
+            if line.startswith("procs_running "):
+                return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def measure_cpu(budget_s: float = PROBE_S, n: int = PROBE_N) -> tuple[float, float | None]:
     """Single-thread fp32 matmul GFLOP/s of this machine now (load included): a CPU rank runs
-    with OMP_NUM_THREADS=1, so this is what one rank's matmuls get."""
+    with OMP_NUM_THREADS=1, so this is what one rank's matmuls get. Beside it, the mean number of
+    runnable tasks while it ran (None off Linux): the share of a core the probe itself got, which
+    the duration estimate sets against the load average (analysis.duration.Calibration)."""
     import torch
 
     threads = torch.get_num_threads()
@@ -28,11 +42,14 @@ def measure_cpu_gflops(budget_s: float = PROBE_S, n: int = PROBE_N) -> float:
     try:
         a, b = torch.randn(n, n), torch.randn(n, n)
         a @ b  # the first call picks the kernel
-        count, start = 0, time.perf_counter()
+        count, runnable, start = 0, [], time.perf_counter()
         while (elapsed := time.perf_counter() - start) < budget_s:
             a @ b
             count += 1
-        return 2 * n**3 * count / elapsed / 1e9
+            if count % 8 == 0 and (tasks := runnable_tasks()) is not None:  # every ~5-10 ms
+                runnable.append(tasks)
+        mean_runnable = round(sum(runnable) / len(runnable), 2) if runnable else None
+        return 2 * n**3 * count / elapsed / 1e9, mean_runnable
     finally:
         torch.set_num_threads(threads)
 
@@ -43,9 +60,12 @@ def collect_torch() -> Environment:
 
     # How long `import torch` took: every rank and torchrun of every case pays it, so it scales
     # the estimate's fixed cost per case with the machine's speed and load right now.
+    import_s = time.perf_counter() - start
+    gflops, runnable = measure_cpu()
     info: Environment = {
-        "torch_import_s": round(time.perf_counter() - start, 3),
-        "cpu_matmul_gflops": round(measure_cpu_gflops(), 2),
+        "torch_import_s": round(import_s, 3),
+        "cpu_matmul_gflops": round(gflops, 2),
+        "cpu_probe_runnable": runnable,
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "nccl": None,

@@ -16,9 +16,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from fsdp_bench.plan.case import PROFILED_STEPS, Case
+from fsdp_bench.plan.case import PARTS_PROBE_PLAIN_STEPS, PARTS_PROBE_WINDOWS, PROFILED_STEPS, Case
 from fsdp_bench.results.layout import CaseDir
-from fsdp_bench.results.readings import PeakPrediction
+from fsdp_bench.results.readings import PeakPrediction, StepParts
 from fsdp_bench.results.records import RankRecord
 from fsdp_bench.worker.probe_guard import ProbeGuard
 from fsdp_bench.worker.training import local_tensor
@@ -314,16 +314,24 @@ def _probe_step_parts(
     It runs after the measured steps' peaks were read (worker.loop reads them before any probe),
     so the profiler's buffers never enter a reported peak; no trace file is written."""
     from fsdp_bench.analysis.busy import NO_DEVICE_TIMELINE, busy_record
-    from fsdp_bench.worker.profiling import attribute_events, probe_step_events
+    from fsdp_bench.worker.profiling import attribute_events, probe_step_events, time_plain_steps
 
     if not case.probes:
         record["gpu_busy"] = {"pct": None, "null_reason": PROBES_OFF}
         record["step_parts"] = {"null_reason": PROBES_OFF}
         return
-    parts, reason = guard.run("step_parts", lambda: attribute_events(probe_step_events(step, device_type=device.type)))
+
+    def parts_and_plain_steps() -> StepParts:
+        parts = attribute_events(probe_step_events(step, device_type=device.type))
+        parts["plain_step_s"] = time_plain_steps(step, device_type=device.type)
+        return parts
+
+    parts, reason = guard.run("step_parts", parts_and_plain_steps)
     record["step_parts"] = parts if reason is None else {"null_reason": reason}
     if reason is None:
-        record["step_parts"]["method"] = "torch.profiler over 1 untimed probe step (analysis.attribution)"
+        record["step_parts"]["method"] = (
+            f"torch.profiler over {PARTS_PROBE_WINDOWS} untimed probe steps after 1 unmarked, then {PARTS_PROBE_PLAIN_STEPS} timed without it (analysis.attribution)"
+        )
     if device.type != "cuda":
         record["gpu_busy"] = {"pct": None, "null_reason": NO_DEVICE_TIMELINE}
         return
@@ -331,7 +339,9 @@ def _probe_step_parts(
     busy = busy_record(
         probe or {"null_reason": reason or "the probe step recorded no CUDA activity"}, record["step_times_s"]
     )
-    busy["method"] = "torch.profiler over 1 untimed probe step: union of kernel/memcpy/memset intervals / timed median"
+    busy["method"] = (
+        f"torch.profiler over {PARTS_PROBE_WINDOWS} untimed probe steps: union of kernel/memcpy/memset intervals / timed median"
+    )
     record["gpu_busy"] = busy
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import gzip
 import json
 import tempfile
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +35,7 @@ from typing import Any
 from fsdp_bench.analysis.attribution import COLLECTIVE_ORDER
 from fsdp_bench.analysis.busy import device_busy
 from fsdp_bench.analysis.intervals import clip, exposed_length, total_length, union
-from fsdp_bench.plan.case import PROFILER_WARMUP_STEPS
+from fsdp_bench.plan.case import PARTS_PROBE_PLAIN_STEPS, PARTS_PROBE_WINDOWS, PROFILER_WARMUP_STEPS
 from fsdp_bench.results.readings import BusyProbe, ProfileSummary, StepParts
 
 STEP_MARKER = "fsdp_bench.step"
@@ -137,7 +138,7 @@ def attribute_events(events: Iterable[TraceEvent]) -> StepParts:
     from fsdp_bench.analysis.attribution import step_parts
 
     events = list(events)
-    steps = union((e.start_s, e.end_s) for e in events if e.name == STEP_MARKER and not e.on_device)
+    steps = [(e.start_s, e.end_s) for e in events if e.name == STEP_MARKER and not e.on_device]
     on_gpu = any(e.on_device for e in events)
     comm_threads = _comm_threads(events)
     by_kind: dict[str, list[tuple[float, float]]] = {}
@@ -183,7 +184,9 @@ def load_trace_events(path: Path) -> list[TraceEvent]:
     events = trace.get("traceEvents", trace) if isinstance(trace, dict) else trace
     out = []
     for e in events:
-        if e.get("ph") != "X" or "dur" not in e:
+        # A record_function span is also drawn on the GPU's timeline ("gpu_user_annotation"): no
+        # work, and a second copy of each step window, so a count of windows would double.
+        if e.get("ph") != "X" or "dur" not in e or e.get("cat") == "gpu_user_annotation":
             continue
         start = float(e["ts"]) / 1e6
         tid = e.get("tid", 0)
@@ -240,14 +243,20 @@ def profile_steps(
     return summary
 
 
-def probe_step_events(step: Callable[[], Any], *, device_type: str) -> list[TraceEvent]:
-    """Run `step` once under torch.profiler (CPU ops, and CUDA kernels on a GPU) inside a
-    `fsdp_bench.step` span and return its events; no trace is kept. Synchronizing before and
-    inside the window puts exactly this step's kernels in it.
+def probe_step_events(
+    step: Callable[[], Any], *, device_type: str, windows: int = PARTS_PROBE_WINDOWS
+) -> list[TraceEvent]:
+    """Run `step` 1 + `windows` times under torch.profiler (CPU ops, and CUDA kernels on a GPU),
+    the last `windows` each inside a `fsdp_bench.step` span, and return the events; no trace is
+    kept. The first step is profiled but unmarked: on a 10-40 ms CPU step, the first one under a
+    freshly started profiler (after the MemTracker probe) ran 27-77% longer than the timed median
+    (measured 2026-11-26, scripts/measure_why_cost.py, a quiet machine), and the marked ones then
+    follow each other as the timed loop's do. Synchronizing before the marked steps and inside the
+    last puts exactly their kernels in the windows.
 
-    A barrier starts the ranks' windows together: the profiler's start takes each rank a
-    different time (tens of ms on a loaded CPU), and a rank that starts early would spend the
-    difference waiting in its first collective, communication the step never had."""
+    A barrier starts the ranks' steps together: the profiler's start takes each rank a different
+    time (tens of ms on a loaded CPU), and a rank that starts early would spend the difference
+    waiting in its first collective, communication the step never had."""
     import torch
     import torch.distributed as dist
     from torch.profiler import ProfilerActivity, profile, record_function
@@ -259,14 +268,41 @@ def probe_step_events(step: Callable[[], Any], *, device_type: str) -> list[Trac
     with profile(activities=activities) as prof:
         if dist.is_initialized() and dist.get_world_size() > 1:
             dist.barrier()
-        with record_function(STEP_MARKER):
-            step()
-            if cuda:
-                torch.cuda.synchronize()
+        step()
+        if cuda:
+            torch.cuda.synchronize()
+        for i in range(windows):
+            with record_function(STEP_MARKER):
+                step()
+                if cuda and i == windows - 1:
+                    torch.cuda.synchronize()
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "probe.pt.trace.json"
         prof.export_chrome_trace(str(path))
         return load_trace_events(path)
+
+
+def time_plain_steps(step: Callable[[], Any], *, device_type: str, n: int = PARTS_PROBE_PLAIN_STEPS) -> float:
+    """The median seconds of `n` steps run right after the profiled ones, without the profiler:
+    what a step takes at this moment, against which the profiled window shows the profiler's own
+    cost (on CPU, about 1.5 us per recorded op: +26% on an 8.6 ms DDP step of two gloo ranks,
+    measured 2026-11-26) and the timed median shows whether the moment was a typical one. A
+    median of five, as two of a 10 ms CPU step were 20% off the timed median on a quiet machine."""
+    import statistics
+
+    import torch
+
+    cuda = device_type == "cuda"
+    times = []
+    for _ in range(n):
+        if cuda:
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        step()
+        if cuda:
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
 
 
 def probe_device_busy(step: Callable[[], Any], *, device_type: str) -> BusyProbe:

@@ -81,3 +81,10 @@ def test_planted_causes_act_in_every_step_and_only_there():
     for bad in ("host_delay@measure:1", "raise@step:0"):
         with pytest.raises(ValueError, match="act in every step and only there: KIND@step:RANK"):
             check_spec(bad)
+
+
+def test_back_to_back_step_windows_are_two_steps():
+    # the probe's marked steps follow each other: their spans touch, and each is a step
+    p = step_parts([(0.0, 5.0), (5.0, 10.0)], compute=[(1.0, 4.0), (6.0, 9.0)], comm_by_kind={})
+    assert p["steps"] == 2 and p["window_s"] == 5.0
+    assert p["compute_s"] == 3.0 and p["host_s"] == 2.0

@@ -174,8 +174,8 @@ def test_host_bound_on_the_recorded_step_and_gpu_bound_on_the_packed_one():
 
 def test_device_busy_counts_overlapping_streams_once_and_says_why_it_has_no_figure():
     busy = device_busy([(0.0, 4.0), (2.0, 6.0), (9.0, 12.0), (20.0, 30.0)], [(0.0, 10.0), (10.0, 11.0)])
-    assert busy["steps"] == 1  # touching windows merge into one step
-    assert busy["busy_s_per_step"] == pytest.approx(6 + 2) and busy["window_s_per_step"] == 11.0
+    assert busy["steps"] == 2  # back-to-back steps touch: still two steps, over their union
+    assert busy["busy_s_per_step"] == pytest.approx((6 + 2) / 2) and busy["window_s_per_step"] == 5.5
     assert device_busy([(0.0, 1.0)], [])["null_reason"] == "no step window in the trace"
     assert "no device activity" in device_busy([], [(0.0, 1.0)])["null_reason"]
     assert busy_share(3.0, 2.0) == {"pct": 100.0, "idle_ms_per_step": 0.0}

@@ -27,7 +27,7 @@ def test_a_plain_cpu_sweep_needs_no_plan_line():
 def test_a_busy_machine_is_said_beside_the_estimate():
     cases = parse_sweep({"device": "cpu"}).cases()
     assert busy_machine_line(cases, 7.2, 2) == (
-        "fsdp-bench: load average 7.2 on 2 CPU(s): other work shares this machine, so the estimate is likely "
-        "short and timings noisy"
+        "fsdp-bench: load average 7.2 on 2 CPU(s): other work shares this machine, so timings will be noisy; "
+        "the estimate allows for the load as it was over the last minute"
     )
     assert busy_machine_line(cases, 1.5, 2) is None
