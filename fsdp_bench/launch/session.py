@@ -16,13 +16,13 @@ import stat
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
+from fsdp_bench.launch.attempts import has_repeats, load_or_none, promote_plain_result, set_aside
 from fsdp_bench.launch.rounds import RepeatRounds
 from fsdp_bench.plan.case import Case
 from fsdp_bench.plan.sweep import Sweep, fingerprint_differences
 from fsdp_bench.results.io import write_json_atomic
 from fsdp_bench.results.layout import RunLayout, create_run_dir, foreign_entries
-from fsdp_bench.results.load import load_case_result, load_sweep_settings
-from fsdp_bench.results.metrics import M
+from fsdp_bench.results.load import load_sweep_settings
 from fsdp_bench.results.records import SWEEP_SCHEMA_VERSION, CaseResult, Environment, SweepFile
 from fsdp_bench.results.schema import ResultError, is_current_ok
 
@@ -117,7 +117,7 @@ class SweepSession:
         if self.sweep.resume is None or not self.launch.owns_results:
             return frozenset()
         run = RunLayout(self.sweep.resume)
-        return frozenset(cid for cid in case_ids if is_current_ok(_load_or_none(run.result_file(cid))))
+        return frozenset(cid for cid in case_ids if is_current_ok(load_or_none(run.result_file(cid))))
 
     def _write_environment(self, folder: Path) -> None:
         from fsdp_bench.launch.environment import write_environment
@@ -294,7 +294,7 @@ class SweepSession:
                 (cid, r)
                 for cid, _ in todo
                 for r in range(1, self.sweep.repeats + 1)
-                if is_current_ok(_load_or_none(run.result_file(cid, repeat=r)))
+                if is_current_ok(load_or_none(run.result_file(cid, repeat=r)))
             }
         self._rounds = RepeatRounds(todo, self.sweep.repeats, kept=done)
 
@@ -309,12 +309,12 @@ class SweepSession:
             result = previous  # resumed: an ok case of this loop's version is never re-run
         elif repeats > 1:
             if previous is not None:  # the merged result only: its ok repeats are kept
-                _set_aside(run, case.id, with_dir=False)
+                set_aside(run, case.id, with_dir=False)
             result = self._run_repeats(run, case)
         else:
             check_free_space(run.root)
             if previous is not None:
-                _set_aside(run, case.id)
+                set_aside(run, case.id)
             result = self._launch(run, case)
         self.results.append(result)
         return result
@@ -329,9 +329,9 @@ class SweepSession:
         if len({case.id for case, _ in batch}) < len(batch):
             raise ValueError("run_round: a case named twice in one batch")
         run = self.layout
-        merged = {case.id: _load_or_none(run.result_file(case.id)) for case, _ in batch}
-        todo = [(case, n) for case, n in batch if not _has_repeats(merged[case.id], n)]
-        kept = [(case.id, 1) for case, _ in todo if _promote_plain_result(run, case.id, merged[case.id])]
+        merged = {case.id: load_or_none(run.result_file(case.id)) for case, _ in batch}
+        todo = [(case, n) for case, n in batch if not has_repeats(merged[case.id], n)]
+        kept = [(case.id, 1) for case, _ in todo if promote_plain_result(run, case.id, merged[case.id])]
         rounds = RepeatRounds([(case.id, case) for case, _ in todo], {case.id: n for case, n in todo}, kept=kept)
         for case, _ in batch:
             result = merged[case.id]
@@ -339,7 +339,7 @@ class SweepSession:
                 self.check_run_dir()
                 with self._stop_on_os_error():
                     if run.result_file(case.id).exists():
-                        _set_aside(run, case.id, with_dir=False)
+                        set_aside(run, case.id, with_dir=False)
                     result = self._run_repeats(run, case, rounds)
             self.results = [r for r in self.results if r.get("case_id") != case.id] + [result]
             yield case, result
@@ -361,14 +361,14 @@ class SweepSession:
     def _repeat_result(self, run: RunLayout, case: Case, repeat: int) -> CaseResult:
         """One repeat: kept when an earlier attempt left it ok, else (the earlier attempt set
         aside) launched in its own fresh torchrun and folder."""
-        done = _load_or_none(run.result_file(case.id, repeat=repeat)) if self.launch.owns_results else None
+        done = load_or_none(run.result_file(case.id, repeat=repeat)) if self.launch.owns_results else None
         if is_current_ok(done):
             return done
         self.check_run_dir()
         check_free_space(run.root)
         # Only node 0 resumes; another node must never move node 0's (live) folder.
         if self.launch.owns_results and (run.case_dir(case.id, repeat=repeat).path.exists() or done is not None):
-            _set_aside(run, case.id, repeat=repeat)
+            set_aside(run, case.id, repeat=repeat)
         return self._launch(run, case, repeat)
 
     def _launch(self, run: RunLayout, case: Case, repeat: int | None = None) -> CaseResult:
@@ -402,8 +402,8 @@ class SweepSession:
         With repeats, a case folder without a merged result holds the repeats done so far: kept."""
         path = run.result_file(case.id)
         if not path.exists() and run.case_dir(case.id).path.exists() and repeats == 1:
-            _set_aside(run, case.id)  # an interrupted attempt without a result
-        return _load_or_none(path)
+            set_aside(run, case.id)  # an interrupted attempt without a result
+        return load_or_none(path)
 
 
 def _os_error_line(exc: OSError) -> str:
@@ -459,55 +459,6 @@ def _named_run_dir(session: SweepSession, path: Path, owner: bool) -> Path:
             f"or continue it with --bench-resume {path}"
         ) from None
     return path
-
-
-def _load_or_none(path: Path) -> CaseResult | None:
-    """A result file (of a case or one repeat), None when absent, a failed stand-in when unreadable."""
-    if not path.exists():
-        return None
-    try:
-        return load_case_result(path)
-    except ResultError:
-        return {"status": "failed"}
-
-
-def _has_repeats(merged: CaseResult | None, repeats: int) -> bool:
-    """True when a merged result is ok with at least `repeats` repeats (not run again). An ok
-    result of a plain sweep (no repeats list) is one repeat: the sweep's resume keeps it, and so
-    does the tuner's."""
-    return is_current_ok(merged) and (len(merged.get(M.repeats) or []) or 1) >= repeats
-
-
-def _promote_plain_result(run: RunLayout, case_id: str, merged: CaseResult | None) -> bool:
-    """A plain sweep's ok result (no repeats list) that the tuner wants repeated becomes its
-    repeat 1 (issue 37): its work files move into `repeat-1/` and its result to `repeat-1.json`,
-    where the rounds keep it, instead of measuring repeat 1 again. True when it was promoted."""
-    if not is_current_ok(merged) or merged.get(M.repeats) or run.result_file(case_id, repeat=1).exists():
-        return False
-    folder, target = run.case_dir(case_id).path, run.case_dir(case_id, repeat=1).path
-    target.mkdir(parents=True, exist_ok=True)
-    for entry in list(folder.iterdir()) if folder.is_dir() else []:
-        if entry != target and not entry.name.startswith("repeat-"):
-            shutil.move(str(entry), str(target / entry.name))
-    write_json_atomic(run.result_file(case_id, repeat=1), {**merged, "repeat": 1}, shape=CaseResult)
-    return True
-
-
-def _set_aside(run: RunLayout, case_id: str, *, repeat: int | None = None, with_dir: bool = True) -> None:
-    """Keep an earlier attempt that is not kept (not ok, or measured by an older loop: results.schema.
-    MEASUREMENT_VERSION), of the case or of one repeat, under cases/.attempts/
-    instead of overwriting it. `with_dir=False`: the merged result only, the repeats stay."""
-    run.attempts_dir.mkdir(exist_ok=True)
-    name = case_id if repeat is None else run.repeat_attempt_name(case_id, repeat)
-    n = 1
-    while run.attempt_dir(name, n).exists():
-        n += 1
-    dest = run.attempt_dir(name, n)
-    dest.mkdir()
-    sources = [run.case_dir(case_id, repeat=repeat).path] if with_dir else []
-    for src in (*sources, run.result_file(case_id, repeat=repeat)):
-        if src.exists():
-            shutil.move(str(src), str(dest / src.name))
 
 
 def _remove_if_empty(run: RunLayout) -> None:

@@ -397,10 +397,10 @@ def test_visualize_notes_each_odd_file_and_writes_the_rest(tmp_path):
 
 
 def test_resume_sets_an_odd_case_file_aside_instead_of_failing(tmp_path):
-    from fsdp_bench.launch.session import _load_or_none
+    from fsdp_bench.launch.attempts import load_or_none
 
     for name, path in _odd_case_files(tmp_path).items():
-        assert _load_or_none(path) == {"status": "failed"}, name
+        assert load_or_none(path) == {"status": "failed"}, name
 
 
 # 10. Tracebacks that became one line: over-long paths and ids, and a race (a full disk and a
