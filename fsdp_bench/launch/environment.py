@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 
 from fsdp_bench.launch.commands import environment_command
+from fsdp_bench.plan.faults import ENV_VAR as FAULTS_ENV
 from fsdp_bench.results.io import read_json, utc_now, write_json_atomic
 from fsdp_bench.results.layout import RunLayout
 from fsdp_bench.results.records import Environment
@@ -42,6 +43,8 @@ def collect_host() -> Environment:
         "cpu_count": os.cpu_count(),
         "utc_time": utc_now(),
         "pytorch_cuda_alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
+        # A run slowed or broken on purpose must say so wherever its numbers are read.
+        "planted_faults": os.environ.get(FAULTS_ENV) or None,
     }
 
 

@@ -23,7 +23,18 @@ from fsdp_bench.results.stats import CONFIDENCE_PCT
 # The numbers a regression is judged on; which way is worse is the registry's `better`.
 COMPARED = (M.tokens_per_s_per_device, M.step_time_s_median, M.peak_allocated_gib, M.mfu_pct)
 # Environment fields that make two runs' numbers not directly comparable when they differ.
-ENV_KEYS = ("host", "gpu_names", "gpu_count", "driver", "torch", "cuda", "nccl", "python", "cpu_count")
+ENV_KEYS = (
+    "host",
+    "gpu_names",
+    "gpu_count",
+    "driver",
+    "torch",
+    "cuda",
+    "nccl",
+    "python",
+    "cpu_count",
+    "planted_faults",
+)
 
 
 @dataclass

@@ -47,6 +47,7 @@ ENV_FIELDS = (
     ("git_dirty", "uncommitted changes"),
     ("utc_time", "started (UTC)"),
     ("pytorch_cuda_alloc_conf", "PYTORCH_CUDA_ALLOC_CONF"),
+    ("planted_faults", "planted faults (FSDP_BENCH_FAULTS)"),
 )
 
 

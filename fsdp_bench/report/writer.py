@@ -86,6 +86,12 @@ def write_report(
         results, env, notes = load_report_inputs(run_dir)
     except ResultError as exc:
         return [], [str(exc)]
+    if env and env.get("planted_faults"):
+        notes = [
+            f"planted faults (FSDP_BENCH_FAULTS={env['planted_faults']}): this run was slowed or broken on purpose; "
+            "its timings are not the machine's",
+            *notes,
+        ]
     out_dir.mkdir(parents=True, exist_ok=True)
     df = build_table(results)
     written = []

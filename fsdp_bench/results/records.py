@@ -422,6 +422,7 @@ class Environment(TypedDict, total=False):
     cpu_count: int | None
     utc_time: str
     pytorch_cuda_alloc_conf: str | None
+    planted_faults: str | None  # FSDP_BENCH_FAULTS when the sweep started (a run slowed on purpose)
     git_sha: str | None
     git_dirty: bool | None
     torch: str | None

@@ -7,6 +7,7 @@ leave no process behind.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 
@@ -110,3 +111,16 @@ def test_sweep_time_is_bounded_and_no_process_is_left(sweep):
     assert hang["duration_s"] <= TIMEOUT_S + GRACE_S
     assert processes_of(sweep["run"]) == []
     assert all("leftover_pids" not in r for r in results)
+
+
+def test_a_run_with_planted_faults_says_so(sweep, tmp_path):
+    """env.json keeps FSDP_BENCH_FAULTS, and the report's first note says the run was slowed or
+    broken on purpose (a history or compare of such a run otherwise reads like the machine's)."""
+    from fsdp_bench.report.writer import write_report
+
+    env = json.loads((sweep["run"] / "env.json").read_text())
+    assert env["planted_faults"] == FAULTS
+    _, notes = write_report(sweep["run"], tmp_path)
+    said = f"planted faults (FSDP_BENCH_FAULTS={FAULTS}): this run was slowed or broken on purpose"
+    assert notes[0].startswith(said)
+    assert said in (tmp_path / "report.md").read_text()
