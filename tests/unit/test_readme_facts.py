@@ -54,7 +54,7 @@ def test_the_readme_counts_are_the_collected_ones():
 
 def test_the_estimate_table_errors_are_its_own_arithmetic():
     rows = re.findall(r"^\| [^|]+ \| [^|]+ \| (\d+m\d\ds) \| (\d+m\d\ds) \| ([+-]\d+)% \|$", README, flags=re.M)
-    assert len(rows) >= 5, rows
+    assert len(rows) >= 3, rows
     for estimate, took, error in rows:
         assert round(100 * (_seconds(estimate) / _seconds(took) - 1)) == int(error), (estimate, took, error)
 
