@@ -53,3 +53,17 @@ def test_good_fit_arguments_still_answer(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "gpt_tiny fsdp2 ws2 batch 1: predicted peak" in done.stdout
     assert (tmp_path / "fit" / "fit.csv").is_file()
+
+
+def test_on_cpu_a_row_this_host_cannot_run_is_no_with_the_guards_line(tmp_path):
+    """Issue 37: fit on CPU answers with the sweep's host-memory guard (the same figure and line);
+    200,000 samples of 1024 tokens is far over any host's MemAvailable, and the 80 GiB default
+    budget is not the host's."""
+    big = ("--batch-size", "200000", "--seq-len", "1024", "--strategies", "ddp", "--out", "fit")
+    cpu = _fit(*big, "--device", "cpu", cwd=tmp_path)
+    assert cpu.returncode == 0, cpu.stderr
+    lines = [line for line in cpu.stdout.splitlines() if line.startswith("gpt_tiny ddp ws")]
+    assert len(lines) == 2 and all("fits with a 7% margin: no" in line for line in lines), cpu.stdout
+    assert all("; host memory: needs about" in line and "GiB is available; not launched" in line for line in lines)
+    cuda = _fit(*big, "--device", "cuda", cwd=tmp_path)
+    assert cuda.returncode == 0 and "host memory" not in cuda.stdout, cuda.stdout

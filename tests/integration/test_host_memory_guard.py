@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 
 from fsdp_bench.analysis.host_memory import TEXT_LOAD_BYTES_PER_BYTE
-from fsdp_bench.launch.memory_guard import available_host_bytes, case_host_peak
+from fsdp_bench.launch.memory_guard import case_host_peak
 from fsdp_bench.plan.case import Case
+from fsdp_bench.plan.devices import available_host_bytes
 from fsdp_bench.results.schema import GIB
 from tests.rss_watchdog import run_watched
 from tests.sweep_helpers import child_env, pytest_cmd, write_sweep_project
