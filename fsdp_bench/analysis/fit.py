@@ -283,6 +283,30 @@ def largest_batch(
     return lo
 
 
+# fit's work: each row bisects its largest batch (about 17 predictions, twice that with the host
+# check on CPU), and each prediction walks every layer (cProfile: comm_model's padded sizes and
+# _local_numel per parameter). Measured on a 2-core machine at load 8: 5,000 layers x 4 rows, 22 s
+# wall (4.6 s CPU); a 100,000-layer config at the default 44 rows gave no answer in 10 minutes. The
+# bound (about 56 s there) refuses the rest before any work, in one line, as the sweep refuses
+# what it cannot run.
+MAX_LAYER_ROWS = 50_000
+
+
+def fit_work_problem(model: str, rows: int) -> str | None:
+    """Why fit will not answer `rows` rows (strategies x world sizes) of `model`: its layers times
+    the rows exceed MAX_LAYER_ROWS; None when it will. Reads the config only."""
+    flavor = flavor_for(model)
+    if not flavor.from_hf_config:
+        return None  # the shipped flavors are small
+    layers = hf_dims(load_config_dict(flavor))["layers"]
+    if layers * rows <= MAX_LAYER_ROWS:
+        return None
+    return (
+        f"{model} has {layers:,} layers x {rows} rows (strategies x world sizes): over the {MAX_LAYER_ROWS:,} "
+        "layer-rows fit answers within a minute or two; ask for fewer strategies or world sizes, or fewer layers"
+    )
+
+
 def gib_text(value_bytes: float, budget_bytes: float | None = None) -> str:
     """GiB with two decimals, or as many more as it takes not to read like the budget when the
     two differ (0.30237 GiB against a 0.3 GiB budget is not "0.30 GiB")."""

@@ -15,7 +15,7 @@ import re
 import sys
 from pathlib import Path
 
-from fsdp_bench.analysis.fit import WORLD_SIZES, calibrate_from_results, fit_table, gib_text
+from fsdp_bench.analysis.fit import WORLD_SIZES, calibrate_from_results, fit_table, fit_work_problem, gib_text
 from fsdp_bench.analysis.host_memory import host_check
 from fsdp_bench.plan.case import CaseError
 from fsdp_bench.plan.catalog import DEFAULT_PRECISION, PRECISIONS, STRATEGIES
@@ -121,7 +121,11 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         for key, (option, check) in _CHECKS.items():
             if getattr(args, key) is not None:
                 setattr(args, key, check(option, getattr(args, key)))
-    except CaseError as exc:
+        rows = len(args.strategies) * len(args.world_sizes)
+        for model in args.models:
+            if problem := fit_work_problem(model, rows):
+                raise CaseError(f"--models: {problem}")
+    except (CaseError, ValueError) as exc:
         parser.error(str(exc))
     return args
 
