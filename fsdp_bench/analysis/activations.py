@@ -23,6 +23,14 @@ Head: the final norm (3 x hidden), log_softmax's output (vocab, fp32), the token
 log-probabilities and of the logits): `loss_temp`.
 Activation checkpointing keeps each block's input only and recomputes one block at a time.
 
+Sliding-window attention (Mistral; Qwen2 with `use_sliding_window`), once the sequence reaches the
+window: transformers builds a boolean (batch, 1, seq, seq) mask for SDPA instead of `is_causal`, and
+torch's CPU kernel converts it to an additive mask in the query's dtype, which each sliding layer's
+SDPA keeps for backward: 1 byte per (sample, query, key) for the mask, plus the compute dtype's
+bytes per sliding layer (`sliding_mask_layers`). Measured (ru_maxrss, transformers 5.23, torch 2.13,
+a 64-wide Mistral, window 128, seq 4096, batch 1) above the same config without a window: 84 MiB at
+1 layer, 224 MiB at 3 (counted: 80 and 208 MiB); no mask at a window above the sequence.
+
 Under bf16/fp16 (`dtype_bytes` 2) the same tensors are kept at 2 bytes, except what stays fp32
 (checked the same way on CPU, and against an H100's allocator in results/reference):
 - SDPA's log-sum-exp, one per head and token, is fp32 whatever the inputs;
@@ -40,6 +48,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from fsdp_bench.plan.architectures import SLIDING_WINDOW_DEFAULT
 from fsdp_bench.plan.flavors import ModelFlavor, load_config_dict
 
 INT64 = 8
@@ -152,6 +161,24 @@ def _dims(flavor: ModelFlavor, seq_len: int) -> dict[str, Any]:
     raise ValueError(f"no activation model for the {shape!r} shape (Hugging Face model_type {cfg['model_type']!r})")
 
 
+def sliding_mask_layers(flavor: ModelFlavor, seq_len: int) -> int:
+    """How many of the flavor's layers (the last ones) attend through a materialised seq x seq
+    sliding-window mask at `seq_len` (0: SDPA runs causal without one). transformers skips the
+    mask while the sequence is shorter than the window."""
+    kind = flavor.architecture.sliding
+    if not kind:
+        return 0
+    config = load_config_dict(flavor)
+    window = config.get("sliding_window", SLIDING_WINDOW_DEFAULT)
+    if kind == "switched" and not config.get("use_sliding_window", False):
+        return 0
+    if not isinstance(window, int) or isinstance(window, bool) or seq_len < window:
+        return 0
+    layers = config["num_hidden_layers"]
+    first = config.get("max_window_layers", 28) if kind == "switched" else 0
+    return max(0, layers - first)
+
+
 def _matmul_weights(flavor: ModelFlavor, vocab: int, h: int) -> int:
     """Elements of the weights a forward's matmuls read: every block's matrices and the head."""
     from fsdp_bench.analysis.comm_model import model_units
@@ -204,6 +231,12 @@ def estimate_activations(
         "final_norm": ((widths * h + extras) * dtype_bytes + norm_extra * h) * tokens,
         "stream_grad": h * tokens * dtype_bytes,
     }
+    masked = sliding_mask_layers(flavor, seq_len)
+    if masked:  # the boolean mask once, and each sliding layer's additive copy (the module doc)
+        outside += tokens * seq_len
+        per_layer = [layer] * (d["layers"] - masked) + [layer + tokens * seq_len * dtype_bytes] * masked
+    else:
+        per_layer = [layer] * d["layers"]
     if act_ckpt:  # each block keeps its input; backward rebuilds one block at a time
         return Activations(
             tuple([h * tokens * (4 if autocast else dtype_bytes)] * d["layers"]),
@@ -212,4 +245,4 @@ def estimate_activations(
             recompute=layer,
             **head,
         )
-    return Activations(tuple([layer] * d["layers"]), outside, loss_temp, **head)
+    return Activations(tuple(per_layer), outside, loss_temp, **head)

@@ -14,14 +14,14 @@ analysis.activations. Pure Python, apart from the chart; tests compare it to mea
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from fsdp_bench.analysis.activations import estimate_activations
 from fsdp_bench.analysis.comm_model import Unit, model_units, padded_numel
 from fsdp_bench.analysis.hf_units import hf_dims, tied_embeddings
 from fsdp_bench.analysis.model_state import allocated_model_state_bytes, shard_size
 from fsdp_bench.analysis.peak_moments import phase_bytes, with_block_moments
-from fsdp_bench.plan.case import Case
+from fsdp_bench.plan.case import Case, CaseError
 from fsdp_bench.plan.catalog import DEFAULT_PRECISION
 from fsdp_bench.plan.catalog import precision as precision_row
 from fsdp_bench.plan.catalog import strategy as catalog_strategy
@@ -254,9 +254,11 @@ def largest_batch(
     limit: int = 1 << 16,
     margin: float = FIT_MARGIN,
     precision: str = DEFAULT_PRECISION,
+    device: str = "cpu",
+    also_fits: Callable[[int], bool] | None = None,
 ) -> int:
     """The largest per-device batch whose predicted peak, plus `margin`, fits `device_bytes`
-    (0: not even 1)."""
+    and that `also_fits` (on CPU: the host's memory, `fit_table`) allows (0: not even 1)."""
 
     def fits(bs: int) -> bool:
         peak = predict_peak_bytes(
@@ -267,9 +269,10 @@ def largest_batch(
             seq_len=seq_len,
             act_bytes_per_sample=act_bytes_per_sample,
             precision=precision,
+            device=device,
             buckets_from_start=True,  # a device's budget: its allocator holds DDP's buckets throughout
         )["peak_bytes"]
-        return peak * (1 + margin) <= device_bytes
+        return peak * (1 + margin) <= device_bytes and (also_fits is None or also_fits(bs))
 
     if not fits(1):
         return 0
@@ -278,6 +281,30 @@ def largest_batch(
         mid = (lo + hi + 1) // 2
         lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
     return lo
+
+
+# fit's work: each row bisects its largest batch (about 17 predictions, twice that with the host
+# check on CPU), and each prediction walks every layer (cProfile: comm_model's padded sizes and
+# _local_numel per parameter). Measured on a 2-core machine at load 8: 5,000 layers x 4 rows, 22 s
+# wall (4.6 s CPU); a 100,000-layer config at the default 44 rows gave no answer in 10 minutes. The
+# bound (about 56 s there) refuses the rest before any work, in one line, as the sweep refuses
+# what it cannot run.
+MAX_LAYER_ROWS = 50_000
+
+
+def fit_work_problem(model: str, rows: int) -> str | None:
+    """Why fit will not answer `rows` rows (strategies x world sizes) of `model`: its layers times
+    the rows exceed MAX_LAYER_ROWS; None when it will. Reads the config only."""
+    flavor = flavor_for(model)
+    if not flavor.from_hf_config:
+        return None  # the shipped flavors are small
+    layers = hf_dims(load_config_dict(flavor))["layers"]
+    if layers * rows <= MAX_LAYER_ROWS:
+        return None
+    return (
+        f"{model} has {layers:,} layers x {rows} rows (strategies x world sizes): over the {MAX_LAYER_ROWS:,} "
+        "layer-rows fit answers within a minute or two; ask for fewer strategies or world sizes, or fewer layers"
+    )
 
 
 def gib_text(value_bytes: float, budget_bytes: float | None = None) -> str:
@@ -294,6 +321,9 @@ def gib_text(value_bytes: float, budget_bytes: float | None = None) -> str:
     return f"{value_bytes / GIB:.{digits}f} GiB"
 
 
+HostCheck = Callable[[Case], "str | None"]  # a case -> why the host would not run it (None: it would)
+
+
 def fit_table(
     models: Iterable[str],
     strategies: Iterable[str],
@@ -304,8 +334,12 @@ def fit_table(
     world_sizes: Sequence[int] = WORLD_SIZES,
     calibration: Mapping[str, float] | None = None,
     precision: str = DEFAULT_PRECISION,
+    device: str = "cpu",
+    host_check: HostCheck | None = None,
 ) -> list[TableRow]:
-    """One row per (model, strategy, world size)."""
+    """One row per (model, strategy, world size). `host_check` (on CPU, where every rank is a
+    process of this host: analysis.host_memory.host_check, the sweep guard's figure and line)
+    refuses a row's case and bounds its largest batch beside the device budget."""
     rows = []
     for model in models:
         flavor = flavor_for(model)
@@ -313,45 +347,86 @@ def fit_table(
         per_sample = (calibration or {}).get(model)
         for strategy in strategies:
             for n in world_sizes:
-                p = predict_peak_bytes(
-                    strategy,
-                    flavor,
-                    n,
-                    batch_size,
-                    seq_len=length,
-                    act_bytes_per_sample=per_sample,
-                    precision=precision,
-                    buckets_from_start=True,  # a device's budget, as in largest_batch
-                )
+                host = _row_host_check(host_check, model, strategy, n, length, precision, device)
+                kind = {"precision": precision, "device": device}
                 rows.append(
-                    {
-                        "model": model,
-                        "strategy": strategy,
-                        "world_size": n,
-                        "seq_len": length,
-                        "batch_size": batch_size,
-                        "precision": precision,
-                        "model_state_gib": p["model_state_bytes"] / GIB,
-                        "gathered_gib": p["gathered_bytes"] / GIB,
-                        "activation_gib": p["activation_bytes"] / GIB,
-                        M.predicted_peak_gib: p["peak_bytes"] / GIB,
-                        "fits": p["peak_bytes"] * (1 + FIT_MARGIN) <= device_memory_gib * GIB,
-                        "fit_margin": FIT_MARGIN,
-                        "peak_phase": p["phase"],
-                        "device_memory_gib": device_memory_gib,
-                        "max_batch_size": largest_batch(
-                            strategy,
-                            flavor,
-                            n,
-                            device_memory_gib * GIB,
-                            seq_len=length,
-                            act_bytes_per_sample=per_sample,
-                            precision=precision,
-                        ),
-                        "activation_source": "measured" if per_sample is not None else "estimate",
-                    }
+                    _fit_row(
+                        model, flavor, strategy, n, length, per_sample, host, batch_size, device_memory_gib, **kind
+                    )
                 )
     return rows
+
+
+def _fit_row(model, flavor, strategy, n, length, per_sample, host, batch_size, budget_gib, **kind) -> TableRow:
+    """One (model, strategy, world size) row of fit_table; `kind`: its precision and device."""
+    precision, device = kind.get("precision", DEFAULT_PRECISION), kind.get("device", "cpu")
+    p = predict_peak_bytes(
+        strategy,
+        flavor,
+        n,
+        batch_size,
+        seq_len=length,
+        act_bytes_per_sample=per_sample,
+        precision=precision,
+        device=device,
+        buckets_from_start=True,  # a device's budget, as in largest_batch
+    )
+    refusal = host(batch_size) if host else None
+    return {
+        "model": model,
+        "strategy": strategy,
+        "world_size": n,
+        "seq_len": length,
+        "batch_size": batch_size,
+        "precision": precision,
+        "device": device,
+        "model_state_gib": p["model_state_bytes"] / GIB,
+        "gathered_gib": p["gathered_bytes"] / GIB,
+        "activation_gib": p["activation_bytes"] / GIB,
+        M.predicted_peak_gib: p["peak_bytes"] / GIB,
+        "fits": p["peak_bytes"] * (1 + FIT_MARGIN) <= budget_gib * GIB and refusal is None,
+        "fit_margin": FIT_MARGIN,
+        "peak_phase": p["phase"],
+        "device_memory_gib": budget_gib,
+        "host_refusal": refusal or "",
+        "max_batch_size": largest_batch(
+            strategy,
+            flavor,
+            n,
+            budget_gib * GIB,
+            seq_len=length,
+            act_bytes_per_sample=per_sample,
+            precision=precision,
+            device=device,
+            also_fits=(lambda bs: host(bs) is None) if host else None,
+        ),
+        "activation_source": "measured" if per_sample is not None else "estimate",
+    }
+
+
+def _row_host_check(
+    check: HostCheck | None, model: str, strategy: str, world_size: int, seq_len: int, precision: str, device: str
+) -> Callable[[int], str | None] | None:
+    """batch size -> `check` of the row's case at that batch; None without a check."""
+    if check is None:
+        return None
+
+    def refusal(batch_size: int) -> str | None:
+        try:
+            case = Case(
+                strategy=strategy,
+                model=model,
+                nproc=world_size,
+                batch_size=batch_size,
+                seq_len=seq_len,
+                precision=precision,
+                device=device,
+            )
+        except CaseError:  # a combination no case allows (a hybrid mesh on one rank): none to check
+            return None
+        return check(case)
+
+    return refusal
 
 
 def calibrate_from_results(results: Iterable[CaseResult]) -> dict[str, float]:

@@ -29,6 +29,7 @@ the case is simulated (one process, no torchrun).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from fsdp_bench.analysis.comm_model import model_units
@@ -138,3 +139,28 @@ def host_peak(case: Case, *, ranks_here: int | None = None, text_bytes: int = 0)
         else 0.0,
         simulated=SIMULATED_WHOLE_MODEL_FACTOR * whole if case.simulate and on_cpu else 0.0,
     )
+
+
+OVERCOMMIT = "--bench-allow-memory-overcommit"
+
+
+def host_refusal(peak: HostPeak, available_bytes: int | None) -> str | None:
+    """One line saying why a case is not run, when its processes need more host memory than is
+    available; None when it fits (or the machine does not say what it has). The sweep's guard
+    skips a case with it, fit answers "no" with it and the tuner skips a candidate with it, so a
+    user reads one figure and one reason whichever asked."""
+    if available_bytes is None or peak.total_bytes <= available_bytes:
+        return None
+    launcher = f" + {peak.launcher / GIB:.1f} GiB for torchrun" if peak.launcher else ""
+    return (
+        f"needs about {peak.total_bytes / GIB:.1f} GiB of host memory ({peak.processes} process(es) x "
+        f"{peak.rank_bytes / GIB:.1f} GiB, most of it {peak.largest_part()}{launcher}) but only "
+        f"{available_bytes / GIB:.1f} GiB is available; not launched (use a smaller model, batch, sequence "
+        f"or data folder, or pass {OVERCOMMIT} to run it anyway)"
+    )
+
+
+def host_check(available_bytes: int | None) -> Callable[[Case], str | None]:
+    """case -> `host_refusal` of its host peak (no data folder): what fit's CPU table asks of each
+    row (analysis.fit.fit_table), so its "no" is the guard's figure and line."""
+    return lambda case: host_refusal(host_peak(case), available_bytes)

@@ -3,7 +3,8 @@ processes would need more host memory than is available is not launched but ends
 reason one line with the numbers, instead of swapping the machine to a halt or waking the OOM
 killer; the sweep goes on. Before the first case the sweep says which cases that will be.
 
-The figure is `analysis.host_memory.host_peak` (the one estimate `fit` and the tuner can share):
+The figure is `analysis.host_memory.host_peak` and the line `host_refusal` (the one estimate and
+reason `fit` and the tuner share; MemAvailable is `plan.devices.available_host_bytes`):
 each rank's base, the `--bench-data` text it reads and packs, the whole model it builds before
 sharding, the step's predicted peak on a CPU rank with attention's growth with the square of the
 sequence where it is materialised, a simulated rank's step, and torchrun. A CUDA case predicted
@@ -15,26 +16,11 @@ memory exhausted takes the whole machine down.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from pathlib import Path
 
-from fsdp_bench.analysis.host_memory import HostPeak, host_peak, predicted_step_bytes
+from fsdp_bench.analysis.host_memory import OVERCOMMIT, HostPeak, host_peak, host_refusal, predicted_step_bytes
 from fsdp_bench.plan.case import Case
 from fsdp_bench.plan.text_data import text_bytes
 from fsdp_bench.results.schema import GIB
-
-MEMINFO = Path("/proc/meminfo")
-OVERCOMMIT = "--bench-allow-memory-overcommit"
-
-
-def available_host_bytes(meminfo: Path = MEMINFO) -> int | None:
-    """The kernel's MemAvailable (what can be allocated without swapping); None when unknown."""
-    try:
-        for line in meminfo.read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
 
 
 def case_host_peak(case: Case, *, nnodes: int = 1) -> HostPeak:
@@ -45,18 +31,7 @@ def case_host_peak(case: Case, *, nnodes: int = 1) -> HostPeak:
 def memory_skip_reason(case: Case, available_bytes: int | None, *, nnodes: int = 1) -> str | None:
     """One line saying why the case is not launched, when its processes need more host memory
     than is available; None when it fits (or the machine does not say what it has)."""
-    if available_bytes is None:
-        return None
-    peak = case_host_peak(case, nnodes=nnodes)
-    if peak.total_bytes <= available_bytes:
-        return None
-    launcher = f" + {peak.launcher / GIB:.1f} GiB for torchrun" if peak.launcher else ""
-    return (
-        f"needs about {peak.total_bytes / GIB:.1f} GiB of host memory ({peak.processes} process(es) x "
-        f"{peak.rank_bytes / GIB:.1f} GiB, most of it {peak.largest_part()}{launcher}) but only "
-        f"{available_bytes / GIB:.1f} GiB is available; not launched (use a smaller model, batch, sequence "
-        f"or data folder, or pass {OVERCOMMIT} to run it anyway)"
-    )
+    return host_refusal(case_host_peak(case, nnodes=nnodes), available_bytes)
 
 
 def memory_plan_line(cases: Iterable[Case], available_bytes: int | None, *, nnodes: int = 1) -> str | None:

@@ -10,10 +10,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from fsdp_bench.analysis.duration import Calibration, estimate_gpu_name, estimate_line, estimate_sweep, slow_cpu_line
-from fsdp_bench.launch.memory_guard import available_host_bytes, device_memory_note, memory_plan_line
+from fsdp_bench.launch.memory_guard import device_memory_note, memory_plan_line
 from fsdp_bench.launch.session import SessionError, SweepSession
 from fsdp_bench.plan.case import Case, skip_reason
-from fsdp_bench.plan.devices import visible_gpu_memory_bytes
+from fsdp_bench.plan.devices import available_host_bytes, visible_gpu_memory_bytes
 
 
 @dataclass

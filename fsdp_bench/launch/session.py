@@ -375,8 +375,9 @@ class SweepSession:
         """The case (or one repeat of it) in its own torchrun (free space checked, any earlier
         attempt set aside by the caller), or a `skipped` result when the host-memory guard finds
         it would need more than is available now; `on_launch` hears of each."""
-        from fsdp_bench.launch.memory_guard import available_host_bytes, memory_skip_reason
+        from fsdp_bench.launch.memory_guard import memory_skip_reason
         from fsdp_bench.launch.runner import run_case, skip_case
+        from fsdp_bench.plan.devices import available_host_bytes
 
         over = None
         if not self.sweep.allow_memory_overcommit:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from fsdp_bench.analysis.duration import format_duration
 from fsdp_bench.analysis.step_model import fit_step_model, predict_case, prior_model
 from fsdp_bench.analysis.tune import (
+    Skip,
     TuneLog,
     TuneRequest,
     choose_probe,
@@ -31,8 +32,10 @@ from fsdp_bench.analysis.tune import (
     tune_answer,
     tuning_drift,
 )
+from fsdp_bench.launch.memory_guard import memory_skip_reason
 from fsdp_bench.launch.session import SweepSession
 from fsdp_bench.plan.case import Case
+from fsdp_bench.plan.devices import available_host_bytes
 from fsdp_bench.results.io import write_json_atomic
 from fsdp_bench.results.metrics import M
 from fsdp_bench.results.records import CaseResult, TuneAnswer
@@ -94,17 +97,25 @@ def run_tune(
     time_budget_s: float | None,
     on_result: OnResult,
     on_round: OnLine | None = None,
+    available_bytes: int | None = None,
+    nnodes: int = 1,
 ) -> TuneAnswer:
     """Tune one model's grid; returns the answer, also written to RUN/tune/<request id>.json.
-    `on_round` hears one progress line per round (launch.tune.round_line)."""
+    `on_round` hears one progress line per round (launch.tune.round_line). A candidate the
+    sweep's host-memory guard would not launch with `available_bytes` of host memory (None: no guard, as
+    with --bench-allow-memory-overcommit) is never a candidate: it is skipped with the guard's
+    line before the probe, so no round spends a slot on a case that would end `skipped`."""
     try:
-        predictions = [predict_case(c) for c in request.cases]
+        over = [Skip(c.id, r) for c in request.cases if (r := memory_skip_reason(c, available_bytes, nnodes=nnodes))]
+        refused = {s.case_id for s in over}
+        predictions = [predict_case(c) for c in request.cases if c.id not in refused]
     except (ValueError, KeyError, OSError) as exc:
         raise TuneError(f"--bench-tune: cannot predict {request.model}: {exc}") from None
     fitting, skipped, boundary = split_by_budget(predictions, budget_gib)
+    skipped = over + skipped
     prior = prior_model(request.cases[0])
     model, log, clock = prior, TuneLog(), RoundClock(request, max_repeats, budget_gib, on_round)
-    stopped = "no configuration is predicted to fit the budget" if not fitting else ""
+    stopped = "" if fitting else _why_none(predictions, refused)
     if fitting:
         probe = [(p.case, 1) for p in choose_probe(fitting, prior)]
         clock.opening(len(fitting), probe)
@@ -181,6 +192,12 @@ def round_line(model: str, log: TuneLog, elapsed_s: float, left: int, budget_gib
     return "; ".join(parts)
 
 
+def _why_none(predictions, refused) -> str:
+    if refused and not predictions:
+        return f"no configuration fits this machine's host memory ({len(refused)} skipped by the guard)"
+    return "no configuration is predicted to fit the budget"
+
+
 def _why_done(log: TuneLog, budget_gib: float | None, max_repeats: int) -> str:
     best = leader(log.measured, budget_gib)
     if best is None:
@@ -255,6 +272,8 @@ def tune_item(state, request, write_live) -> dict:
         time_budget_s=sweep.tune_time_s,
         on_result=on_result,
         on_round=write_live,
+        available_bytes=None if sweep.allow_memory_overcommit else available_host_bytes(),
+        nnodes=state.session.launch.nnodes,
     )
     for line in answer_lines(answer):
         write_live(line)

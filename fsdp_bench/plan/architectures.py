@@ -21,6 +21,12 @@ SHAPES = ("linear", "nanogpt", "llama_style", "gpt2")  # the shape models analys
 # (analysis.activations): LayerNorm; Hugging Face's RMSNorm (an fp32 copy of its input); an
 # RMSNorm computed in fp32 through its weight (Gemma's `x * (1 + weight)`: its output is fp32 too).
 NORMS = ("none", "layernorm", "rmsnorm", "rmsnorm_fp32")
+# Whether transformers gives the architecture's layers sliding-window attention, which under SDPA
+# materialises a seq x seq mask (analysis.activations.sliding_mask_layers): "" never; "window" when
+# the config's `sliding_window` is set (Mistral); "switched" when `use_sliding_window` is also true,
+# for the layers from `max_window_layers` on (Qwen2). Both configs default the window to 4096.
+SLIDING = ("", "window", "switched")
+SLIDING_WINDOW_DEFAULT = 4096
 
 # The size fields of each Hugging Face shape: every one must be a positive integer in a config.
 _LLAMA_SIZES = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
@@ -40,11 +46,14 @@ class Architecture:
     norm: str  # one of NORMS
     size_fields: tuple[str, ...] = ()  # Hugging Face: the config fields that must be positive integers
     qkv_bias: bool = False  # q/k/v projections carry biases whatever `attention_bias` says (Qwen2)
+    sliding: str = ""  # one of SLIDING
 
 
-def _hf(name: str, shape: str, tied: bool, norm: str = "rmsnorm", *, qkv_bias: bool = False) -> Architecture:
+def _hf(
+    name: str, shape: str, tied: bool, norm: str = "rmsnorm", *, qkv_bias: bool = False, sliding: str = ""
+) -> Architecture:
     sizes = _GPT2_SIZES if shape == "gpt2" else _LLAMA_SIZES
-    return Architecture(name, "hf", shape, True, True, tied, norm, sizes, qkv_bias)
+    return Architecture(name, "hf", shape, True, True, tied, norm, sizes, qkv_bias, sliding)
 
 
 ARCHITECTURES: dict[str, Architecture] = {
@@ -55,8 +64,8 @@ ARCHITECTURES: dict[str, Architecture] = {
         # transformers' own defaults for tie_word_embeddings: Llama, Qwen2 and Mistral untie the
         # head, GPT-2 and Gemma tie it.
         _hf("llama", "llama_style", False),
-        _hf("qwen2", "llama_style", False, qkv_bias=True),
-        _hf("mistral", "llama_style", False),
+        _hf("qwen2", "llama_style", False, qkv_bias=True, sliding="switched"),
+        _hf("mistral", "llama_style", False, sliding="window"),
         _hf("gemma", "llama_style", True, "rmsnorm_fp32"),
         _hf("gpt2", "gpt2", True, "layernorm"),
     )

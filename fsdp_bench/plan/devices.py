@@ -75,3 +75,18 @@ def max_cpu_ranks() -> int:
     allowed on small machines because 4-rank functional checks (a 2x2 hybrid mesh) need it.
     """
     return max(4, os.cpu_count() or 1)
+
+
+MEMINFO = Path("/proc/meminfo")
+
+
+def available_host_bytes(meminfo: Path = MEMINFO) -> int | None:
+    """The kernel's MemAvailable (what can be allocated without swapping); None when unknown.
+    The host-memory guard, fit and the tuner all ask it (analysis.host_memory.host_refusal)."""
+    try:
+        for line in meminfo.read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None

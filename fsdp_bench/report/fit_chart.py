@@ -15,9 +15,11 @@ import re
 import sys
 from pathlib import Path
 
-from fsdp_bench.analysis.fit import WORLD_SIZES, calibrate_from_results, fit_table, gib_text
+from fsdp_bench.analysis.fit import WORLD_SIZES, calibrate_from_results, fit_table, fit_work_problem, gib_text
+from fsdp_bench.analysis.host_memory import host_check
 from fsdp_bench.plan.case import CaseError
 from fsdp_bench.plan.catalog import DEFAULT_PRECISION, PRECISIONS, STRATEGIES
+from fsdp_bench.plan.devices import available_host_bytes, resolve_device
 from fsdp_bench.plan.option_values import parse_models, positive_gib, positive_int, writable_dir
 from fsdp_bench.plan.options import OPTIONS
 from fsdp_bench.report.charts.style import pyplot, save_figure
@@ -79,6 +81,7 @@ _CHECKS = {
     "strategies": ("--strategies", OPTIONS["strategies"][1]),
     "world_sizes": ("--world-sizes", OPTIONS["simulate-world-size"][1]),
     "device_memory_gib": ("--device-memory-gib", positive_gib),
+    "device": ("--device", OPTIONS["device"][1]),
     "seq_len": ("--seq-len", positive_int),
     "batch_size": ("--batch-size", positive_int),
     "calibrate": ("--calibrate", _calibration_run),
@@ -92,6 +95,12 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--strategies", default=",".join(STRATEGIES))
     parser.add_argument("--world-sizes", default=",".join(map(str, WORLD_SIZES)))
     parser.add_argument("--device-memory-gib", default="80")
+    parser.add_argument(
+        "--device",
+        default="auto",
+        help="auto, cpu or cuda (as --bench-device); on cpu a row fits only where the sweep's host-memory guard "
+        "would launch its case",
+    )
     parser.add_argument("--seq-len", default="1024")
     parser.add_argument("--batch-size", default="8")
     parser.add_argument(
@@ -112,7 +121,11 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         for key, (option, check) in _CHECKS.items():
             if getattr(args, key) is not None:
                 setattr(args, key, check(option, getattr(args, key)))
-    except CaseError as exc:
+        rows = len(args.strategies) * len(args.world_sizes)
+        for model in args.models:
+            if problem := fit_work_problem(model, rows):
+                raise CaseError(f"--models: {problem}")
+    except (CaseError, ValueError) as exc:
         parser.error(str(exc))
     return args
 
@@ -129,6 +142,7 @@ def main(argv: list[str] | None = None, *, estimator=None) -> int:
     calibration = None
     if args.calibrate is not None:
         calibration = calibrate_from_results(load_run(args.calibrate)[0])
+    device = resolve_device(args.device)
     try:
         rows = fit_table(
             models,
@@ -139,6 +153,8 @@ def main(argv: list[str] | None = None, *, estimator=None) -> int:
             world_sizes=list(args.world_sizes),
             calibration=calibration,
             precision=args.precision,
+            device=device,
+            host_check=host_check(available_host_bytes()) if device == "cpu" else None,
         )
     except ValueError as exc:  # e.g. a Hugging Face model_type without a shape model
         print(f"python -m fsdp_bench.fit: error: {exc}", file=sys.stderr)
@@ -150,6 +166,7 @@ def main(argv: list[str] | None = None, *, estimator=None) -> int:
             f"{gib_text(row[M.predicted_peak_gib] * GIB, budget)} ({row['peak_phase']}) of "
             f"{gib_text(budget)}, fits with a {row['fit_margin']:.0%} margin: {'yes' if row['fits'] else 'no'}; "
             f"largest batch that fits: {row['max_batch_size']}"
+            + (f"; host memory: {row['host_refusal']}" if row["host_refusal"] else "")
         )
     for path in write_fit(rows, args.out):
         print(path)

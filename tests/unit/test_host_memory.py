@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from fsdp_bench.analysis.activations import estimate_activations, sliding_mask_layers
 from fsdp_bench.analysis.comm_model import model_units
 from fsdp_bench.analysis.host_memory import (
     RANK_BASE_BYTES,
@@ -26,7 +27,7 @@ LLAMA = Path(__file__).resolve().parent.parent / "data" / "hf_configs" / "llama_
 
 def _llama(tmp_path: Path, **extra) -> str:
     folder = tmp_path / "llama"
-    folder.mkdir(exist_ok=True)
+    folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.json").write_text(json.dumps({**json.loads(LLAMA.read_text()), **extra}))
     return f"hf:{folder}"
 
@@ -81,3 +82,22 @@ def test_the_guard_skips_in_one_line_naming_the_part_and_the_numbers():
     line = memory_plan_line([_cpu(), huge], 20 * GIB)
     assert line.startswith("fsdp-bench: 1 case(s) need more host memory") and huge.id in line
     assert memory_plan_line([_cpu()], 20 * GIB) is None
+
+
+def test_a_sliding_window_mask_grows_with_the_square_of_the_sequence_once_it_reaches_the_window(tmp_path):
+    """Mistral with `sliding_window` (and Qwen2 with `use_sliding_window`): SDPA gets a boolean
+    seq x seq mask, and each sliding layer keeps a copy in the compute dtype (analysis.activations)."""
+    mistral = {"architectures": ["MistralForCausalLM"], "model_type": "mistral", "num_hidden_layers": 3}
+    sliding, plain = (_llama(tmp_path / name, **mistral, sliding_window=w) for name, w in (("s", 128), ("p", None)))
+    seq, layers = 4096, 3
+    extra = (
+        estimate_activations(flavor_for(sliding), 2, seq).total - estimate_activations(flavor_for(plain), 2, seq).total
+    )
+    assert extra == 2 * seq * seq * (1 + 4 * layers)
+    assert sliding_mask_layers(flavor_for(sliding), 127) == 0  # shorter than the window: causal, no mask
+    big, small = (host_peak(_cpu(model=sliding, seq_len=s)) for s in (8192, 4096))
+    assert big.step - small.step > 3 * (2**26 - 2**24) * (1 + 4 * layers) / 4  # quadratic, counted in the step
+    qwen = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "num_hidden_layers": 3}
+    off = flavor_for(_llama(tmp_path / "q0", **qwen, sliding_window=128))  # use_sliding_window defaults to False
+    on = flavor_for(_llama(tmp_path / "q1", **qwen, sliding_window=128, use_sliding_window=True, max_window_layers=1))
+    assert sliding_mask_layers(off, seq) == 0 and sliding_mask_layers(on, seq) == 2  # layers 1 and 2 slide

@@ -1,0 +1,63 @@
+"""fit and the tuner answer with the sweep's host-memory guard (issue 37: one estimate for the
+guard, fit and the tuner): on CPU a fit row the guard would not launch is "fits: no" with the
+guard's own line and figure, its largest batch is bounded by the host too, and a tuner candidate
+the guard would skip is skipped before the probe with that line, never launched. The budget is
+constructed (a small MemAvailable), so nothing here needs a machine that small."""
+
+from __future__ import annotations
+
+from fsdp_bench.analysis.fit import fit_table
+from fsdp_bench.analysis.host_memory import host_check
+from fsdp_bench.analysis.tune import tune_requests
+from fsdp_bench.launch.memory_guard import memory_skip_reason
+from fsdp_bench.launch.session import SweepSession
+from fsdp_bench.launch.tune import answer_lines, run_tune
+from fsdp_bench.plan.case import Case
+from fsdp_bench.plan.options import parse_sweep
+from fsdp_bench.results.schema import GIB
+
+SMALL_HOST = 2 * GIB  # gpt_tiny at 8 CPU ranks needs about 2.9 GiB (8 x 0.33 + torchrun)
+
+
+def _rows(**kw):
+    return fit_table(
+        ["gpt_tiny"], ["ddp"], device_memory_gib=80, seq_len=32, batch_size=4, world_sizes=[1, 8], device="cpu", **kw
+    )
+
+
+def test_a_fit_row_the_guard_would_not_launch_is_no_with_the_guards_line():
+    one, eight = _rows(host_check=host_check(SMALL_HOST))
+    guard = memory_skip_reason(Case(strategy="ddp", model="gpt_tiny", nproc=8, batch_size=4, seq_len=32), SMALL_HOST)
+    assert guard is not None and eight["host_refusal"] == guard  # the same figure, the same words
+    assert eight["fits"] is False and eight["max_batch_size"] == 0
+    assert one["fits"] is True and one["host_refusal"] == ""
+    unbounded = _rows(host_check=None)[0]["max_batch_size"]
+    assert 0 < one["max_batch_size"] < unbounded  # the host, not the 80 GiB budget, bounds the batch
+    bound = one["max_batch_size"]
+    at, over = (Case(strategy="ddp", model="gpt_tiny", nproc=1, batch_size=b, seq_len=32) for b in (bound, bound + 1))
+    assert memory_skip_reason(at, SMALL_HOST) is None and memory_skip_reason(over, SMALL_HOST) is not None
+
+
+def test_the_tuner_skips_what_the_guard_would_skip_without_launching_it(tmp_path):
+    options = {"device": "cpu", "model": "gpt_tiny", "strategies": "ddp,fsdp2", "batch-sizes": "4", "nproc": "2"}
+    session = SweepSession(parse_sweep({**options, "seq-len": "32", "results-dir": str(tmp_path)}, no_report=True))
+    (request,) = tune_requests(session.sweep.cases())
+    launched = []
+    tiny = int(0.5 * GIB)  # under one rank's base: every candidate is over
+    try:
+        answer = run_tune(
+            session,
+            request,
+            budget_gib=None,
+            max_repeats=1,
+            time_budget_s=None,
+            on_result=lambda case, result: launched.append(case.id),
+            available_bytes=tiny,
+        )
+    finally:
+        session.close()
+    assert launched == [] and answer["measured"] == [] and answer["pick"] is None
+    reasons = {s["case_id"]: s["reason"] for s in answer["skipped"]}
+    assert reasons == {c.id: memory_skip_reason(c, tiny) for c in request.cases}
+    assert "host memory" in answer["stopped"]
+    assert any(memory_skip_reason(request.cases[0], tiny) in line for line in answer_lines(answer))
