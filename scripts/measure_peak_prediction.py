@@ -14,7 +14,7 @@ tensor bytes on the untimed probe step. FSDP1 cases are left out: MemTracker ref
 CPU has no measured peak for them.
 
 --holdout: the out-of-sample check (issue 35). Generated configs of the held-out seed range
-(fsdp_bench.plan.generated_configs.HOLDOUT_SEEDS, never used to change the model) x ddp, fsdp2,
+(fsdp_bench.plan.generated_configs.FRESH_HOLDOUT_SEEDS by default, never used to change the model) x ddp, fsdp2,
 fsdp2_no_reshard x accumulation 1, 2 (reduce every micro-step) and 2 (--bench-grad-sync last), on
 2 or 3 real gloo ranks (torchrun, as a sweep runs them; the config's seed parity picks) and
 simulated at 64 and 512 ranks (rank 0 on the fake process group, in this process, as
@@ -44,7 +44,7 @@ from fsdp_bench.analysis.fit import predict_case_peak, predict_peak_bytes  # noq
 from fsdp_bench.launch.runner import run_case  # noqa: E402
 from fsdp_bench.plan.case import Case  # noqa: E402
 from fsdp_bench.plan.flavors import MODEL_FLAVORS, flavor_for  # noqa: E402
-from fsdp_bench.plan.generated_configs import HOLDOUT_SEEDS, generated_config, write_generated_config  # noqa: E402
+from fsdp_bench.plan.generated_configs import FRESH_HOLDOUT_SEEDS, generated_config, write_generated_config  # noqa: E402
 from fsdp_bench.results.io import read_json, write_json_atomic  # noqa: E402
 from fsdp_bench.results.metrics import M  # noqa: E402
 from fsdp_bench.results.records import PeakCheckRow, PeakCheckRun  # noqa: E402
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--holdout", action="store_true", help="generated held-out configs (issue 35)")
     parser.add_argument("--configs", type=int, default=30, help="--holdout: how many held-out seeds (from the first)")
     parser.add_argument("--real-configs", type=int, default=None, help="--holdout: of those, how many on real ranks")
-    parser.add_argument("--first-seed", type=int, default=HOLDOUT_SEEDS.start, help="--holdout: the first seed")
+    parser.add_argument("--first-seed", type=int, default=FRESH_HOLDOUT_SEEDS.start, help="--holdout: the first seed")
     parser.add_argument("--out", type=Path, default=None, help="--holdout: a folder for the PeakCheckRun files")
     parser.add_argument("--repredict", type=Path, default=None, help="a --holdout file: re-score its measurements")
     args = parser.parse_args(argv)

@@ -65,6 +65,9 @@ class Activations:
     logprobs: int = 0  # log_softmax's output (part of `outside`), freed when the loss's backward ends
     final_norm: int = 0  # the final norm's saved tensors (part of `outside`), freed before the blocks' backward
     stream_grad: int = 0  # backward's running gradient of the residual stream (one hidden-wide tensor)
+    # of each block's saved tensors, the MLP's inter-wide ones, which the block's backward frees
+    # before it makes the attention's weight gradients (0 where not counted: not Llama-style)
+    mlp_per_layer: int = 0
 
     @property
     def total(self) -> int:
@@ -87,6 +90,7 @@ class _Layer:
     lse: int = 0  # of per_token: SDPA's log-sum-exp, fp32 at any precision
     norms: int = 0  # norms per block (their inputs stay fp32 under autocast)
     separate_inputs: int = 0  # projections reading one input separately: autocast keeps a copy each
+    mlp: int = 0  # of per_token: the MLP's inter-wide tensors (gate, up, activation, product)
 
 
 def _llama_layer(c: Mapping[str, Any], seq_len: int) -> _Layer:
@@ -97,8 +101,8 @@ def _llama_layer(c: Mapping[str, Any], seq_len: int) -> _Layer:
     if c.get("attention_dropout") or 0:  # math attention on CPU (flash has no dropout), as gpt2's below:
         # scaled q and k, scores' softmax, dropout noise and the dropped scores; no log-sum-exp
         math_path = per_token - heads + heads * head_dim + kv + 3 * heads * seq_len
-        return _Layer(math_path, 2 * seq_len * head_dim, norms=2, separate_inputs=3)
-    return _Layer(per_token, 2 * seq_len * head_dim, lse=heads, norms=2, separate_inputs=3)  # q/k/v, gate/up
+        return _Layer(math_path, 2 * seq_len * head_dim, norms=2, separate_inputs=3, mlp=4 * inter)
+    return _Layer(per_token, 2 * seq_len * head_dim, lse=heads, norms=2, separate_inputs=3, mlp=4 * inter)
 
 
 def _gpt2_layer(c: Mapping[str, Any], seq_len: int) -> _Layer:
@@ -230,6 +234,7 @@ def estimate_activations(
         "logprobs": vocab * tokens * 4,
         "final_norm": ((widths * h + extras) * dtype_bytes + norm_extra * h) * tokens,
         "stream_grad": h * tokens * dtype_bytes,
+        "mlp_per_layer": layer_def.mlp * dtype_bytes * tokens,
     }
     masked = sliding_mask_layers(flavor, seq_len)
     if masked:  # the boolean mask once, and each sliding layer's additive copy (the module doc)

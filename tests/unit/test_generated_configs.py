@@ -11,6 +11,7 @@ from fsdp_bench.plan.architectures import HF_MODEL_TYPES
 from fsdp_bench.plan.flavors import flavor_for, hf_path_problem
 from fsdp_bench.plan.generated_configs import (
     DEV_SEEDS,
+    FRESH_HOLDOUT_SEEDS,
     HOLDOUT_SEEDS,
     _prime_at_least,
     generated_config,
@@ -22,6 +23,7 @@ FIRST_30 = list(HOLDOUT_SEEDS)[:30]
 
 def test_dev_and_holdout_seed_ranges_do_not_overlap():
     assert set(DEV_SEEDS).isdisjoint(HOLDOUT_SEEDS)
+    assert set(FRESH_HOLDOUT_SEEDS).isdisjoint([*DEV_SEEDS, *HOLDOUT_SEEDS])
     assert len(HOLDOUT_SEEDS) >= 30
 
 
