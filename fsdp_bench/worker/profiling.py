@@ -248,9 +248,10 @@ def probe_step_events(
 ) -> list[TraceEvent]:
     """Run `step` 1 + `windows` times under torch.profiler (CPU ops, and CUDA kernels on a GPU),
     the last `windows` each inside a `fsdp_bench.step` span, and return the events; no trace is
-    kept. The first step is profiled but unmarked: on a 10-40 ms CPU step, the first one under a
-    freshly started profiler (after the MemTracker probe) ran 27-77% longer than the timed median
-    (measured 2026-11-26, scripts/measure_why_cost.py, a quiet machine), and the marked ones then
+    kept. The first step is profiled but unmarked: the first version's single profiled step (right
+    after the MemTracker probe) read -5% to +77% against the timed median of 10-40 ms CPU steps on a
+    quiet machine (2026-11-26, scripts/measure_why_cost.py), part of it the profiler's per-op cost
+    (time_plain_steps says how much), part the first step after the other probes; the marked ones
     follow each other as the timed loop's do. Synchronizing before the marked steps and inside the
     last puts exactly their kernels in the windows.
 
