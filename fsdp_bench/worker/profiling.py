@@ -287,8 +287,9 @@ def time_plain_steps(step: Callable[[], Any], *, device_type: str, n: int = PART
     """The median seconds of `n` steps run right after the profiled ones, without the profiler:
     what a step takes at this moment, against which the profiled window shows the profiler's own
     cost (on CPU, about 1.5 us per recorded op: +26% on an 8.6 ms DDP step of two gloo ranks,
-    measured 2026-11-26) and the timed median shows whether the moment was a typical one. A
-    median of five, as two of a 10 ms CPU step were 20% off the timed median on a quiet machine."""
+    measured 2026-11-26) and the timed median shows whether the moment was a typical one. Still a
+    small sample: on the quiet sweeps of results/reference/cpu-sweeps the median of five read -49%
+    to +45% against the timed median of 10-60 ms CPU steps (docs/why.md)."""
     import statistics
 
     import torch
