@@ -83,8 +83,12 @@ quiet moment; two default sweeps at load 6-10 then took 38-43% longer than estim
 The probe also counts the runnable tasks beside it (`cpu_probe_runnable`), and its rate is cut to
 the share of a core the 1-minute load average leaves one process (load_factor), where the probe
 saw less contention than that. LOAD_CPU_BOUND, how much of the load average competes as busy
-loops would, was fitted on those two sweeps (their probes read an unloaded 46 GFLOP/s; they took
-1.62-1.77x their estimates at load 6-10 at the start, so 2 / (1 + 0.3 x 7.5) = 0.62). Without the facts (--collect-only, a reader that failed) the
+loops would, was fitted on those two sweeps, assuming their probes ran alone (the runnable count
+was not recorded then; they read 46 GFLOP/s, about REFERENCE_GFLOPS): they took 1.62-1.77x their
+estimates at load 6-10, so 2 / (1 + 0.3 x 7.5) = 0.62. Checked on this version's sweeps
+(results/reference/cpu-sweeps, README): quiet +0%, a steady burner at load 4-11 -8%, but other
+engineers' work at load 7-11 -34%, where the probe did see the contention (12 runnable tasks) and
+still read 37 GFLOP/s, against 137-156 on the quiet machine that day. Without the facts (--collect-only, a reader that failed) the
 fixed figures above are used. A resumed run counts only the cases it will run.
 
 The guard: on CPU, a case whose FIRST optimizer step is estimated over FIRST_STEP_LIMIT_S is a
