@@ -88,8 +88,9 @@ was not recorded then; they read 46 GFLOP/s, about REFERENCE_GFLOPS): they took 
 estimates at load 6-10, so 2 / (1 + 0.3 x 7.5) = 0.62. Checked on this version's sweeps
 (results/reference/cpu-sweeps, README): quiet +0%, a steady burner at load 4-11 -8%, but other
 engineers' work at load 7-11 -34%, where the probe did see the contention (12 runnable tasks) and
-still read 37 GFLOP/s, against 137-156 on the quiet machine that day. Without the facts (--collect-only, a reader that failed) the
-fixed figures above are used. A resumed run counts only the cases it will run.
+still read 37 GFLOP/s, against 137-156 on the quiet machine that day.
+
+Without the facts (--collect-only, a reader that failed) the fixed figures above are used. A resumed run counts only the cases it will run.
 
 The guard: on CPU, a case whose FIRST optimizer step is estimated over FIRST_STEP_LIMIT_S is a
 mistake far more often than a plan (a GPU-sized model left on the CPU default), so the sweep
