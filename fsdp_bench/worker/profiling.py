@@ -308,12 +308,12 @@ def time_plain_steps(step: Callable[[], Any], *, device_type: str, n: int = PART
 
 
 def probe_device_busy(step: Callable[[], Any], *, device_type: str) -> BusyProbe:
-    """Run `step` once under torch.profiler and return the device's busy time in its window
-    (`busy_from_events`): one untimed step, no trace kept.
+    """Run `step` under torch.profiler as the step-parts probe does (probe_step_events: one
+    unmarked step, then PARTS_PROBE_WINDOWS marked ones) and return the device's busy time per
+    marked step (`busy_from_events`); no trace kept.
 
-    CPU activity is recorded for the step's window (the `fsdp_bench.step` span), CUDA activity for
-    the kernels; the profiler's CPU bookkeeping lengthens the host side of this step, which is why
-    the busy time is later divided by the timed median, not by this window (see analysis.busy).
-    Synchronizing before and inside the window puts exactly this step's kernels in it. On CPU
-    there are no device events: the result says so (the caller does not run it there)."""
+    CPU activity is recorded for the steps' windows (the `fsdp_bench.step` spans), CUDA activity
+    for the kernels; the profiler's CPU bookkeeping lengthens the host side of these steps, which is
+    why the busy time is later divided by the timed median, not by the window (see analysis.busy).
+    On CPU there are no device events: the result says so (the caller does not run it there)."""
     return busy_from_events(probe_step_events(step, device_type=device_type))

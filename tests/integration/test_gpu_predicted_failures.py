@@ -369,13 +369,16 @@ def test_nothing_but_the_step_inside_the_timed_region(monkeypatch):
 
 
 def test_busy_probe_reads_its_step_window_from_the_real_profiler():
-    """The busy probe's profiler run, trace export and reduction on this torch: one step found
-    by its window; on CPU there are no device events, and the result says so, not 0% busy."""
+    """The busy probe's profiler run, trace export and reduction on this torch: its marked steps
+    found by their windows (the unmarked first one left out); on CPU there are no device events,
+    and the result says so, not 0% busy."""
+    from fsdp_bench.plan.case import PARTS_PROBE_WINDOWS
     from fsdp_bench.worker.profiling import probe_device_busy
 
     x = torch.randn(64, 64)
     busy = probe_device_busy(lambda: (x @ x).sum(), device_type="cpu")
-    assert busy["steps"] == 1 and busy["null_reason"].startswith("the trace has no device activity")
+    assert busy["steps"] == PARTS_PROBE_WINDOWS == 2
+    assert busy["null_reason"].startswith("the trace has no device activity")
 
 
 def test_busy_probe_runs_after_the_peaks_are_read_and_not_without_probes(monkeypatch):
