@@ -81,9 +81,14 @@ ESTIMATES = {
 }
 
 
-def test_probe_against_the_median_on_the_quiet_sweeps():
+def _quiet_rows() -> pd.DataFrame:
+    """Every row of the six quiet sweeps' comparison.csv (the plain one and the five history runs)."""
     tables = [SWEEPS / "quiet-plain" / "comparison.csv", *sorted((HISTORY / "runs").glob("*/comparison.csv"))]
-    d = pd.concat([pd.read_csv(t) for t in tables])
+    return pd.concat([pd.read_csv(t) for t in tables])
+
+
+def test_probe_against_the_median_on_the_quiet_sweeps():
+    d = _quiet_rows()
     d = d[d.status == "ok"]
     assert len(d) == 144
     plain = d.probe_plain_vs_median_pct
@@ -104,6 +109,5 @@ def test_the_readme_rows_are_these_runs():
 
 
 def test_the_timed_steps_spread_on_the_quiet_sweeps():
-    tables = [SWEEPS / "quiet-plain" / "comparison.csv", *sorted((HISTORY / "runs").glob("*/comparison.csv"))]
-    cv = pd.concat([pd.read_csv(t) for t in tables]).step_time_cv_pct.dropna()
+    cv = _quiet_rows().step_time_cv_pct.dropna()
     assert (round(cv.min()), round(cv.median()), round(cv.max())) == (9, 17, 27)
