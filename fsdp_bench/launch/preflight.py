@@ -30,13 +30,14 @@ def run_preflight(
     calibration, counting only the cases a resume will run."""
     sweep = session.sweep
     calibration = Calibration()
+    load, cpus = os.getloadavg()[0], os.cpu_count() or 1  # one reading for the estimate and its note
     if not collect_only:
         device = "cuda" if any(case.device == "cuda" for case in cases) else "cpu"
         try:
             facts = session.check_interpreter(device)
         except SessionError as exc:
             return Preflight(refusal=str(exc))
-        calibration = Calibration.from_facts(facts, os.getloadavg()[0], os.cpu_count() or 1)
+        calibration = Calibration.from_facts(facts, load, cpus)
     estimate = estimate_sweep(
         cases,
         repeats=sweep.repeats,
@@ -54,7 +55,7 @@ def run_preflight(
     plan = plan_line(cases, skipped)
     if plan is not None:
         lines.append(plan)
-    busy = busy_machine_line(cases, os.getloadavg()[0], os.cpu_count() or 1) if not collect_only else None
+    busy = busy_machine_line(cases, load, cpus) if not collect_only else None
     if busy is not None:
         lines.append(busy)
     note = device_memory_note(cases, visible_gpu_memory_bytes() if any(c.device == "cuda" for c in cases) else None)
