@@ -52,8 +52,8 @@ def test_ci_pins_torch_accelerate_and_transformers_in_two_sets():
     for name, pins in sets.items():
         assert set(pins) == set(LIBRARIES), name
     run = (ROOT / ".ci" / "run").read_text()
-    assert '"$NEWEST_PINS" tests -q' in run  # the whole suite, as the README says
-    assert '"$GPU_PINS" tests -m versions' in run
+    assert '"$NEWEST_PINS" "$NEWEST_LIMIT_S" tests -q' in run  # the whole suite, as the README says
+    assert '"$GPU_PINS" "$GPU_LIMIT_S" tests -m versions' in run
 
 
 def test_pyproject_ranges_are_exactly_the_tested_versions():
@@ -93,3 +93,15 @@ def test_the_readme_gpu_install_pins_the_gpu_machines_torch():
     readme = (root / "README.md").read_text()
     block = readme.split("torch with CUDA", 1)[1].split("```", 2)[1]
     assert f"pip install {torch_pin} " in block
+
+
+def test_pytest_limits_leave_ci_inside_its_90_minutes():
+    """Both sets' pytest limits, their 60 s kill grace periods, one rerun of failed tests and an
+    allowance for both installs (the CUDA wheels of the GPU set are the long one) fit CI's limit:
+    a hung test ends as a named failure, not as a CI run cut off with nothing reported."""
+    text = (ROOT / ".ci" / "run").read_text()
+    limits = {name: int(v) for name, v in re.findall(r"^(\w+)_LIMIT_S=\$\{\w+:-(\d+)\}$", text, re.MULTILINE)}
+    rerun = int(re.search(r"^RERUN_LIMIT_S=(\d+)$", text, re.MULTILINE).group(1))
+    installs_s = 600
+    assert set(limits) == {"NEWEST", "GPU"}, limits
+    assert sum(limits.values()) + 2 * 60 + rerun + installs_s <= 90 * 60
