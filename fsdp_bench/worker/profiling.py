@@ -16,9 +16,9 @@ Exposed communication = |union(comm) - union(compute)|, not a sum of self-times.
 data_host_s_per_step = step time covered by neither compute nor communication (Python, hooks,
 data handling, waiting on a collective's result).
 device_busy_s_per_step = the union of every device interval (kernels, copies, memsets) in the
-step windows: the same reduction (`analysis.busy.device_busy`) as the one-step busy probe
-(`probe_device_busy`, or `probe_step_events` + `attribute_events` in the step-parts probe, which
-gives every CUDA case its `gpu_busy_pct` and every case its parts).
+step windows: the same reduction (`analysis.busy.device_busy`) as the busy probe's
+(`probe_step_events` + `busy_from_events`, run by the step-parts probe beside `attribute_events`,
+which gives every CUDA case its `gpu_busy_pct` and every case its parts).
 """
 
 from __future__ import annotations
@@ -305,15 +305,3 @@ def time_plain_steps(step: Callable[[], Any], *, device_type: str, n: int = PART
             torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
-
-
-def probe_device_busy(step: Callable[[], Any], *, device_type: str) -> BusyProbe:
-    """Run `step` under torch.profiler as the step-parts probe does (probe_step_events: one
-    unmarked step, then PARTS_PROBE_WINDOWS marked ones) and return the device's busy time per
-    marked step (`busy_from_events`); no trace kept.
-
-    CPU activity is recorded for the steps' windows (the `fsdp_bench.step` spans), CUDA activity
-    for the kernels; the profiler's CPU bookkeeping lengthens the host side of these steps, which is
-    why the busy time is later divided by the timed median, not by the window (see analysis.busy).
-    On CPU there are no device events: the result says so (the caller does not run it there)."""
-    return busy_from_events(probe_step_events(step, device_type=device_type))

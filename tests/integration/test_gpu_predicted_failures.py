@@ -373,10 +373,10 @@ def test_busy_probe_reads_its_step_window_from_the_real_profiler():
     found by their windows (the unmarked first one left out); on CPU there are no device events,
     and the result says so, not 0% busy."""
     from fsdp_bench.plan.case import PARTS_PROBE_WINDOWS
-    from fsdp_bench.worker.profiling import probe_device_busy
+    from fsdp_bench.worker.profiling import busy_from_events, probe_step_events
 
     x = torch.randn(64, 64)
-    busy = probe_device_busy(lambda: (x @ x).sum(), device_type="cpu")
+    busy = busy_from_events(probe_step_events(lambda: (x @ x).sum(), device_type="cpu"))
     assert busy["steps"] == PARTS_PROBE_WINDOWS == 2
     assert busy["null_reason"].startswith("the trace has no device activity")
 
