@@ -132,6 +132,15 @@ _NORM_FP32_EXTRA = {
 }
 
 
+def _loss_bytes(vocab: int, hidden: int, tokens: int, loss: str, grad_bytes: int) -> tuple[int, int]:
+    """(what the loss keeps from forward to its backward, its backward's temporaries)."""
+    if loss != "chunked":  # log_softmax's fp32 output; the fp32 gradients of it and of the logits
+        return vocab * tokens * 4, 2 * vocab * tokens * 4
+    # the gradients made in forward (worker.models.loss), then their copies scaled by backward
+    grads = (tokens + vocab) * hidden * grad_bytes
+    return grads, grads
+
+
 def _dims(flavor: ModelFlavor, seq_len: int) -> dict[str, Any]:
     """hidden, vocab, layers, embedding dropout, norm kind and the per-layer counts of the flavor,
     by its architecture's shape model (plan.architectures)."""
@@ -199,12 +208,15 @@ def estimate_activations(
     act_ckpt: bool = False,
     dtype_bytes: int = 4,
     autocast: bool = False,
+    loss: str = "full",
 ) -> Activations:
     """The saved activations of one micro-batch (batch_size x seq_len tokens) on one rank.
 
     `dtype_bytes` 2: bf16/fp16 compute, with what stays fp32 counted at 4 (the module doc);
     `autocast`: low precision by autocast over fp32 parameters (DDP) rather than by casting the
-    parameters (FSDP's mixed precision). The log-probabilities and the loss's gradients are fp32."""
+    parameters (FSDP's mixed precision). The log-probabilities and the loss's gradients are fp32.
+    `loss` "chunked" (worker.models.loss): the loss keeps its gradients with respect to the hidden
+    states and the head from forward to backward, where copies join them; no vocab-wide tensor."""
     d = _dims(flavor, seq_len)
     tokens = batch_size * seq_len
     low = dtype_bytes < 4
@@ -221,27 +233,24 @@ def estimate_activations(
         weight_copies -= h * h * dtype_bytes if weight_copies else 0  # the first block's: no input gradient
         return Activations(tuple([layer] * d["layers"]), 2 * h * tokens * 4 + input_copy + weight_copies, 0)
     widths, extras = d["norm"]  # final norm: hidden-wide tensors kept, per-token statistics
+    kept_logprobs, loss_temp = _loss_bytes(vocab, h, tokens, loss, 4 if autocast else dtype_bytes)
     outside = (
         layer_def.per_seq * (4 if autocast else dtype_bytes)  # rotary cos/sin follow the parameters' dtype
         + ((d["embd_drop"] + widths * h + extras) * dtype_bytes + norm_extra * h) * tokens
-        + vocab * tokens * 4  # log_softmax's output, fp32
+        + kept_logprobs
         + 2 * tokens * INT64
         + (seq_len * INT64 if d["positions"] else 0)
         + weight_copies
     )  # ids, targets, positions
-    loss_temp = 2 * vocab * tokens * 4
     head = {
-        "logprobs": vocab * tokens * 4,
+        "logprobs": kept_logprobs,
         "final_norm": ((widths * h + extras) * dtype_bytes + norm_extra * h) * tokens,
         "stream_grad": h * tokens * dtype_bytes,
         "mlp_per_layer": layer_def.mlp * dtype_bytes * tokens,
     }
-    masked = sliding_mask_layers(flavor, seq_len)
-    if masked:  # the boolean mask once, and each sliding layer's additive copy (the module doc)
-        outside += tokens * seq_len
-        per_layer = [layer] * (d["layers"] - masked) + [layer + tokens * seq_len * dtype_bytes] * masked
-    else:
-        per_layer = [layer] * d["layers"]
+    masked = sliding_mask_layers(flavor, seq_len)  # the boolean mask once, each sliding layer's additive copy
+    outside += tokens * seq_len if masked else 0
+    per_layer = [layer] * (d["layers"] - masked) + [layer + tokens * seq_len * dtype_bytes] * masked
     if act_ckpt:  # each block keeps its input; backward rebuilds one block at a time
         return Activations(
             tuple([h * tokens * (4 if autocast else dtype_bytes)] * d["layers"]),

@@ -121,6 +121,7 @@ def predict_peak_bytes(
     precision: str = DEFAULT_PRECISION,
     buckets_from_start: bool | None = None,
     grad_sync: str = "every",
+    loss: str = "full",
 ) -> PeakPrediction:
     """The peak of one rank, from its parts, and the phase of the step where it falls. Top of
     backward: own shards, AdamW state, DDP's buckets, gathered units, activations, the loss's two
@@ -129,25 +130,24 @@ def predict_peak_bytes(
     `act_bytes_per_sample` (a calibration) replaces the counted activations, loss included; bf16/fp16
     `precision` keeps activations and gathered parameters at 2 bytes (DDP: autocast, fp32 states).
     `buckets_from_start`: DDP's buckets held from the start (default: not on CPU); `grad_sync` "last":
-    reduce at the last micro-step only (`accumulated_gradient_bytes`)."""
+    reduce at the last micro-step only (`accumulated_gradient_bytes`); `loss` as --bench-loss."""
     units = model_units(flavor)
     states = allocated_model_state_bytes(strategy, units, world_size, mesh=mesh)
     row, compute_bytes = catalog_strategy(strategy), precision_row(precision).bytes
     acts = estimate_activations(
-        flavor, batch_size, seq_len, act_ckpt=act_ckpt, dtype_bytes=compute_bytes, autocast=row.autocasts
+        flavor, batch_size, seq_len, act_ckpt=act_ckpt, dtype_bytes=compute_bytes, autocast=row.autocasts, loss=loss
     )
     act, loss_temp = acts.total + acts.recompute, acts.loss_temp
     if act_bytes_per_sample is not None:
         act, loss_temp = act_bytes_per_sample * batch_size, 0
+    temp = optimizer_temp_bytes(strategy, units, world_size, impl=optimizer_impl, device=device, mesh=mesh)
     parts = {
         **{key: states[key] for key in ("params", "grads", "optimizer")},
         "buckets": bucket_bytes(strategy, units),
         "gathered": gathered_bytes(strategy, units, world_size, compute_bytes, mesh=mesh),
         "activations": act,
         "loss_temp": loss_temp,
-        "optimizer_temp": optimizer_temp_bytes(
-            strategy, units, world_size, impl=optimizer_impl, device=device, mesh=mesh
-        ),
+        "optimizer_temp": temp,
     }
     if row.offload and device == "cuda":  # they live on the host: not the GPU's peak
         parts.update(params=0, grads=0, optimizer=0, optimizer_temp=0)
@@ -171,7 +171,7 @@ def predict_case_peak(
     case: Case, world_size: int | None = None, *, mesh: tuple[int, int] | None = None
 ) -> PeakPrediction:
     """predict_peak_bytes for one case: its strategy, model, batch, sequence, accumulation,
-    optimizer, device, activation checkpointing and precision, at `world_size` (default: its
+    optimizer, device, activation checkpointing, precision and loss, at `world_size` (default: its
     ranks) and the hybrid `mesh` the caller resolved."""
     return predict_peak_bytes(
         case.strategy,
@@ -186,6 +186,7 @@ def predict_case_peak(
         act_ckpt=case.act_ckpt,
         precision=case.precision,
         grad_sync=case.grad_sync,
+        loss=case.loss,
     )
 
 
@@ -256,6 +257,7 @@ def largest_batch(
     precision: str = DEFAULT_PRECISION,
     device: str = "cpu",
     also_fits: Callable[[int], bool] | None = None,
+    loss: str = "full",
 ) -> int:
     """The largest per-device batch whose predicted peak, plus `margin`, fits `device_bytes`
     and that `also_fits` (on CPU: the host's memory, `fit_table`) allows (0: not even 1)."""
@@ -271,6 +273,7 @@ def largest_batch(
             precision=precision,
             device=device,
             buckets_from_start=True,  # a device's budget: its allocator holds DDP's buckets throughout
+            loss=loss,
         )["peak_bytes"]
         return peak * (1 + margin) <= device_bytes and (also_fits is None or also_fits(bs))
 
@@ -336,6 +339,7 @@ def fit_table(
     precision: str = DEFAULT_PRECISION,
     device: str = "cpu",
     host_check: HostCheck | None = None,
+    loss: str = "full",
 ) -> list[TableRow]:
     """One row per (model, strategy, world size). `host_check` (on CPU, where every rank is a
     process of this host: analysis.host_memory.host_check, the sweep guard's figure and line)
@@ -347,8 +351,8 @@ def fit_table(
         per_sample = (calibration or {}).get(model)
         for strategy in strategies:
             for n in world_sizes:
-                host = _row_host_check(host_check, model, strategy, n, length, precision, device)
-                kind = {"precision": precision, "device": device}
+                kind = {"precision": precision, "device": device, "loss": loss}
+                host = _row_host_check(host_check, model, strategy, n, length, **kind)
                 rows.append(
                     _fit_row(
                         model, flavor, strategy, n, length, per_sample, host, batch_size, device_memory_gib, **kind
@@ -358,8 +362,9 @@ def fit_table(
 
 
 def _fit_row(model, flavor, strategy, n, length, per_sample, host, batch_size, budget_gib, **kind) -> TableRow:
-    """One (model, strategy, world size) row of fit_table; `kind`: its precision and device."""
+    """One (model, strategy, world size) row of fit_table; `kind`: its precision, device and loss."""
     precision, device = kind.get("precision", DEFAULT_PRECISION), kind.get("device", "cpu")
+    loss = kind.get("loss", "full")
     p = predict_peak_bytes(
         strategy,
         flavor,
@@ -370,6 +375,7 @@ def _fit_row(model, flavor, strategy, n, length, per_sample, host, batch_size, b
         precision=precision,
         device=device,
         buckets_from_start=True,  # a device's budget, as in largest_batch
+        loss=loss,
     )
     refusal = host(batch_size) if host else None
     return {
@@ -399,13 +405,14 @@ def _fit_row(model, flavor, strategy, n, length, per_sample, host, batch_size, b
             precision=precision,
             device=device,
             also_fits=(lambda bs: host(bs) is None) if host else None,
+            loss=loss,
         ),
         "activation_source": "measured" if per_sample is not None else "estimate",
     }
 
 
 def _row_host_check(
-    check: HostCheck | None, model: str, strategy: str, world_size: int, seq_len: int, precision: str, device: str
+    check: HostCheck | None, model: str, strategy: str, world_size: int, seq_len: int, **kind: str
 ) -> Callable[[int], str | None] | None:
     """batch size -> `check` of the row's case at that batch; None without a check."""
     if check is None:
@@ -414,13 +421,7 @@ def _row_host_check(
     def refusal(batch_size: int) -> str | None:
         try:
             case = Case(
-                strategy=strategy,
-                model=model,
-                nproc=world_size,
-                batch_size=batch_size,
-                seq_len=seq_len,
-                precision=precision,
-                device=device,
+                strategy=strategy, model=model, nproc=world_size, batch_size=batch_size, seq_len=seq_len, **kind
             )
         except CaseError:  # a combination no case allows (a hybrid mesh on one rank): none to check
             return None

@@ -23,6 +23,11 @@ WRAP_POLICIES = ("module", "size_based", "none")
 BACKWARD_PREFETCHES = ("pre", "post", "none")
 GRAD_SYNCS = ("every", "last")
 CHECKPOINTS = ("none", "full", "sharded")
+# The loss: the whole batch's logits at once, or the head and cross-entropy over LOSS_CHUNKS slices
+# of the tokens, each slice's logits rebuilt in backward (worker.models.loss): the logits and their
+# fp32 temporaries, 15.7 GiB of llama3_1b's batch 8 on an H100, shrink to one slice's.
+LOSSES = ("full", "chunked")
+LOSS_CHUNKS = 8
 
 # Optimizer timing and its short form in case ids.
 # name -> short form in case ids (the rows are in plan.catalog.OPTIMIZER_TIMING_ROWS)
@@ -78,6 +83,7 @@ class Case:
     forward_prefetch: int = 0  # FSDP1: >0 turns forward_prefetch on; FSDP2: blocks prefetched ahead
     backward_prefetch: str = "pre"  # FSDP1 BACKWARD_PRE | POST | NONE; FSDP2 only pre
     grad_sync: str = "every"  # reduce grads every micro-step, or only on the last (no_sync)
+    loss: str = "full"  # full | chunked: cross-entropy over LOSS_CHUNKS token slices, logits rebuilt in backward
     checkpoint: str = "none"  # after the measured steps: save/load a full or sharded state dict
     data: str = ""  # folder of .txt/.json/.jsonl text ("" = synthetic tokens)
     suite: str = ""  # named suite that produced this case (not in the id)
@@ -197,6 +203,7 @@ _ID_PREFIX = {
     "forward_prefetch": "fwdpf",
     "backward_prefetch": "bwdpf_",
     "grad_sync": "sync_",
+    "loss": "loss_",
     "checkpoint": "ckpt_",
     "data": "data_",
     "mesh": "mesh",
@@ -256,6 +263,7 @@ def _validate_names(case: Case) -> None:
         ("backward_prefetch", BACKWARD_PREFETCHES),
         ("grad_sync", GRAD_SYNCS),
         ("checkpoint", CHECKPOINTS),
+        ("loss", LOSSES),
     ):
         if getattr(case, name) not in known:
             raise CaseError(f"unknown {name} {getattr(case, name)!r}; known: {_known(known)}")
@@ -318,6 +326,9 @@ def applicable(case: Case) -> Case:
         changes.update(forward_prefetch=0, backward_prefetch="pre")
     if case.grad_accum == 1:
         changes["grad_sync"] = "every"
+    flavor = MODEL_FLAVORS.get(case.model)
+    if flavor is not None and not flavor.takes_tokens:  # no vocabulary: one loss
+        changes["loss"] = "full"
     return case.replace(**changes) if changes else case
 
 

@@ -18,6 +18,8 @@ from fsdp_bench.plan.case import (
     CHECKPOINTS,
     DEVICES,
     GRAD_SYNCS,
+    LOSS_CHUNKS,
+    LOSSES,
     OPTIMIZER_IMPLS,
     OPTIMIZER_TIMINGS,
     WRAP_POLICIES,
@@ -126,6 +128,11 @@ OPTIONS: dict[str, tuple[str, Callable[[str, str], Any], str]] = {
         "knobs.grad_sync",
         lambda o, r: _names(o, r, GRAD_SYNCS),
         "grad-accum reduction: every micro-step, or only the last (no_sync)",
+    ),
+    "loss": (
+        "knobs.loss",
+        lambda o, r: _names(o, r, LOSSES),
+        f"cross-entropy: full, or chunked ({LOSS_CHUNKS} token slices, each slice's logits rebuilt in backward)",
     ),
     "checkpoint": (
         "knobs.checkpoint",

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from fsdp_bench.analysis.fit import WORLD_SIZES, calibrate_from_results, fit_table, fit_work_problem, gib_text
 from fsdp_bench.analysis.host_memory import host_check
-from fsdp_bench.plan.case import CaseError
+from fsdp_bench.plan.case import LOSSES, CaseError
 from fsdp_bench.plan.catalog import DEFAULT_PRECISION, PRECISIONS, STRATEGIES
 from fsdp_bench.plan.devices import available_host_bytes, resolve_device
 from fsdp_bench.plan.option_values import parse_models, positive_gib, positive_int, writable_dir
@@ -109,6 +109,9 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=DEFAULT_PRECISION,
         help="compute precision (as --bench-precision)",
     )
+    parser.add_argument(
+        "--loss", choices=LOSSES, default="full", help="cross-entropy: full or chunked (as --bench-loss)"
+    )
     parser.add_argument("--calibrate", default=None, help="run folder whose ok cases give activation bytes")
     parser.add_argument("--out", default="fit")
     parser.add_argument(
@@ -153,6 +156,7 @@ def main(argv: list[str] | None = None, *, estimator=None) -> int:
             world_sizes=list(args.world_sizes),
             calibration=calibration,
             precision=args.precision,
+            loss=args.loss,
             device=device,
             host_check=host_check(available_host_bytes()) if device == "cpu" else None,
         )
@@ -183,6 +187,7 @@ def print_trace(args: argparse.Namespace, models: tuple[str, ...], estimator) ->
             batch_size=args.batch_size,
             seq_len=args.seq_len,
             precision=args.precision,
+            loss=args.loss,
         )
     except (CaseError, ValueError) as exc:  # a combination no case allows (arguments were checked)
         print(f"python -m fsdp_bench.fit --trace: error: {exc}", file=sys.stderr)

@@ -26,6 +26,7 @@ def trace_cases(
     batch_size: int,
     seq_len: int,
     precision: str,
+    loss: str = "full",
 ) -> list[Case]:
     """One simulated case per (model, strategy, world size); raises CaseError on a bad value."""
     return [
@@ -37,6 +38,7 @@ def trace_cases(
             batch_size=batch_size,
             seq_len=min(seq_len, flavor_for(model).max_seq_len or seq_len),
             precision=precision,
+            loss=loss,
             steps=1,
             warmup=0,
         )
@@ -68,6 +70,7 @@ def trace_rows(cases: Iterable[Case], estimate_of: Callable[[Case], PeakEstimate
             device=case.device,
             act_ckpt=case.act_ckpt,
             precision=case.precision,
+            loss=case.loss,
             buckets_from_start=True,  # as the estimate's peak_bytes counts DDP's buckets
         )
         yield {"case": case, "estimate": estimate, "fast_peak_bytes": fast["peak_bytes"], "fast_phase": fast["phase"]}

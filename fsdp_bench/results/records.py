@@ -91,6 +91,7 @@ class CaseFields(_CaseRequired, total=False):
     backward_prefetch: str
     grad_sync: str
     checkpoint: str
+    loss: str
     data: str
     suite: str
     scaled_down: str

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from fsdp_bench.plan.case import Case
+from fsdp_bench.plan.case import LOSS_CHUNKS, Case
 from fsdp_bench.plan.catalog import optimizer_timing, precision, sharding_word
 from fsdp_bench.plan.catalog import strategy as catalog_strategy
 from fsdp_bench.results.records import RankRecord
@@ -142,6 +142,8 @@ def _build_model(
     started = {"rss_before_bytes": rss_bytes(), "t0": time.perf_counter()}
     # Hugging Face models are built on the meta device and materialized after sharding.
     model = build_model(flavor, seed=case.seed, device=device, meta=flavor.built_on_meta)
+    if case.loss == "chunked":
+        model.loss_chunks = LOSS_CHUNKS
     record["n_params"] = count_parameters(model)
     first_param = next(model.parameters())
     record["dtype"] = str(first_param.dtype).removeprefix("torch.")

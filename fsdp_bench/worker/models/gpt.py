@@ -12,6 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fsdp_bench.worker.models.loss import chunked_cross_entropy
+
 
 class CausalSelfAttention(nn.Module):
     def __init__(self, n_embd: int, n_head: int) -> None:
@@ -64,6 +66,7 @@ class GPT(nn.Module):
         self.lm_head = nn.Linear(n_embd, vocab_size, bias=False)
         self.lm_head.weight = self.wte.weight  # weight tying, as GPT-2
         self.n_layer = n_layer
+        self.loss_chunks = 1  # >1: the chunked loss (worker.setup sets it from the case)
         self.init_weights()
 
     def init_weights(self) -> None:
@@ -85,5 +88,8 @@ class GPT(nn.Module):
         x = self.wte(idx) + self.wpe(pos)
         for block in self.blocks:
             x = block(x)
-        logits = self.lm_head(self.ln_f(x))
+        x = self.ln_f(x)
+        if self.loss_chunks > 1:
+            return chunked_cross_entropy(x, self.lm_head, targets, chunks=self.loss_chunks)
+        logits = self.lm_head(x)
         return F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.view(-1))

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fsdp_bench.plan.flavors import ModelFlavor, load_config_dict
+from fsdp_bench.worker.models.loss import chunked_cross_entropy
 
 _WEIGHT_FILES = (
     "model.safetensors",
@@ -32,8 +33,14 @@ class CausalLM(nn.Module):
     def __init__(self, lm: nn.Module) -> None:
         super().__init__()
         self.lm = lm
+        self.loss_chunks = 1  # >1: the chunked loss (worker.setup sets it from the case)
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        if self.loss_chunks > 1:  # the decoder's hidden states; the head runs slice by slice
+            hidden = self.lm.base_model(input_ids=idx, use_cache=False).last_hidden_state
+            softcap = getattr(self.lm.config, "final_logit_softcapping", None)
+            head = self.lm.get_output_embeddings()
+            return chunked_cross_entropy(hidden, head, targets, chunks=self.loss_chunks, softcap=softcap)
         logits = self.lm(input_ids=idx, use_cache=False).logits
         return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1))
 
