@@ -43,9 +43,18 @@ def test_the_64_rank_figures_are_the_scan():
     )
 
 
-def test_the_512_rank_figures_are_the_scan():
-    text = (SCANS / "fsdp2-ws512.txt").read_text()
-    errors = {int(s): float(e) for s, e in re.findall(r"seed (\d+) .* ([+-][\d.]+)% phase", text)}
-    assert sorted(errors) == [0, 13, 14, 16, 19, 21]
-    assert max(abs(e) for e in errors.values()) <= 0.4
-    assert "at 512 ranks dev seeds 0, 19, 21, 13, 14, 16 are within 0.4%" in _doc()
+def test_the_512_and_2_rank_figures_are_the_scans():
+    for name, seeds, bound, said in (
+        (
+            "fsdp2-ws512.txt",
+            [0, 19, 21, 13, 14, 16],
+            0.4,
+            "at 512 ranks dev seeds 0, 19, 21, 13, 14, 16 are within 0.4%",
+        ),
+        ("fsdp2-ws2.txt", [14, 16, 19, 21, 13, 26], 0.7, "at 2 ranks 14, 16, 19, 21, 13, 26 within 0.7%"),
+    ):
+        text = (SCANS / name).read_text()
+        errors = {int(s): float(e) for s, e in re.findall(r"seed (\d+) .* ([+-][\d.]+)% phase", text)}
+        assert list(errors) == seeds
+        assert max(abs(e) for e in errors.values()) <= bound
+        assert said in _doc()
