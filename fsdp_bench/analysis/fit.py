@@ -158,7 +158,8 @@ def predict_peak_bytes(
     phases = phase_bytes(parts, units, buckets_at_top=at_top, deferred=deferred)
     if acts.per_layer and act_bytes_per_sample is None:
         moment_args = (strategy, units, world_size, acts, grad_accum, mesh, compute_bytes)
-        phases = with_block_moments(phases, parts, *moment_args, deferred=deferred)
+        tied = tied_head_numel(flavor) if deferred else 0
+        phases = with_block_moments(phases, parts, *moment_args, deferred=deferred, tied_head_numel=tied)
     phase = max(phases, key=phases.get)
     return {"peak_bytes": phases[phase], "phase": phase, "parts_bytes": parts, "phases_bytes": phases} | {
         "model_state_bytes": states["total"],
@@ -208,17 +209,25 @@ def tied_gradient_copy_bytes(flavor: ModelFlavor, buckets: float, grad_accum: in
     last, peak in the optimizer step): 'grad' was 1,615,680 B (its 1683 x 240 embedding) above the
     same case without accumulation, and the prediction -3.43 % without this part; untied configs
     (dev seed 0) were exact without it. 0 without buckets, accumulation or a tied head."""
-    if not buckets or grad_accum == 1 or not flavor.takes_tokens:
+    if not buckets or grad_accum == 1:
+        return 0
+    return tied_head_numel(flavor) * dtype_bytes
+
+
+def tied_head_numel(flavor: ModelFlavor) -> int:
+    """The elements of a tied embedding (vocab x hidden): 0 where the head has its own weight or
+    the model takes no tokens."""
+    if not flavor.takes_tokens:
         return 0
     if flavor.from_hf_config:
         config = load_config_dict(flavor)
         if not tied_embeddings(config):
             return 0
         dims = hf_dims(config)
-        return dims["vocab"] * dims["hidden"] * dtype_bytes
+        return dims["vocab"] * dims["hidden"]
     if not flavor.architecture.tied_by_default:
         return 0
-    return flavor.config["vocab_size"] * flavor.config["n_embd"] * dtype_bytes
+    return flavor.config["vocab_size"] * flavor.config["n_embd"]
 
 
 def accumulated_gradient_bytes(

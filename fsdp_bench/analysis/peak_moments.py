@@ -29,6 +29,7 @@ def with_block_moments(
     dtype_bytes: int,
     *,
     deferred: bool = False,
+    tied_head_numel: int = 0,
 ) -> dict[str, float]:
     """`phases` with the moments inside the blocks: on FSDP2 a block's backward and a block's
     forward all-gather copy-out, on DDP a block's backward. Which of them makes the peak changes
@@ -45,11 +46,35 @@ def with_block_moments(
     reshard = catalog_strategy(strategy).reshard_after_forward
     shard = shard_size(strategy, world_size, mesh)
     backward = kept + _block_backward_bytes(
-        units, *gathered, acts, shard=shard, reshard=reshard, dtype_bytes=dtype_bytes, deferred=deferred
+        units,
+        *gathered,
+        acts,
+        shard=shard,
+        reshard=reshard,
+        dtype_bytes=dtype_bytes,
+        deferred=deferred,
+        tied_head_numel=tied_head_numel,
     )
+    if reshard:
+        backward = max(backward, kept + _root_pre_backward_bytes(gathered[0], acts))
     phases = {**phases, "backward": max(phases["backward"], backward)}
     forward = max(_block_forward_bytes(*gathered, acts, reshard=reshard), _loss_forward_bytes(*gathered, acts, reshard))
     return {"forward": kept + forward, **phases}
+
+
+def _root_pre_backward_bytes(root: int, acts: Activations) -> int:
+    """FSDP2's first moment of backward when the root was resharded after forward (the benchmark
+    passes reshard_after_forward=True to every fully_shard, the root's too, so torch's "root stays
+    gathered" default does not apply): the root's pre-backward all-gather copy-out, its all-gather
+    output beside its unsharded parameters, with every activation of forward still saved (the
+    loss's backward has not begun; the last block's all-gather output was freed by this copy-out).
+    It beats the top of backward where the root (vocab-wide) outweighs the last block and the
+    loss's temporaries. Read off MemTracker on dev seed 16 (an untied Mistral-style config with a
+    2089-token vocabulary and 2 layers of hidden 120, fsdp2 at 64 simulated ranks, accumulation 2
+    reduced last): the peak at the root's pre-backward, 'PARAM' the root's unsharded 2,028,032 B
+    plus its shards, the root's 2,028,032 B all-gather output, 'ACT' the counted activations to
+    16 B; this moment is 68 B under it, the model without it -2.85 %."""
+    return 2 * root + acts.total
 
 
 def _loss_forward_bytes(root: int, full: Sequence[int], acts: Activations, reshard: bool) -> int:
@@ -160,6 +185,7 @@ def _block_backward_bytes(
     reshard: bool,
     dtype_bytes: int = 4,
     deferred: bool = False,
+    tied_head_numel: int = 0,
 ) -> int:
     """The largest block's backward on FSDP2, at its end (its weight gradients made, before its
     post-backward): the root gathered, the block gathered, the next block's all-gather output
@@ -184,14 +210,28 @@ def _block_backward_bytes(
     for k, block in enumerate(blocks):
         below += acts.per_layer[k]
         reduce_scatter = full[k + 1] if k + 1 < len(blocks) else 0
-        alive = reduce_scatter + head_grads * dtype_bytes + acts.stream_grad + below
-        if deferred:  # the last micro-step: the blocks above were reduced, their accumulated
-            # unsharded gradients (counted in the caller's accumulated_grads) freed
+        if deferred:
+            # a tied head's new gradient is not accumulated yet: autograd sums the head's and the
+            # embedding's parts first, and the embedding's comes after every block (dev seed 19,
+            # tied: its 1,615,680 B vocab x hidden TEMP beside the accumulated GRAD; -6.72 % without)
+            alive = reduce_scatter + tied_head_numel * dtype_bytes + acts.stream_grad + below
+            # the last micro-step: the blocks above were reduced, their accumulated unsharded
+            # gradients (counted in the caller's accumulated_grads, the head's too) freed
             alive -= sum(b.numel for b in blocks[k + 1 :]) * dtype_bytes
-        # the block's gradients less the MLP's saved tensors, which its backward frees before the
-        # attention's weight gradients are made: counting both at once was +8.27 % on dev seed 19
-        # (fsdp2_no_reshard, 64 ranks; MemTracker's backward peak 14,803,488 B, the model 16,122,504 B)
-        grads = block.numel * dtype_bytes - acts.mlp_per_layer
+            # and this block's new gradients are added in place into the accumulated ones
+            # (autograd's AccumulateGrad), one parameter's at a time: the largest is the only new
+            # gradient alive, and the block's saved tensors are all still there when its first is
+            # made. Counting the block's whole gradients and the head's again was +7.52 % on dev
+            # seed 14 (fsdp2, 64 ranks, accumulation 2 reduced last; MemTracker's last-micro-step
+            # backward peak at the last block's down projection: GRAD stayed at the accumulated
+            # 4,586,112 B, the down projection's new 258,624 B gradient a temporary beside it)
+            grads = max((math.prod(s) for s in block.shapes), default=0) * dtype_bytes
+        else:
+            alive = reduce_scatter + head_grads * dtype_bytes + acts.stream_grad + below
+            # the block's gradients less the MLP's saved tensors, which its backward frees before the
+            # attention's weight gradients are made: counting both at once was +8.27 % on dev seed 19
+            # (fsdp2_no_reshard, 64 ranks; MemTracker's backward peak 14,803,488 B, the model 16,122,504 B)
+            grads = block.numel * dtype_bytes - acts.mlp_per_layer
         if not reshard:
             # without resharding the block above's reduce-scatter input was not seen beside this
             # block's gradients (dev seed 19: counting it put the middle block at +6.0 %)

@@ -474,3 +474,32 @@ class PeakCheckRun(TypedDict, total=False):
     seeds: list[int]
     cases: list[PeakCheckRow]
     summary: dict[str, Any]
+
+
+class FitAnswerRow(TypedDict, total=False):
+    """One answer of scripts/measure_fit_answers.py: `fit.largest_batch` for a budget, that batch
+    run (a simulated rank 0, two steps) and its measured peak against the budget."""
+
+    model: str  # hf:PATH of a shipped config, or generated:SEED
+    strategy: str
+    world_size: int
+    budget_bytes: int
+    batch: int  # the largest batch that fits (0: none)
+    measured_bytes: int
+    used_pct: Number  # measured / budget
+    predicted_pct: Number  # the peak model's prediction / budget
+    next_batch_pct: Number  # one more sample's prediction with the margin / budget (over 100 %)
+
+
+class FitAnswerRun(TypedDict, total=False):
+    """The file scripts/measure_fit_answers.py --out writes: every answer and the counts."""
+
+    schema_version: int
+    command: str
+    utc_time: str
+    git_sha: str | None
+    torch: str
+    load_average: list[Number]  # os.getloadavg() at the start and at the end
+    wall_s: Number
+    answers: list[FitAnswerRow]
+    summary: dict[str, Any]

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from fsdp_bench.analysis.fit import predict_case_peak
 from fsdp_bench.plan.case import Case
 
 torch = pytest.importorskip("torch")
@@ -214,3 +215,38 @@ def test_no_reshard_block_backward_on_generated_dev_configs(seed, tmp_path):
     record = _simulated_rank0(case)
     measured, predicted = record["memory"]["peak_allocated_bytes"], record["prediction"]["peak_bytes"]
     assert abs(predicted - measured) / measured <= 0.02, (predicted, measured, record["prediction"]["phase"])
+
+
+# Issue 35, the grad-sync-last class: FSDP2 with accumulation 2 reduced at the last micro-step, 64
+# simulated ranks. In the last micro-step a block's new gradients are added in place into the
+# accumulated unsharded ones (one parameter's at a time), a tied head's new gradient waits for the
+# embedding's, and the root, resharded after forward, is gathered again at backward's start
+# (peak_moments._root_pre_backward_bytes); found on dev seeds 14, 19 and 16 (+7.52 %, -6.72 %
+# (tied, with the in-place part alone) and -2.85 % -> within 0.5 %). Dev seeds 21 (Qwen2, tied: the
+# in-place and tied parts) and 38 (Gemma, untied: the root's pre-backward) were not used to find
+# them: +4.31 % and -2.39 % before, -0.61 % and -0.06 % after.
+@pytest.mark.parametrize("seed", [21, 38])
+def test_fsdp2_reduced_last_peak_on_generated_dev_configs(seed, tmp_path):
+    from fsdp_bench.plan.generated_configs import DEV_SEEDS, write_generated_config
+
+    assert seed in DEV_SEEDS
+    model = write_generated_config(seed, tmp_path)
+    case = Case(strategy="fsdp2", nproc=64, simulate=True, model=model, grad_accum=2, grad_sync="last", **SMALL)
+    measured, prediction = _probe_step_peak(case), predict_case_peak(case)
+    assert abs(prediction["peak_bytes"] - measured) / measured <= 0.01, (prediction, measured)
+
+
+def _probe_step_peak(case: Case) -> int:
+    """Rank 0's CPU peak as the worker's probe step reads it (MemTracker over a third step, AdamW's
+    state made by the two before), without the sweep's FLOP and profiler probes (most of a
+    simulated case's time)."""
+    from fsdp_bench.worker.memory import track_step_memory
+    from fsdp_bench.worker.setup import build_rank
+    from fsdp_bench.worker.simulate import fake_rank0
+
+    with fake_rank0(case):
+        setup = build_rank(case, device=torch.device("cpu"), rank=0, world_size=case.nproc)
+        for step in range(2):
+            setup.train_step(step)
+        tracked = track_step_memory(lambda on_phase: setup.train_step(2, on_phase), [setup.model], setup.optimizer)
+    return tracked["peak_bytes"]

@@ -1,0 +1,52 @@
+"""docs/beyond-one-machine.md's sentence on `fit`'s answers for held-out generated configs (issue
+35: no answer over its budget) is the committed run's: docs/fit_answers_holdout.json, written by
+scripts/measure_fit_answers.py --seeds ... --out."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from fsdp_bench.plan.generated_configs import FRESH_HOLDOUT_SEEDS
+
+ROOT = Path(__file__).resolve().parents[2]
+RUN = ROOT / "docs" / "fit_answers_holdout.json"
+
+
+def _run() -> dict:
+    return json.loads(RUN.read_text())
+
+
+def test_the_summary_is_the_answers_and_they_are_of_held_out_seeds():
+    run = _run()
+    answered = [a for a in run["answers"] if a["batch"]]
+    assert all(int(a["model"].removeprefix("generated:")) in FRESH_HOLDOUT_SEEDS for a in run["answers"])
+    for a in answered:
+        assert a["used_pct"] == round(100 * a["measured_bytes"] / a["budget_bytes"], 2)
+    s = run["summary"]
+    assert s["answers"] == len(answered)
+    assert s["over_budget"] == sum(a["used_pct"] > 100 for a in answered)
+    assert s["most_used_pct"] == max(a["used_pct"] for a in answered)
+    assert s["least_used_pct"] == min(a["used_pct"] for a in answered)
+    assert s["under_85_pct"] == sum(a["used_pct"] < 85 for a in answered)
+
+
+def test_the_docs_state_the_committed_figures():
+    s, doc = _run()["summary"], " ".join((ROOT / "docs" / "beyond-one-machine.md").read_text().split())
+    seeds = sorted({int(a["model"].removeprefix("generated:")) for a in _run()["answers"]})
+    assert f"held-out seeds {seeds[0]}-{seeds[-1]}" in doc
+    assert f"{s['answers']} answers, {s['over_budget']} over its budget" in doc
+    assert f"the fullest at {s['most_used_pct']:.1f}%" in doc
+    assert f"the least used at {s['least_used_pct']:.1f}%" in doc
+    assert f"{s['under_85_pct']} leave more than 15% unused" in doc
+
+
+def test_the_unused_budget_figures_are_the_answers():
+    answers, doc = _run()["answers"], " ".join((ROOT / "docs" / "beyond-one-machine.md").read_text().split())
+    ones = [a["next_batch_pct"] for a in answers if a["batch"] == 1]
+    assert f"(predicted {min(ones):.0f}-{max(ones):.0f}% with the margin)" in doc
+    under = max(answers, key=lambda a: a["used_pct"] - a["predicted_pct"])
+    assert f"largest under-prediction among them is {under['used_pct'] - under['predicted_pct']:.1f} point" in doc
+    assert f"measured {under['used_pct']:.1f}%, predicted {under['predicted_pct']:.1f}%" in doc
+    ddp = [a["predicted_pct"] - a["used_pct"] for a in answers if a["strategy"] == "ddp"]
+    assert f"DDP's answers measure {min(ddp):.0f}-{max(ddp):.0f} points under their prediction" in doc
