@@ -4,6 +4,7 @@
 #   2 MFU of the Llama-style 1B model      3 GPT-2 124M strategy sweep      4 fidelity, bf16 batch 8
 #   5 llama3_1b eager vs compiled          6 fidelity, bf16 batch 32        7 --bench-tune on part 3's grid
 #   8 peak memory out of sample            9 a smoke of the worker as changed
+#  10 llama3_1b MFU past batch 8 with the chunked loss
 #
 #   bash scripts/gpu_reference.sh --out DIR [--results DIR] [PART...]     # every part in order, or those named
 #   bash scripts/gpu_reference.sh --budget-min M --out DIR [--results DIR] # a GPU slot: the queue, within M minutes
@@ -22,7 +23,7 @@ source scripts/gpu_reference/steps.sh
 
 PART_LIMIT_MIN=8
 QUEUE_LIMIT_MIN=27  # the queue in at most three slots of 9 minutes of commands
-QUEUE=(9 3 7 4 6 5 8)  # by value: smoke of a changed worker, sweep, tuner, fidelity, compile, memory
+QUEUE=(9 3 7 10 4 6 5 8)  # by value: smoke of a changed worker, sweep, tuner, MFU, fidelity, compile, memory
 STOP_RESERVE_S=60  # a stopped part's pytest ends its case, writes its results, then the archive
 MIN_PART_S=60      # a part with less left is not started
 

@@ -158,14 +158,11 @@ def predict_peak_bytes(
     phases = phase_bytes(parts, units, buckets_at_top=at_top, deferred=deferred)
     if acts.per_layer and act_bytes_per_sample is None:
         moment_args = (strategy, units, world_size, acts, grad_accum, mesh, compute_bytes)
-        tied = tied_head_numel(flavor) if deferred else 0
-        phases = with_block_moments(phases, parts, *moment_args, deferred=deferred, tied_head_numel=tied)
+        tied = {"tied_head_numel": tied_head_numel(flavor) if deferred else 0}
+        phases = with_block_moments(phases, parts, *moment_args, deferred=deferred, **tied)
     phase = max(phases, key=phases.get)
-    return {"peak_bytes": phases[phase], "phase": phase, "parts_bytes": parts, "phases_bytes": phases} | {
-        "model_state_bytes": states["total"],
-        "gathered_bytes": parts["gathered"],
-        "activation_bytes": act,
-    }
+    sizes = {"model_state_bytes": states["total"], "gathered_bytes": parts["gathered"], "activation_bytes": act}
+    return {"peak_bytes": phases[phase], "phase": phase, "parts_bytes": parts, "phases_bytes": phases} | sizes
 
 
 def predict_case_peak(

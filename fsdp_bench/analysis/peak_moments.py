@@ -207,31 +207,11 @@ def _block_backward_bytes(
     everything = root + sum(full)
     above = list(accumulate(reversed(full[1:]), initial=0))[::-1]  # above[k]: sum(full[k + 1 :]), linear
     peak = 0
-    for k, block in enumerate(blocks):
+    for k in range(len(blocks)):
         below += acts.per_layer[k]
         reduce_scatter = full[k + 1] if k + 1 < len(blocks) else 0
-        if deferred:
-            # a tied head's new gradient is not accumulated yet: autograd sums the head's and the
-            # embedding's parts first, and the embedding's comes after every block (dev seed 19,
-            # tied: its 1,615,680 B vocab x hidden TEMP beside the accumulated GRAD; -6.72 % without)
-            alive = reduce_scatter + tied_head_numel * dtype_bytes + acts.stream_grad + below
-            # the last micro-step: the blocks above were reduced, their accumulated unsharded
-            # gradients (counted in the caller's accumulated_grads, the head's too) freed
-            alive -= sum(b.numel for b in blocks[k + 1 :]) * dtype_bytes
-            # and this block's new gradients are added in place into the accumulated ones
-            # (autograd's AccumulateGrad), one parameter's at a time: the largest is the only new
-            # gradient alive, and the block's saved tensors are all still there when its first is
-            # made. Counting the block's whole gradients and the head's again was +7.52 % on dev
-            # seed 14 (fsdp2, 64 ranks, accumulation 2 reduced last; MemTracker's last-micro-step
-            # backward peak at the last block's down projection: GRAD stayed at the accumulated
-            # 4,586,112 B, the down projection's new 258,624 B gradient a temporary beside it)
-            grads = max((math.prod(s) for s in block.shapes), default=0) * dtype_bytes
-        else:
-            alive = reduce_scatter + head_grads * dtype_bytes + acts.stream_grad + below
-            # the block's gradients less the MLP's saved tensors, which its backward frees before the
-            # attention's weight gradients are made: counting both at once was +8.27 % on dev seed 19
-            # (fsdp2_no_reshard, 64 ranks; MemTracker's backward peak 14,803,488 B, the model 16,122,504 B)
-            grads = block.numel * dtype_bytes - acts.mlp_per_layer
+        others, grads = _gradient_bytes(blocks, k, acts, head_grads, tied_head_numel, dtype_bytes, deferred)
+        alive = reduce_scatter + others + acts.stream_grad + below
         if not reshard:
             # without resharding the block above's reduce-scatter input was not seen beside this
             # block's gradients (dev seed 19: counting it put the middle block at +6.0 %)
@@ -245,6 +225,39 @@ def _block_backward_bytes(
         end = root + full[k] + (full[k - 1] if k > 0 else 0) + grads
         peak = max(peak, end + alive, root + 2 * full[k] + alive)
     return peak
+
+
+def _gradient_bytes(
+    blocks: Sequence[Unit],
+    k: int,
+    acts: Activations,
+    head_grads: int,
+    tied_head_numel: int,
+    dtype_bytes: int,
+    deferred: bool,
+) -> tuple[int, int]:
+    """At block k's backward (_block_backward_bytes): (the other gradients alive beside it, its own
+    new gradients)."""
+    block = blocks[k]
+    if not deferred:
+        # the block's gradients less the MLP's saved tensors, which its backward frees before the
+        # attention's weight gradients are made: counting both at once was +8.27 % on dev seed 19
+        # (fsdp2_no_reshard, 64 ranks; MemTracker's backward peak 14,803,488 B, the model 16,122,504 B)
+        return head_grads * dtype_bytes, block.numel * dtype_bytes - acts.mlp_per_layer
+    # The last micro-step, reduced last. A tied head's new gradient is not accumulated yet: autograd
+    # sums the head's and the embedding's parts first, and the embedding's comes after every block
+    # (dev seed 19, tied: its 1,615,680 B vocab x hidden TEMP beside the accumulated GRAD; -6.72 %
+    # without). The blocks above were reduced, their accumulated unsharded gradients (counted in
+    # the caller's accumulated_grads, the head's too) freed.
+    others = (tied_head_numel - sum(b.numel for b in blocks[k + 1 :])) * dtype_bytes
+    # This block's new gradients are added in place into the accumulated ones (autograd's
+    # AccumulateGrad), one parameter's at a time: the largest is the only new gradient alive, and
+    # the block's saved tensors are all still there when its first is made. Counting the block's
+    # whole gradients and the head's again was +7.52 % on dev seed 14 (fsdp2, 64 ranks,
+    # accumulation 2 reduced last; MemTracker's last-micro-step backward peak at the last block's
+    # down projection: GRAD stayed at the accumulated 4,586,112 B, the down projection's new
+    # 258,624 B gradient a temporary beside it)
+    return others, max((math.prod(s) for s in block.shapes), default=0) * dtype_bytes
 
 
 def _block_forward_bytes(root: int, full: Sequence[int], acts: Activations, *, reshard: bool) -> int:
