@@ -229,9 +229,32 @@ def plan_round(
     by_id = {p.case.id: p.case for p in ranked}
     return [
         (by_id[m.case_id], min(max_repeats, 2 * m.repeats))
-        for m in tied
+        for m in worth_racing(tied, tuning_drift(measured), max_repeats)
         if m.repeats < max_repeats and m.case_id in by_id
     ]
+
+
+def could_separate(best: Measured, other: Measured, drift: Drift | None, max_repeats: int) -> bool:
+    """Whether racing `other` and the leader to `max_repeats` could end their tie. The measured
+    drift alone gives a case at r repeats a band of DRIFT_Z x sd / sqrt(r) each way, whatever its
+    steps say; when the two bands at `max_repeats` still overlap at the speeds measured now, the
+    race is spent for a tie. On a 24-case CPU grid at load 7-11 (drift a factor of 2 per run) the
+    tuner raced 8 tied cases to 2 repeats, a third of its runs, and stopped with the same 8 tied.
+    Unknown or too little drift (fewer than MIN_DRIFT_DOF degrees of freedom): race as before."""
+    if drift is None or not drift.enough or other.case_id == best.case_id:
+        return True
+    if not best.tokens_per_s or not other.tokens_per_s:
+        return True
+    gap = math.log(best.tokens_per_s / other.tokens_per_s)
+    reach = drift.half_width(max(max_repeats, best.repeats)) + drift.half_width(max(max_repeats, other.repeats))
+    return gap > reach
+
+
+def worth_racing(tied: Sequence[Measured], drift: Drift | None, max_repeats: int) -> list[Measured]:
+    """The tied cases (leader first) whose race to `max_repeats` could separate one from the
+    leader (`could_separate`), with the leader; [] when none could: the tie is the answer."""
+    others = [m for m in tied[1:] if could_separate(tied[0], m, drift, max_repeats)]
+    return [tied[0], *others] if others else []
 
 
 def runs_left(
@@ -255,7 +278,8 @@ def runs_left(
     promising = sum(model.tokens_per_s(p) * (1 + model.error) >= bar for p in unmeasured)
     controls = max(0, CONTROL_REPEATS - best.repeats) if promising else 0
     tied = survivors(measured, budget_gib)
-    race = sum(max(0, max_repeats - m.repeats) for m in tied) if len(tied) > 1 else 0
+    racing = worth_racing(tied, tuning_drift(measured), max_repeats) if len(tied) > 1 else []
+    race = sum(max(0, max_repeats - m.repeats) for m in racing)
     lone = 0 if race or lone_winner_allowed(measured, best) else max(0, MIN_DRIFT_DOF + 1 - best.repeats)
     return promising + min(controls, math.ceil(promising / round_size)) + race + lone
 

@@ -3,6 +3,7 @@ budget split and the round schedule, on real grid cases and hand-made measuremen
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import pytest
@@ -18,6 +19,7 @@ from fsdp_bench.analysis.tune import (
     split_by_budget,
     survivors,
     tune_requests,
+    tuning_drift,
     within_noise,
 )
 from fsdp_bench.plan.case import Case
@@ -308,3 +310,32 @@ def test_the_leaders_prefetch_neighbour_is_measured_not_predicted():
     ranked = rank_predictions(predictions, model)
     measured = {fsdp2[0].id: _measured(fsdp2[0].id, 1e12)}
     assert [p.case.id for p in leader_neighbours(ranked, measured, fsdp2[0].id)] == [fsdp2[1].id]
+
+
+def test_a_tie_the_measured_drift_keeps_at_any_allowed_repeats_is_not_raced():
+    """Issue 40: at load 7-11 (drift a factor of 2 per run) the tuner raced 8 tied cases to 2
+    repeats and stopped with the same 8 tied. Two cases 10% apart under a drift of sd 0.3 (one
+    run's band +-80%) stay tied at 2 repeats whatever they measure: no race, the tie is the answer.
+    Under a drift of sd 0.02 the same two can separate, so they are raced."""
+    from fsdp_bench.analysis.tune import could_separate
+
+    predictions = [predict_case(c) for c in _grid()]
+    model = StepModel(1e-12, 1e-6, 0.0, error=0.0)
+    ranked = rank_predictions(predictions, model)
+    top, second = ranked[0].case.id, ranked[1].case.id
+
+    def grid_with(sd: float) -> dict[str, Measured]:
+        # every other case measured twice, slow, its two medians exp(+-sd) apart: the drift's pool
+        spread = (math.exp(-sd), math.exp(sd))
+        measured = {p.case.id: _measured(p.case.id, 1.0, repeats=2, medians=spread) for p in ranked[2:]}
+        measured[top] = _measured(top, 1000, repeats=3, medians=(1.0,) * 3)
+        measured[second] = _measured(second, 900, half_width=0.3)
+        return measured
+
+    noisy = grid_with(0.3)
+    assert [m.case_id for m in survivors(noisy, None)] == [top, second]
+    assert not could_separate(noisy[top], noisy[second], tuning_drift(noisy), 2)
+    assert plan_round(ranked, noisy, model, budget_gib=None, max_repeats=2) == []
+    quiet = grid_with(0.02)
+    assert [m.case_id for m in survivors(quiet, None)] == [top, second]  # the second's own +-30% interval
+    assert plan_round(ranked, quiet, model, budget_gib=None, max_repeats=2) == [(ranked[1].case, 2)]
