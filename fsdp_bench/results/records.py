@@ -325,6 +325,7 @@ class TuneAnswer(_TuneRequired, total=False):
     step_model: TuneStepModel | None
     single_winner: bool  # one pick beyond the measured noise; false: the pick leads a tie, or is unconfirmed
     drift: TuneDrift | None  # None: no case was measured twice
+    unmeasured_within_noise: list[str]  # never run: predicted to reach the pick's speed, not beyond its noise
 
 
 class LoadSummary(TypedDict):
