@@ -137,6 +137,8 @@ def judge(truth: dict, answer: dict) -> dict:
         "gap_pct": None if pick is None else 100 * (1 - speed[answer["pick"]] / speed[best["case_id"]]),
         "within_noise": pick is not None and speeds_overlap(best, pick),
         "tied_set_holds_best": best["case_id"] in named,
+        "unmeasured_within_noise": len(answer.get("unmeasured_within_noise") or []),
+        "best_unmeasured_within_noise": best["case_id"] in (answer.get("unmeasured_within_noise") or []),
         "drift": answer.get("drift"),
         "stopped": answer["stopped"],
         "tune_case_s": answer["cost"]["spent_case_s"],

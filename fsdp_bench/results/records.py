@@ -351,6 +351,8 @@ class AutotuneCheck(TypedDict, total=False):
     gap_pct: Number | None
     within_noise: bool
     tied_set_holds_best: bool
+    unmeasured_within_noise: int  # cases the tuner named as never run, predicted within the pick's noise
+    best_unmeasured_within_noise: bool  # the truth's best is one of them
     drift: TuneDrift | None
     stopped: str
     tune_case_s: Number

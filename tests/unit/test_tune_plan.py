@@ -78,6 +78,31 @@ def test_calibration_recovers_the_coefficients_that_made_the_measurements():
     assert fitted.fitted_on == len(predictions)
 
 
+def test_a_strategy_the_shared_coefficients_misprice_gets_its_own_factor():
+    """fsdp2 measured twice as slow as the three shared coefficients make it (on CPU its
+    per-parameter DTensor work is in no coefficient): its factor learns that from its measured
+    cases, shrunk toward 1, and the error is each case's with its factor fitted without it."""
+    predictions = [predict_case(c) for c in _grid()]
+    truth = StepModel(2e-11, 5e-9, 0.004)
+    prior = prior_model(predictions[0].case)
+
+    def measured(p):
+        return truth.step_s(p) * (2.0 if p.case.strategy == "fsdp2" else 1.0)
+
+    fitted = fit_step_model(prior, [(p, measured(p)) for p in predictions], weight=1e-6)
+    factors = dict(fitted.strategy_factors)
+    assert factors["fsdp2"] > 1.3 * max(factors["ddp"], factors["fsdp1_full_shard"])
+    fsdp2 = [p for p in predictions if p.case.strategy == "fsdp2"]
+    # with the factors every case is within 10% (without, fsdp2 is ~30% off and the others ~15-30%)
+    assert all(fitted.step_s(p) == pytest.approx(measured(p), rel=0.1) for p in predictions)
+    assert not all(fitted.base_step_s(p) == pytest.approx(measured(p), rel=0.1) for p in predictions)
+    # one fsdp2 case alone: it gets a factor, but its error is taken without it (the factor at 1)
+    others = [(p, measured(p)) for p in predictions if p.case.strategy != "fsdp2"]
+    alone = fit_step_model(prior, [*others, (fsdp2[0], measured(fsdp2[0]))], weight=1e-6)
+    assert dict(alone.strategy_factors)["fsdp2"] > 1.2
+    assert alone.error == pytest.approx(abs(alone.base_step_s(fsdp2[0]) - measured(fsdp2[0])) / measured(fsdp2[0]))
+
+
 def test_calibration_with_no_measurement_is_the_prior():
     prior = prior_model(_grid()[0])
     assert fit_step_model(prior, []) == prior
