@@ -102,6 +102,7 @@ def replay(run: Path, repeats: int, seeds: int) -> list[dict]:
                 "single": answer["single_winner"],
                 "within_noise": pick is not None and speeds_overlap(_row(best), _row(pick)),
                 "holds_best": best["case_id"] in [answer["pick"], *answer["tied"]],
+                "best_unmeasured": best["case_id"] in answer.get("unmeasured_within_noise", []),
                 "tied": 1 + len(answer["tied"]),
             }
         )
@@ -124,7 +125,8 @@ def main() -> None:
         f"runs median {sorted(r['runs'] for r in rows)[n // 2]}, single winner {sum(r['single'] for r in rows)}, "
         f"pick within noise {sum(r['within_noise'] for r in rows)}, answer holds best {sum(r['holds_best'] for r in rows)}, "
         f"single winner outside noise {sum(r['single'] and not r['within_noise'] for r in rows)}, "
-        f"tied set median {sorted(r['tied'] for r in rows)[n // 2]}"
+        f"tied set median {sorted(r['tied'] for r in rows)[n // 2]}, "
+        f"best among the unmeasured within noise {sum(r['best_unmeasured'] for r in rows)}"
     )
 
 
