@@ -217,7 +217,7 @@ def plan_round(
     unmeasured = [p for p in ranked if p.case.id not in measured]
     if best is None:
         return [(p.case, 1) for p in unmeasured[:round_size]]
-    bar = exploration_bar(best, tuning_drift(measured))
+    bar = best.tokens_per_s or 0.0  # could still beat the leader: the model's error covers the prediction
     promising = [p for p in unmeasured if model.tokens_per_s(p) * (1 + model.error) >= bar]
     nearby = leader_neighbours(ranked, measured, best.case_id)
     fresh = [(p.case, 1) for p in (promising[:round_size] or nearby)]
@@ -257,24 +257,12 @@ def worth_racing(tied: Sequence[Measured], drift: Drift | None, max_repeats: int
     return [tied[0], *others] if others else []
 
 
-def exploration_bar(best: Measured, drift: Drift | None) -> float:
-    """The speed an unmeasured case must be able to reach (its prediction x (1 + the model's
-    error)) to be worth a run: beyond the leader's band once the drift is measured. A case that
-    could at best land within the leader's noise would, measured, only join a tie the leader
-    already answers for; the answer names such cases (`unmeasured_within_noise`) and claims no
-    single winner while any is left. Before the drift is measured: the leader's measured speed."""
-    speed = best.tokens_per_s or 0.0
-    if drift is None or not drift.enough:
-        return speed
-    return max(speed, noise_band(best, drift)[1])
-
-
 def unmeasured_within_noise(
     ranked: Sequence[Prediction], measured: Mapping[str, Measured], model: StepModel, best: Measured | None
 ) -> list[str]:
     """The unmeasured cases whose prediction x (1 + the model's error) reaches the leader's
-    measured speed: below the exploration bar (`exploration_bar`), so never run, but not
-    predicted slower than the leader either. The answer names them; no single winner beside them."""
+    measured speed: what the tuner would still explore, left unmeasured only when the time budget
+    stopped it. The answer names them; no single winner beside them."""
     if best is None or not best.tokens_per_s:
         return []
     return [
@@ -301,7 +289,7 @@ def runs_left(
     unmeasured = [p for p in ranked if p.case.id not in measured]
     if best is None:
         return len(unmeasured)
-    bar = exploration_bar(best, tuning_drift(measured))
+    bar = best.tokens_per_s or 0.0
     promising = sum(model.tokens_per_s(p) * (1 + model.error) >= bar for p in unmeasured)
     controls = max(0, CONTROL_REPEATS - best.repeats) if promising else 0
     tied = survivors(measured, budget_gib)
