@@ -141,23 +141,20 @@ def run_tune(
         _measure(session, log, batch, kind, model, on_result, predictions)
         clock.round_done(log, _refit(prior, predictions, log), fitting)
     ranked = rank_predictions(fitting, model)
-    if stopped.startswith(SEPARATED) and unmeasured_within_noise(
-        ranked, log.measured, model, leader(log.measured, budget_gib)
-    ):
-        stopped = UNREACHED
-    answer = tune_answer(
-        request,
-        log,
-        model,
-        skipped,
-        budget_gib=budget_gib,
-        max_repeats=max_repeats,
-        stopped=stopped,
-        boundary=boundary,
-        ranked=ranked,
-    )
+    stopped = _unless_unreached(stopped, ranked, log, model, budget_gib)
+    kwargs = {"budget_gib": budget_gib, "max_repeats": max_repeats, "stopped": stopped, "boundary": boundary}
+    answer = tune_answer(request, log, model, skipped, ranked=ranked, **kwargs)
     write_json_atomic(session.layout.tune_file(request.id), answer, shape=TuneAnswer, overwrite=True)
     return answer
+
+
+def _unless_unreached(stopped: str, ranked, log: TuneLog, model, budget_gib: float | None) -> str:
+    """A "separated" stop is no single winner while unmeasured cases could still reach the leader
+    (a time budget stopped the exploring): the reason says so."""
+    best = leader(log.measured, budget_gib)
+    if SEPARATED in stopped and unmeasured_within_noise(ranked, log.measured, model, best):
+        return stopped[: stopped.index(SEPARATED)] + UNREACHED
+    return stopped
 
 
 class RoundClock:
@@ -214,8 +211,8 @@ def _why_none(predictions, refused) -> str:
 
 SEPARATED = "the leader is separated from every other measured case beyond noise"
 UNREACHED = (
-    "the leader is separated from every measured case beyond noise, but unmeasured cases are predicted "
-    "to reach its speed within its noise (unmeasured_within_noise): no single winner claimed"
+    "the leader is separated from every measured case beyond noise, but unmeasured cases are still "
+    "predicted to reach its speed within the model's error (unmeasured_within_noise): no single winner claimed"
 )
 
 
