@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 from fsdp_bench.report.recommend import speeds_overlap  # noqa: E402
 from fsdp_bench.results.io import write_json_atomic  # noqa: E402
 from fsdp_bench.results.metrics import M  # noqa: E402
-from fsdp_bench.results.records import AutotuneMeasurement  # noqa: E402
+from fsdp_bench.results.records import AutotuneMeasurement, AutotuneTruthRun  # noqa: E402
 
 FIXED = ["--bench-seq-len", "32", "--bench-nproc", "2", "--bench-device", "cpu", "--bench-no-report"]
 BURNER = "while True: pass"
@@ -79,52 +79,89 @@ def _run(model: str, out: Path, repeats: int, grid: list[str], tune: bool) -> tu
     return made[-1], load.summary(), time.monotonic() - start
 
 
-def _results(run: Path) -> dict[str, dict]:
-    return {p.stem: json.loads(p.read_text()) for p in (run / "cases").glob("*.json")}
+# What the judgement reads of a ground-truth case: kept in --out so a test can re-judge the file.
+TRUTH_METRICS = (
+    M.tokens_per_s_per_device,
+    M.step_time_s_median,
+    M.step_time_s_median_ci_low,
+    M.step_time_s_median_ci_high,
+    M.step_time_median_ci_level_pct,
+    M.repeat_spread_pct,
+    M.params_changed,
+)
 
 
-def _row(result: dict) -> dict:
-    return {"case_id": result["case_id"], M.repeats: len(result.get(M.repeats) or []) or 1, **result["metrics"]}
+def truth_cases(run: Path) -> list[dict]:
+    """Every ground-truth case of a run folder: id, status, case-seconds, repeats, the metrics judged."""
+    rows = []
+    for path in sorted((run / "cases").glob("*.json")):
+        result = json.loads(path.read_text())
+        metrics = result.get("metrics") or {}
+        rows.append(
+            {
+                "case_id": result["case_id"],
+                "status": result.get("status"),
+                "duration_s": result.get("duration_s") or 0,
+                M.repeats: len(result.get(M.repeats) or []) or 1,
+                **{k: metrics[k] for k in TRUTH_METRICS if k in metrics},
+            }
+        )
+    return rows
 
 
-def compare(model: str, out: Path, repeats: int, grid: list[str]) -> dict:
-    truth_run, truth_load, truth_wall = _run(model, out, repeats, grid, tune=False)
-    tune_run, tune_load, tune_wall = _run(model, out, repeats, grid, tune=True)
-    everything = _results(truth_run)
-    truth = {
-        k: r
-        for k, r in everything.items()
-        if r.get("status") == "ok" and (r.get("metrics") or {}).get(M.params_changed) is not False
-    }
-    best = max(truth.values(), key=lambda r: r["metrics"][M.tokens_per_s_per_device])
-    answer = json.loads(next((tune_run / "tune").glob("*.json")).read_text())
+def run_truth(model: str, out: Path, repeats: int, grid: list[str]) -> dict:
+    """The exhaustive grid with repeats (interleaved): its cases, load and wall time."""
+    run, load, wall = _run(model, out, repeats, grid, tune=False)
+    return {"grid": model, "run": run.name, "load": load, "wall_s": wall, "cases": truth_cases(run)}
+
+
+def judge(truth: dict, answer: dict) -> dict:
+    """The tuner's answer against the ground truth: pick, true best, gap, within noise, tied set, cost."""
+    everything = truth["cases"]
+    ok = {r["case_id"]: r for r in everything if r["status"] == "ok" and r.get(M.params_changed) is not False}
+    if not ok:
+        raise SystemExit(f"measure_autotune: the ground truth of {truth['grid']} has no ok case")
+    speed = {k: r[M.tokens_per_s_per_device] for k, r in ok.items()}
+    best = max(ok.values(), key=lambda r: speed[r["case_id"]])
     named = [answer["pick"], *answer["tied"]] if answer["pick"] else []
-    speed = {k: r["metrics"][M.tokens_per_s_per_device] for k, r in truth.items()}
-    best_speed = speed[best["case_id"]]
-    full_s = sum(r.get("duration_s") or 0 for r in everything.values())
-    pick = truth.get(answer["pick"])
+    full_s = sum(r["duration_s"] for r in everything)
+    pick = ok.get(answer["pick"])
     return {
-        "grid": model,
+        "grid": truth["grid"],
         "cases": len(everything),
         "pick": answer["pick"],
         "single_winner": answer.get("single_winner"),
         "tied": answer["tied"],
         "true_best": best["case_id"],
-        "truth_tied_with_best": sorted(k for k, r in truth.items() if speeds_overlap(_row(best), _row(r))),
-        "gap_pct": None if pick is None else 100 * (1 - speed[answer["pick"]] / best_speed),
-        "within_noise": pick is not None and speeds_overlap(_row(best), _row(pick)),
+        "truth_tied_with_best": sorted(k for k, r in ok.items() if speeds_overlap(best, r)),
+        "gap_pct": None if pick is None else 100 * (1 - speed[answer["pick"]] / speed[best["case_id"]]),
+        "within_noise": pick is not None and speeds_overlap(best, pick),
         "tied_set_holds_best": best["case_id"] in named,
+        "unmeasured_within_noise": len(answer.get("unmeasured_within_noise") or []),
+        "best_unmeasured_within_noise": best["case_id"] in (answer.get("unmeasured_within_noise") or []),
         "drift": answer.get("drift"),
         "stopped": answer["stopped"],
         "tune_case_s": answer["cost"]["spent_case_s"],
         "tune_runs": sum(r["repeat_count"] for r in answer["measured"]),
         "grid_case_s": full_s,
         "ratio": answer["cost"]["spent_case_s"] / full_s if full_s else None,
-        "load_truth": truth_load,
-        "load_tune": tune_load,
-        "wall_s": {"truth": truth_wall, "tune": tune_wall},
-        "runs": {"truth": truth_run.name, "tune": tune_run.name},
     }
+
+
+def compare(truth: dict, out: Path, repeats: int, grid: list[str]) -> dict:
+    """Run the tuner with the ground truth's options and judge its answer."""
+    tune_run, tune_load, tune_wall = _run(truth["grid"], out, repeats, grid, tune=True)
+    answers = sorted((tune_run / "tune").glob("*.json"))
+    if not answers:
+        raise SystemExit(f"measure_autotune: the tuner wrote no answer in {tune_run}")
+    row = judge(truth, json.loads(answers[0].read_text()))
+    row.update(
+        load_truth=truth["load"],
+        load_tune=tune_load,
+        wall_s={"truth": truth["wall_s"], "tune": tune_wall},
+        runs={"truth": truth["run"], "tune": tune_run.name},
+    )
+    return row
 
 
 def _print(r: dict) -> None:
@@ -139,37 +176,77 @@ def _print(r: dict) -> None:
     )
 
 
-def main() -> None:
+def _read_truth(path: Path) -> dict:
+    """A --truth-only file, or one clear line on why it cannot be reused."""
+    try:
+        data = json.loads(path.read_text())
+        if not isinstance(data, dict) or not isinstance(data.get("truths"), list) or "options" not in data:
+            raise ValueError("not a --truth-only file (no truths/options)")
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"measure_autotune: --truth {path}: {exc}") from None
+    return data
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--grids", default="gpt_tiny,llama3_tiny")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--strategies", default=None, help="default: the sweep's six")
     parser.add_argument("--batch-sizes", default="2,4")
     parser.add_argument("--grad-accum", default="1,2")
-    parser.add_argument("--burn", type=int, default=0, help="busy processes beside both runs")
+    parser.add_argument("--burn", type=int, default=0, help="busy processes beside the runs")
+    parser.add_argument("--truth-only", action="store_true", help="run only the ground truth; --out keeps it")
+    parser.add_argument(
+        "--truth",
+        type=Path,
+        default=None,
+        help="judge against the ground truth of a --truth-only file (its grids, options and repeats) instead of running it",
+    )
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--results-dir", type=Path, default=Path("results/autotune"))
-    args, extra = parser.parse_known_args()
+    return parser
+
+
+def main() -> None:
+    args, extra = _parser().parse_known_args()
+    if args.truth_only and (args.out is None or args.truth is not None):
+        raise SystemExit("measure_autotune: --truth-only needs --out FILE and no --truth")
+    if args.repeats < 1 or args.burn < 0:
+        raise SystemExit("measure_autotune: --repeats must be at least 1 and --burn at least 0")
+    kept = _read_truth(args.truth) if args.truth is not None else None
     grid = [*FIXED, "--bench-batch-sizes", args.batch_sizes, "--bench-grad-accum", args.grad_accum]
     grid += ["--bench-strategies", args.strategies] if args.strategies else []
     grid += [a for a in extra if a != "--"]
+    repeats = args.repeats if kept is None else kept["repeats"]
+    grid = grid if kept is None else kept["options"]
+    models = [g for g in args.grids.split(",") if g] if kept is None else [t["grid"] for t in kept["truths"]]
     burners = [subprocess.Popen([sys.executable, "-c", BURNER]) for _ in range(args.burn)]
-    rows = []
+    command = ["python", "scripts/measure_autotune.py", *sys.argv[1:]]
+    rows, truths = [], []
     try:
-        print(
-            f"{'grid':30} {'cases':>5} {'pick':45} {'verdict':>8} {'true best':45} {'gap %':>6} "
-            f"{'in noise':>8} {'holds':>6} {'cost':>6} {'load':>5} {'load':>5}"
-        )
-        for model in [g for g in args.grids.split(",") if g]:
-            rows.append(compare(model, args.results_dir, args.repeats, grid))
+        if not args.truth_only:
+            print(
+                f"{'grid':30} {'cases':>5} {'pick':45} {'verdict':>8} {'true best':45} {'gap %':>6} "
+                f"{'in noise':>8} {'holds':>6} {'cost':>6} {'load':>5} {'load':>5}"
+            )
+        for i, model in enumerate(models):
+            truth = kept["truths"][i] if kept is not None else run_truth(model, args.results_dir, repeats, grid)
+            truths.append(truth)
+            if args.truth_only:
+                print(f"{model}: ground truth {truth['run']}, {len(truth['cases'])} cases, {truth['wall_s']:.0f} s")
+                continue
+            rows.append(compare(truth, args.results_dir, repeats, grid))
             _print(rows[-1])
     finally:
         for p in burners:
             p.kill()
             p.wait()
-    if args.out is not None:
-        command = ["python", "scripts/measure_autotune.py", *sys.argv[1:]]
+    if args.truth_only:
+        data = {"command": command, "burn": args.burn, "repeats": repeats, "options": grid, "truths": truths}
+        write_json_atomic(args.out, data, shape=AutotuneTruthRun, overwrite=True)
+    elif args.out is not None:
         data = {"command": command, "burn": args.burn, "rows": rows}
+        data.update({"truth": str(args.truth)} if args.truth is not None else {})
         write_json_atomic(args.out, data, shape=AutotuneMeasurement, overwrite=True)
 
 

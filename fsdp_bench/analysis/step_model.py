@@ -22,6 +22,8 @@ from fsdp_bench.plan.flavors import flavor_for
 PRIOR_BYTES_PER_S = {"cpu": 1e9, "cuda": 100e9}  # gloo over loopback / NVLink-class, before the probe
 PRIOR_WEIGHT = 0.05  # ridge toward the priors, in units of one measurement's squared relative error
 MIN_MODEL_ERROR = 0.10  # the model's error band is never taken narrower than this
+STRATEGY_SHRINK = 1.0  # a strategy factor counts this many pseudo-measurements at 1 (no correction)
+BACKFIT_ROUNDS = 4  # coefficients and strategy factors refitted alternately this many times
 
 
 @dataclass(frozen=True)
@@ -97,12 +99,19 @@ class StepModel:
     s_per_micro_step: float
     error: float = 0.5  # relative error band used when deciding what could still win
     fitted_on: int = 0  # measured cases the coefficients were fitted to
+    # Per strategy: measured / modelled step time, geometric mean over its measured cases shrunk
+    # toward 1 (STRATEGY_SHRINK); what the three shared coefficients cannot price (fsdp2's
+    # per-parameter DTensor work on CPU, FSDP1's flat-parameter copies).
+    strategy_factors: tuple[tuple[str, float], ...] = ()
 
     def coefficients(self) -> tuple[float, float, float]:
         return (self.s_per_flop, self.s_per_byte, self.s_per_micro_step)
 
-    def step_s(self, p: Prediction) -> float:
+    def base_step_s(self, p: Prediction) -> float:
         return sum(c * x for c, x in zip(self.coefficients(), p.features()))
+
+    def step_s(self, p: Prediction) -> float:
+        return self.base_step_s(p) * dict(self.strategy_factors).get(p.case.strategy, 1.0)
 
     def tokens_per_s(self, p: Prediction) -> float:
         step = self.step_s(p)
@@ -138,22 +147,56 @@ def _solve(a: list[list[float]], b: list[float]) -> list[float]:
     return [m[i][n] / m[i][i] if m[i][i] else 0.0 for i in range(n)]
 
 
-def fit_step_model(
-    prior: StepModel, measured: Sequence[tuple[Prediction, float]], weight: float = PRIOR_WEIGHT
-) -> StepModel:
-    """Refit the coefficients to measured (prediction, step seconds): minimise the squared
-    relative errors plus `weight` x the squared relative departures from the prior. Each
-    coefficient stays at least 1% of its prior (a rate cannot be negative)."""
-    pairs = [(p, y) for p, y in measured if y > 0]
-    if not pairs:
-        return prior
+def _fit_coefficients(prior: StepModel, pairs: Sequence[tuple[Prediction, float]], weight: float) -> StepModel:
+    """The three shared coefficients: minimise the squared relative errors plus `weight` x the
+    squared relative departures from the prior; each stays at least 1% of its prior."""
     base = prior.coefficients()
     rows = [[x * c / y for x, c in zip(p.features(), base)] for p, y in pairs]
     ata = [[sum(r[i] * r[j] for r in rows) + (weight if i == j else 0.0) for j in range(3)] for i in range(3)]
     atb = [sum(r[i] for r in rows) + weight for i in range(3)]
     scale = [max(0.01, u) for u in _solve(ata, atb)]
-    fitted = StepModel(*(c * u for c, u in zip(base, scale)))
-    errors = [abs(fitted.step_s(p) - y) / y for p, y in pairs]
+    return StepModel(*(c * u for c, u in zip(base, scale)))
+
+
+def _strategy_logs(model: StepModel, pairs: Sequence[tuple[Prediction, float]]) -> dict[str, list[float]]:
+    """Each strategy's log residuals from the shared coefficients, less their mean over every
+    case: the coefficients own the common scale, the factors only what differs between strategies."""
+    logs: dict[str, list[float]] = {}
+    for p, y in pairs:
+        logs.setdefault(p.case.strategy, []).append(math.log(y / model.base_step_s(p)))
+    mean = sum(x for v in logs.values() for x in v) / len(pairs)
+    return {s: [x - mean for x in v] for s, v in logs.items()}
+
+
+def _factor(logs: Sequence[float]) -> float:
+    return math.exp(sum(logs) / (len(logs) + STRATEGY_SHRINK))
+
+
+def fit_step_model(
+    prior: StepModel, measured: Sequence[tuple[Prediction, float]], weight: float = PRIOR_WEIGHT
+) -> StepModel:
+    """Refit the model to measured (prediction, step seconds): the shared coefficients
+    (`_fit_coefficients`) and the strategy factors, alternately (BACKFIT_ROUNDS), so one slow
+    strategy does not drag every strategy's coefficients toward it. The error is each case's with
+    its own strategy's factor fitted without it (leave-one-out): a factor fitted on one case
+    would otherwise explain that case exactly."""
+    pairs = [(p, y) for p, y in measured if y > 0]
+    if not pairs:
+        return prior
+    factors: dict[str, float] = {}
+    for _ in range(BACKFIT_ROUNDS):  # unshrunk while backfitting: shrinking here biases the coefficients
+        fitted = _fit_coefficients(prior, [(p, y / factors.get(p.case.strategy, 1.0)) for p, y in pairs], weight)
+        logs = _strategy_logs(fitted, pairs)
+        factors = {s: math.exp(sum(v) / len(v)) for s, v in logs.items()}
+    factors = {s: _factor(v) for s, v in logs.items()}
+    errors, seen = [], {s: 0 for s in logs}
+    for p, y in pairs:
+        rest = list(logs[p.case.strategy])
+        del rest[seen[p.case.strategy]]  # this case's own residual (logs keep the pairs' order)
+        seen[p.case.strategy] += 1
+        errors.append(abs(fitted.base_step_s(p) * _factor(rest) - y) / y)
     # With few points the fit passes close to them: its own residuals understate the error.
     error = max(MIN_MODEL_ERROR, max(errors), 0.5 if len(pairs) < 3 else 0.0)
-    return StepModel(*fitted.coefficients(), error=error, fitted_on=len(pairs))
+    return StepModel(
+        *fitted.coefficients(), error=error, fitted_on=len(pairs), strategy_factors=tuple(sorted(factors.items()))
+    )

@@ -229,8 +229,46 @@ def plan_round(
     by_id = {p.case.id: p.case for p in ranked}
     return [
         (by_id[m.case_id], min(max_repeats, 2 * m.repeats))
-        for m in tied
+        for m in worth_racing(tied, tuning_drift(measured), max_repeats)
         if m.repeats < max_repeats and m.case_id in by_id
+    ]
+
+
+def could_separate(best: Measured, other: Measured, drift: Drift | None, max_repeats: int) -> bool:
+    """Whether racing `other` and the leader to `max_repeats` could end their tie. The measured
+    drift alone gives a case at r repeats a band of DRIFT_Z x sd / sqrt(r) each way, whatever its
+    steps say; when the two bands at `max_repeats` still overlap at the speeds measured now, the
+    race is spent for a tie. On a 24-case CPU grid at load 7-11 (drift a factor of 2 per run) the
+    tuner raced 8 tied cases to 2 repeats, a third of its runs, and stopped with the same 8 tied.
+    Unknown or too little drift (fewer than MIN_DRIFT_DOF degrees of freedom): race as before."""
+    if drift is None or not drift.enough or other.case_id == best.case_id:
+        return True
+    if not best.tokens_per_s or not other.tokens_per_s:
+        return True
+    gap = math.log(best.tokens_per_s / other.tokens_per_s)
+    reach = drift.half_width(max(max_repeats, best.repeats)) + drift.half_width(max(max_repeats, other.repeats))
+    return gap > reach
+
+
+def worth_racing(tied: Sequence[Measured], drift: Drift | None, max_repeats: int) -> list[Measured]:
+    """The tied cases (leader first) whose race to `max_repeats` could separate one from the
+    leader (`could_separate`), with the leader; [] when none could: the tie is the answer."""
+    others = [m for m in tied[1:] if could_separate(tied[0], m, drift, max_repeats)]
+    return [tied[0], *others] if others else []
+
+
+def unmeasured_within_noise(
+    ranked: Sequence[Prediction], measured: Mapping[str, Measured], model: StepModel, best: Measured | None
+) -> list[str]:
+    """The unmeasured cases whose prediction x (1 + the model's error) reaches the leader's
+    measured speed: what the tuner would still explore, left unmeasured only when the time budget
+    stopped it. The answer names them; no single winner beside them."""
+    if best is None or not best.tokens_per_s:
+        return []
+    return [
+        p.case.id
+        for p in ranked
+        if p.case.id not in measured and model.tokens_per_s(p) * (1 + model.error) >= best.tokens_per_s
     ]
 
 
@@ -255,7 +293,8 @@ def runs_left(
     promising = sum(model.tokens_per_s(p) * (1 + model.error) >= bar for p in unmeasured)
     controls = max(0, CONTROL_REPEATS - best.repeats) if promising else 0
     tied = survivors(measured, budget_gib)
-    race = sum(max(0, max_repeats - m.repeats) for m in tied) if len(tied) > 1 else 0
+    racing = worth_racing(tied, tuning_drift(measured), max_repeats) if len(tied) > 1 else []
+    race = sum(max(0, max_repeats - m.repeats) for m in racing)
     lone = 0 if race or lone_winner_allowed(measured, best) else max(0, MIN_DRIFT_DOF + 1 - best.repeats)
     return promising + min(controls, math.ceil(promising / round_size)) + race + lone
 
@@ -397,6 +436,7 @@ def tune_answer(
     max_repeats: int,
     stopped: str,
     boundary: Prediction | None = None,
+    ranked: Sequence[Prediction] = (),
 ) -> TuneAnswer:
     """The tuning's answer as JSON: the pick, its ties, what was skipped, predicted vs measured
     step time of every measured case, the rounds and the cost against the full grid."""
@@ -416,10 +456,13 @@ def tune_answer(
         }
     best = leader(log.measured, budget_gib)
     drift = tuning_drift(log.measured)
+    unreached = unmeasured_within_noise(ranked, log.measured, model, best)
+    alone = len(tied) == 1 and best is not None and lone_winner_allowed(log.measured, best) and not unreached
     return {
         "schema_version": TUNE_SCHEMA_VERSION,
         "model": request.model,
-        "single_winner": len(tied) == 1 and best is not None and lone_winner_allowed(log.measured, best),
+        "single_winner": alone,
+        "unmeasured_within_noise": unreached,
         "drift": None if drift is None else drift_record(drift),
         "budget_gib": budget_gib,
         "max_repeats": max_repeats,

@@ -31,6 +31,7 @@ from fsdp_bench.analysis.tune import (
     survivors,
     tune_answer,
     tuning_drift,
+    unmeasured_within_noise,
 )
 from fsdp_bench.launch.memory_guard import memory_skip_reason
 from fsdp_bench.launch.session import SweepSession
@@ -139,11 +140,21 @@ def run_tune(
         kind = "repeat" if all(case.id in log.measured for case, _ in batch) else "explore"
         _measure(session, log, batch, kind, model, on_result, predictions)
         clock.round_done(log, _refit(prior, predictions, log), fitting)
-    answer = tune_answer(
-        request, log, model, skipped, budget_gib=budget_gib, max_repeats=max_repeats, stopped=stopped, boundary=boundary
-    )
+    ranked = rank_predictions(fitting, model)
+    stopped = _unless_unreached(stopped, ranked, log, model, budget_gib)
+    kwargs = {"budget_gib": budget_gib, "max_repeats": max_repeats, "stopped": stopped, "boundary": boundary}
+    answer = tune_answer(request, log, model, skipped, ranked=ranked, **kwargs)
     write_json_atomic(session.layout.tune_file(request.id), answer, shape=TuneAnswer, overwrite=True)
     return answer
+
+
+def _unless_unreached(stopped: str, ranked, log: TuneLog, model, budget_gib: float | None) -> str:
+    """A "separated" stop is no single winner while unmeasured cases could still reach the leader
+    (a time budget stopped the exploring): the reason says so."""
+    best = leader(log.measured, budget_gib)
+    if SEPARATED in stopped and unmeasured_within_noise(ranked, log.measured, model, best):
+        return stopped[: stopped.index(SEPARATED)] + UNREACHED
+    return stopped
 
 
 class RoundClock:
@@ -198,6 +209,13 @@ def _why_none(predictions, refused) -> str:
     return "no configuration is predicted to fit the budget"
 
 
+SEPARATED = "the leader is separated from every other measured case beyond noise"
+UNREACHED = (
+    "the leader is separated from every measured case beyond noise, but unmeasured cases are still "
+    "predicted to reach its speed within the model's error (unmeasured_within_noise): no single winner claimed"
+)
+
+
 def _why_done(log: TuneLog, budget_gib: float | None, max_repeats: int) -> str:
     best = leader(log.measured, budget_gib)
     if best is None:
@@ -205,10 +223,7 @@ def _why_done(log: TuneLog, budget_gib: float | None, max_repeats: int) -> str:
     tied, drift = survivors(log.measured, budget_gib), tuning_drift(log.measured)
     noise = "drift not measured" if drift is None else f"measured drift {drift.describe()}"
     if len(tied) < 2 and lone_winner_allowed(log.measured, best):
-        return (
-            f"the leader is separated from every other measured case beyond noise ({noise}), "
-            "and no unmeasured case is predicted to reach it"
-        )
+        return f"{SEPARATED} ({noise}), and no unmeasured case is predicted beyond its noise"
     if len(tied) < 2:
         return f"the leader is unconfirmed: {noise}, measured {best.repeats} time(s); no single winner claimed"
     return (
@@ -244,6 +259,12 @@ def answer_lines(answer: TuneAnswer) -> list[str]:
     for s in answer["skipped"]:
         if s.get(M.predicted_peak_gib) is None:
             lines.append(f"  skipped {s['case_id']}: {s['reason']}")
+    unreached = answer.get("unmeasured_within_noise") or []
+    if unreached:
+        lines.append(
+            f"  not run: {len(unreached)} case(s) predicted to reach the pick's speed but not beyond its "
+            f"noise, so measuring them could only tie: {', '.join(unreached)}"
+        )
     check = answer.get("boundary_check")
     if check:
         lines.append(

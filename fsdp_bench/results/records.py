@@ -326,6 +326,7 @@ class TuneAnswer(_TuneRequired, total=False):
     step_model: TuneStepModel | None
     single_winner: bool  # one pick beyond the measured noise; false: the pick leads a tie, or is unconfirmed
     drift: TuneDrift | None  # None: no case was measured twice
+    unmeasured_within_noise: list[str]  # never run: predicted to reach the pick's speed, not beyond its noise
 
 
 class LoadSummary(TypedDict):
@@ -351,6 +352,8 @@ class AutotuneCheck(TypedDict, total=False):
     gap_pct: Number | None
     within_noise: bool
     tied_set_holds_best: bool
+    unmeasured_within_noise: int  # cases the tuner named as never run, predicted within the pick's noise
+    best_unmeasured_within_noise: bool  # the truth's best is one of them
     drift: TuneDrift | None
     stopped: str
     tune_case_s: Number
@@ -363,12 +366,53 @@ class AutotuneCheck(TypedDict, total=False):
     runs: dict[str, str]
 
 
-class AutotuneMeasurement(TypedDict):
-    """scripts/measure_autotune.py --out: the command, the burners beside it, one row per grid."""
+class AutotuneMeasurement(TypedDict, total=False):
+    """scripts/measure_autotune.py --out: the command, the burners beside it, one row per grid;
+    `truth`: the --truth-only file whose ground truth the rows were judged against (absent when
+    the script ran the ground truth itself)."""
 
     command: list[str]
     burn: int
     rows: list[AutotuneCheck]
+    truth: str
+
+
+class AutotuneTruthCase(TypedDict, total=False):
+    """One ground-truth case as measure_autotune judges it: id, status, case-seconds over its
+    repeats, the repeats and the metrics the noise band reads (absent when the case has none)."""
+
+    case_id: str
+    status: str | None
+    duration_s: Number
+    repeats: int
+    tokens_per_s_per_device: Number
+    step_time_s_median: Number
+    step_time_s_median_ci_low: Number
+    step_time_s_median_ci_high: Number
+    step_time_median_ci_level_pct: Number
+    repeat_spread_pct: Number
+    params_changed: bool
+
+
+class AutotuneTruth(TypedDict):
+    """One grid's exhaustive run with repeats (interleaved): its run folder, load, wall time, cases."""
+
+    grid: str
+    run: str
+    load: LoadSummary
+    wall_s: Number
+    cases: list[AutotuneTruthCase]
+
+
+class AutotuneTruthRun(TypedDict):
+    """scripts/measure_autotune.py --truth-only --out: the ground truth, reused by --truth FILE
+    (`options`: the grid options and repeats every tuner run judged against it must use)."""
+
+    command: list[str]
+    burn: int
+    repeats: int
+    options: list[str]
+    truths: list[AutotuneTruth]
 
 
 class PeakEstimate(TypedDict, total=False):
@@ -438,7 +482,6 @@ class Environment(TypedDict, total=False):
     torch_import_s: float  # how long `import torch` took in the reader (the estimate's start-up scale)
     cpu_matmul_gflops: float  # the single-thread matmul probe (analysis.duration.Calibration)
     cpu_probe_runnable: float | None  # mean runnable tasks while the probe ran (Linux), the probe included
-
 
 
 class PeakCheckRow(TypedDict, total=False):

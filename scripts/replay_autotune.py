@@ -1,0 +1,134 @@
+"""What would `--bench-tune` spend and answer on a grid whose ground truth is already measured?
+Replays the real tuning loop (launch.tune.run_tune, every decision analysis.tune's) against a run
+folder of the full grid with repeats: each time the tuner runs a case, the run is one of that
+case's measured repeats (its step-time median and its case-seconds), in an order drawn per seed.
+No process is started, so a schedule change is judged on hundreds of replays in seconds before a
+real tuning run (scripts/measure_autotune.py) checks it on the machine.
+
+    python scripts/replay_autotune.py RUN_FOLDER [--repeats 2] [--seeds 50]
+
+Prints, over the seeds: the tuner's cost (its case-seconds / the folder's full grid's), how
+often it answers a single winner, how often its pick is within the ground truth's noise of the
+truth's best (report.recommend.speeds_overlap) and how often its answer (pick or tied set) holds
+the truth's best. A replay cannot show the machine's drift between the truth and a later tuning:
+every run it draws was measured during the truth.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from fsdp_bench.analysis.tune import tune_requests  # noqa: E402
+from fsdp_bench.launch.tune import run_tune  # noqa: E402
+from fsdp_bench.plan.case import Case  # noqa: E402
+from fsdp_bench.report.recommend import speeds_overlap  # noqa: E402
+from fsdp_bench.results.layout import RunLayout  # noqa: E402
+from fsdp_bench.results.metrics import M  # noqa: E402
+
+
+class ReplaySession:
+    """The one method of launch.session.SweepSession the tuner calls, served from measured repeats."""
+
+    def __init__(self, truth: dict[str, dict], seed: int, root: Path) -> None:
+        self.truth, self.rng, self.layout = truth, random.Random(seed), RunLayout(root)
+        self.order: dict[str, list[int]] = {}
+
+    def _draws(self, case_id: str, n: int) -> list[dict]:
+        repeats = self.truth[case_id]["repeats"]
+        if case_id not in self.order:
+            self.order[case_id] = self.rng.sample(range(len(repeats)), len(repeats))
+        return [repeats[self.order[case_id][i % len(repeats)]] for i in range(n)]
+
+    def run_round(self, batch):
+        for case, n in batch:
+            yield case, self._result(case.id, n)
+
+    def _result(self, case_id: str, n: int) -> dict:
+        truth = self.truth[case_id]
+        if truth["status"] != "ok":
+            return {**truth, "repeats": truth["repeats"][:n]}
+        draws = self._draws(case_id, n)
+        medians = [d["step_time_s_median"] for d in draws]
+        m = truth["metrics"]
+        step = statistics.median(medians)
+        tokens = m[M.tokens_per_s_per_device] * m[M.step_time_s_median]  # per step and device
+        metrics = {
+            **m,
+            M.step_time_s_median: step,
+            M.step_time_s_median_ci_low: step * m[M.step_time_s_median_ci_low] / m[M.step_time_s_median],
+            M.step_time_s_median_ci_high: step * m[M.step_time_s_median_ci_high] / m[M.step_time_s_median],
+            M.tokens_per_s_per_device: tokens / step,
+            M.repeat_step_time_s_medians: medians,
+            M.repeat_spread_pct: 100 * (max(medians) - min(medians)) / step if n > 1 else None,
+        }
+        duration = sum(d["duration_s"] for d in draws)
+        return {**truth, "metrics": metrics, "repeats": draws, "duration_s": duration}
+
+
+def _row(result: dict) -> dict:
+    return {"case_id": result["case_id"], **result["metrics"]}
+
+
+def replay(run: Path, repeats: int, seeds: int) -> list[dict]:
+    """One judged answer per seed."""
+    truth = {r["case_id"]: r for r in (json.loads(p.read_text()) for p in sorted((run / "cases").glob("*.json")))}
+    if not truth:
+        raise SystemExit(f"replay_autotune: {run} holds no case results")
+    ok = {k: r for k, r in truth.items() if r["status"] == "ok" and r["metrics"].get(M.params_changed) is not False}
+    best = max(ok.values(), key=lambda r: r["metrics"][M.tokens_per_s_per_device])
+    grid_s = sum(r["duration_s"] or 0 for r in truth.values())
+    (request,) = tune_requests([Case.from_dict(r["case"]) for r in truth.values()])
+    out = []
+    for seed in range(seeds):
+        with tempfile.TemporaryDirectory() as tmp:
+            session = ReplaySession(truth, seed, Path(tmp))
+            answer = run_tune(
+                session, request, budget_gib=None, max_repeats=repeats, time_budget_s=None, on_result=lambda c, r: None
+            )
+        pick = ok.get(answer["pick"])
+        out.append(
+            {
+                "cost": answer["cost"]["spent_case_s"] / grid_s,
+                "runs": sum(r["repeat_count"] for r in answer["measured"]),
+                "single": answer["single_winner"],
+                "within_noise": pick is not None and speeds_overlap(_row(best), _row(pick)),
+                "holds_best": best["case_id"] in [answer["pick"], *answer["tied"]],
+                "best_unmeasured": best["case_id"] in answer.get("unmeasured_within_noise", []),
+                "tied": 1 + len(answer["tied"]),
+            }
+        )
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("run", type=Path, help="run folder of the full grid with repeats")
+    parser.add_argument("--repeats", type=int, default=2, help="the tuner's --bench-repeats")
+    parser.add_argument("--seeds", type=int, default=50)
+    args = parser.parse_args()
+    if not (args.run / "cases").is_dir():
+        raise SystemExit(f"replay_autotune: {args.run} is not a run folder (no cases/)")
+    rows = replay(args.run, args.repeats, args.seeds)
+    n = len(rows)
+    costs = sorted(r["cost"] for r in rows)
+    print(
+        f"{n} replays: cost median {100 * costs[n // 2]:.1f}% (max {100 * costs[-1]:.1f}%), "
+        f"runs median {sorted(r['runs'] for r in rows)[n // 2]}, single winner {sum(r['single'] for r in rows)}, "
+        f"pick within noise {sum(r['within_noise'] for r in rows)}, answer holds best {sum(r['holds_best'] for r in rows)}, "
+        f"single winner outside noise {sum(r['single'] and not r['within_noise'] for r in rows)}, "
+        f"tied set median {sorted(r['tied'] for r in rows)[n // 2]}, "
+        f"best among the unmeasured within noise {sum(r['best_unmeasured'] for r in rows)}"
+    )
+
+
+if __name__ == "__main__":
+    main()
