@@ -48,6 +48,7 @@ from fsdp_bench.plan.generated_configs import FRESH_HOLDOUT_SEEDS, generated_con
 from fsdp_bench.results.io import read_json, write_json_atomic  # noqa: E402
 from fsdp_bench.results.metrics import M  # noqa: E402
 from fsdp_bench.results.records import PeakCheckRow, PeakCheckRun  # noqa: E402
+from fsdp_bench.worker.simulate import simulated_peak  # noqa: E402
 
 UNSEEN = [f"hf:{p.parent}" for p in sorted((ROOT / "tests" / "data" / "hf_configs").glob("*/config.json"))]
 TINY = sorted(name for name in MODEL_FLAVORS if name.endswith("_tiny"))
@@ -169,25 +170,6 @@ def holdout_cases(model: str, nproc: int, real: bool) -> list[tuple[str, Case]]:
         for s in STRATEGIES
         for ga, sync in ACCUMULATIONS
     ]
-
-
-def simulated_peak(case: Case) -> int:
-    """Rank 0 of a simulated case on the fake process group, in this process: two steps (AdamW's
-    state made), then one under MemTracker, the probe step's reading (worker.memory's
-    track_step_memory, which gives a CPU sweep its peak) without the sweep's other probes (FLOPs,
-    profiler: 6-8 of a simulated case's 11-14 s here)."""
-    import torch
-
-    from fsdp_bench.worker.memory import track_step_memory
-    from fsdp_bench.worker.setup import build_rank
-    from fsdp_bench.worker.simulate import fake_rank0
-
-    with fake_rank0(case):
-        setup = build_rank(case, device=torch.device("cpu"), rank=0, world_size=case.nproc)
-        for step in range(2):
-            setup.train_step(step)
-        tracked = track_step_memory(lambda on_phase: setup.train_step(2, on_phase), [setup.model], setup.optimizer)
-    return tracked["peak_bytes"]
 
 
 def real_peak(case: Case, out: Path) -> tuple[int | None, str]:

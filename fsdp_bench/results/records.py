@@ -503,8 +503,8 @@ class PeakCheckRow(TypedDict, total=False):
     peak_estimate_error_pct: Number
 
 
-class PeakCheckRun(TypedDict, total=False):
-    """The file scripts/measure_peak_prediction.py --holdout writes: every case and the summary."""
+class ScriptRun(TypedDict, total=False):
+    """What every measurement script's file says of its run (PeakCheckRun, FitAnswerRun)."""
 
     schema_version: int
     command: str
@@ -513,6 +513,11 @@ class PeakCheckRun(TypedDict, total=False):
     torch: str
     load_average: list[Number]  # os.getloadavg() at the start and at the end
     wall_s: Number
+
+
+class PeakCheckRun(ScriptRun, total=False):
+    """The file scripts/measure_peak_prediction.py --holdout writes: every case and the summary."""
+
     predicted_at: str | None  # --repredict: the git sha whose peak model re-scored these measurements
     seeds: list[int]
     cases: list[PeakCheckRow]
@@ -534,15 +539,8 @@ class FitAnswerRow(TypedDict, total=False):
     next_batch_pct: Number  # one more sample's prediction with the margin / budget (over 100 %)
 
 
-class FitAnswerRun(TypedDict, total=False):
+class FitAnswerRun(ScriptRun, total=False):
     """The file scripts/measure_fit_answers.py --out writes: every answer and the counts."""
 
-    schema_version: int
-    command: str
-    utc_time: str
-    git_sha: str | None
-    torch: str
-    load_average: list[Number]  # os.getloadavg() at the start and at the end
-    wall_s: Number
     answers: list[FitAnswerRow]
     summary: dict[str, Any]

@@ -36,6 +36,25 @@ def fake_rank0(case: Case) -> Iterator[None]:
         os.environ.update(saved_env)
 
 
+def simulated_peak(case: Case) -> int:
+    """Rank 0 of a simulated case on the fake process group, in this process: two steps (AdamW's
+    state made), then one under MemTracker, the probe step's reading (worker.memory's
+    track_step_memory, which gives a CPU sweep its peak) without the sweep's other probes (FLOPs,
+    profiler: 6-8 of a simulated case's 11-14 s on the 2-core machine). Scripts and tests that
+    check the peak model read it."""
+    import torch
+
+    from fsdp_bench.worker.memory import track_step_memory
+    from fsdp_bench.worker.setup import build_rank
+
+    with fake_rank0(case):
+        setup = build_rank(case, device=torch.device("cpu"), rank=0, world_size=case.nproc)
+        for step in range(2):
+            setup.train_step(step)
+        tracked = track_step_memory(lambda on_phase: setup.train_step(2, on_phase), [setup.model], setup.optimizer)
+    return tracked["peak_bytes"]
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_case_args("python -m fsdp_bench.worker.simulate", __doc__.splitlines()[0], argv)
     case = Case.from_dict(read_json(args.case))

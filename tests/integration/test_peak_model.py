@@ -14,6 +14,7 @@ import pytest
 
 from fsdp_bench.analysis.fit import predict_case_peak
 from fsdp_bench.plan.case import Case
+from fsdp_bench.worker.simulate import simulated_peak
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -232,21 +233,5 @@ def test_fsdp2_reduced_last_peak_on_generated_dev_configs(seed, tmp_path):
     assert seed in DEV_SEEDS
     model = write_generated_config(seed, tmp_path)
     case = Case(strategy="fsdp2", nproc=64, simulate=True, model=model, grad_accum=2, grad_sync="last", **SMALL)
-    measured, prediction = _probe_step_peak(case), predict_case_peak(case)
+    measured, prediction = simulated_peak(case), predict_case_peak(case)
     assert abs(prediction["peak_bytes"] - measured) / measured <= 0.01, (prediction, measured)
-
-
-def _probe_step_peak(case: Case) -> int:
-    """Rank 0's CPU peak as the worker's probe step reads it (MemTracker over a third step, AdamW's
-    state made by the two before), without the sweep's FLOP and profiler probes (most of a
-    simulated case's time)."""
-    from fsdp_bench.worker.memory import track_step_memory
-    from fsdp_bench.worker.setup import build_rank
-    from fsdp_bench.worker.simulate import fake_rank0
-
-    with fake_rank0(case):
-        setup = build_rank(case, device=torch.device("cpu"), rank=0, world_size=case.nproc)
-        for step in range(2):
-            setup.train_step(step)
-        tracked = track_step_memory(lambda on_phase: setup.train_step(2, on_phase), [setup.model], setup.optimizer)
-    return tracked["peak_bytes"]
