@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 from fsdp_bench.report.recommend import speeds_overlap  # noqa: E402
 from fsdp_bench.results.io import write_json_atomic  # noqa: E402
 from fsdp_bench.results.metrics import M  # noqa: E402
-from fsdp_bench.results.records import AutotuneMeasurement, AutotuneTruthRun  # noqa: E402
+from fsdp_bench.results.script_records import AutotuneMeasurement, AutotuneTruthRun  # noqa: E402
 
 FIXED = ["--bench-seq-len", "32", "--bench-nproc", "2", "--bench-device", "cpu", "--bench-no-report"]
 BURNER = "while True: pass"

@@ -14,7 +14,7 @@ the budget) and one sample's step (the next batch's prediction, printed, is over
 answer on the held-out configs be over its budget) instead of the three; their sizes differ by
 tens of times, so each budget is a multiple of that strategy's predicted batch-1 peak
 (GENERATED_BUDGETS) rather than a fixed size. --out FILE: every answer and the counts as JSON
-(results.records.FitAnswerRun).
+(results.script_records.FitAnswerRun).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from fsdp_bench.plan.case import Case  # noqa: E402
 from fsdp_bench.plan.flavors import flavor_for  # noqa: E402
 from fsdp_bench.plan.generated_configs import write_generated_config  # noqa: E402
 from fsdp_bench.results.io import write_json_atomic  # noqa: E402
-from fsdp_bench.results.records import FitAnswerRow, FitAnswerRun  # noqa: E402
+from fsdp_bench.results.script_records import FitAnswerRow, FitAnswerRun  # noqa: E402
 
 CONFIGS = sorted(f"hf:{p.parent}" for p in (ROOT / "tests" / "data" / "hf_configs").glob("*/config.json"))
 STRATEGIES = ("ddp", "fsdp2", "fsdp2_no_reshard")

@@ -47,7 +47,7 @@ from fsdp_bench.plan.flavors import MODEL_FLAVORS, flavor_for  # noqa: E402
 from fsdp_bench.plan.generated_configs import FRESH_HOLDOUT_SEEDS, generated_config, write_generated_config  # noqa: E402
 from fsdp_bench.results.io import read_json, write_json_atomic  # noqa: E402
 from fsdp_bench.results.metrics import M  # noqa: E402
-from fsdp_bench.results.records import PeakCheckRow, PeakCheckRun  # noqa: E402
+from fsdp_bench.results.script_records import PeakCheckRow, PeakCheckRun  # noqa: E402
 from fsdp_bench.worker.simulate import simulated_peak  # noqa: E402
 
 UNSEEN = [f"hf:{p.parent}" for p in sorted((ROOT / "tests" / "data" / "hf_configs").glob("*/config.json"))]
