@@ -100,3 +100,21 @@ def case_results(run_dir: Path) -> dict[str, dict]:
 def processes_of(run_dir: Path) -> list[int]:
     """Live processes whose command line names something inside the run folder."""
     return processes_under(run_dir)
+
+
+def tune_one_model(options: dict[str, str], results_dir: Path, **tune_kwargs):
+    """`run_tune` over the one model of a sweep given as option texts (parse_sweep's), in a fresh
+    session closed after: (the tune request, its answer). No memory budget, one repeat and no
+    time budget unless `tune_kwargs` say otherwise."""
+    from fsdp_bench.analysis.tune import tune_requests
+    from fsdp_bench.launch.session import SweepSession
+    from fsdp_bench.launch.tune import run_tune
+    from fsdp_bench.plan.options import parse_sweep
+
+    session = SweepSession(parse_sweep({**options, "results-dir": str(results_dir)}, no_report=True))
+    (request,) = tune_requests(session.sweep.cases())
+    kwargs = {"budget_gib": None, "max_repeats": 1, "time_budget_s": None, **tune_kwargs}
+    try:
+        return request, run_tune(session, request, **kwargs)
+    finally:
+        session.close()

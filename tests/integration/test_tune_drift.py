@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import pytest
 
-from fsdp_bench.analysis.tune import tune_requests
-from fsdp_bench.launch.session import SweepSession
-from fsdp_bench.launch.tune import answer_lines, run_tune
-from fsdp_bench.plan.options import parse_sweep
+from fsdp_bench.launch.tune import answer_lines
+from tests.sweep_helpers import tune_one_model
 
 pytestmark = pytest.mark.slow
 
@@ -36,8 +34,6 @@ SLOWDOWN = "slow@measure:0:1.5"
 
 def test_a_lucky_probe_measurement_never_becomes_a_lone_winner(tmp_path, monkeypatch):
     monkeypatch.delenv("FSDP_BENCH_FAULTS", raising=False)
-    session = SweepSession(parse_sweep({**OPTIONS, "results-dir": str(tmp_path)}, no_report=True))
-    (request,) = tune_requests(session.sweep.cases())
     seen, lines = [], []
 
     def on_result(case, result) -> None:
@@ -45,18 +41,7 @@ def test_a_lucky_probe_measurement_never_becomes_a_lone_winner(tmp_path, monkeyp
         if len(seen) == 2:  # the probe is done: the machine slows down from here on
             monkeypatch.setenv("FSDP_BENCH_FAULTS", SLOWDOWN)
 
-    try:
-        answer = run_tune(
-            session,
-            request,
-            budget_gib=None,
-            max_repeats=1,
-            time_budget_s=None,
-            on_result=on_result,
-            on_round=lines.append,
-        )
-    finally:
-        session.close()
+    _, answer = tune_one_model(OPTIONS, tmp_path, on_result=on_result, on_round=lines.append)
     probe = answer["rounds"][0]
     assert probe["kind"] == "probe" and len(probe["runs"]) == 2
     lucky = max(probe["runs"], key=lambda r: r["speed_tokens_per_s"])["case_id"]

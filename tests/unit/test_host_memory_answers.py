@@ -8,13 +8,11 @@ from __future__ import annotations
 
 from fsdp_bench.analysis.fit import fit_table
 from fsdp_bench.analysis.host_memory import host_check
-from fsdp_bench.analysis.tune import tune_requests
 from fsdp_bench.launch.memory_guard import memory_skip_reason
-from fsdp_bench.launch.session import SweepSession
-from fsdp_bench.launch.tune import answer_lines, run_tune
+from fsdp_bench.launch.tune import answer_lines
 from fsdp_bench.plan.case import Case
-from fsdp_bench.plan.options import parse_sweep
 from fsdp_bench.results.schema import GIB
+from tests.sweep_helpers import tune_one_model
 
 SMALL_HOST = 2 * GIB  # gpt_tiny at 8 CPU ranks needs about 2.9 GiB (8 x 0.33 + torchrun)
 
@@ -40,22 +38,14 @@ def test_a_fit_row_the_guard_would_not_launch_is_no_with_the_guards_line():
 
 def test_the_tuner_skips_what_the_guard_would_skip_without_launching_it(tmp_path):
     options = {"device": "cpu", "model": "gpt_tiny", "strategies": "ddp,fsdp2", "batch-sizes": "4", "nproc": "2"}
-    session = SweepSession(parse_sweep({**options, "seq-len": "32", "results-dir": str(tmp_path)}, no_report=True))
-    (request,) = tune_requests(session.sweep.cases())
     launched = []
     tiny = int(0.5 * GIB)  # under one rank's base: every candidate is over
-    try:
-        answer = run_tune(
-            session,
-            request,
-            budget_gib=None,
-            max_repeats=1,
-            time_budget_s=None,
-            on_result=lambda case, result: launched.append(case.id),
-            available_bytes=tiny,
-        )
-    finally:
-        session.close()
+    request, answer = tune_one_model(
+        {**options, "seq-len": "32"},
+        tmp_path,
+        on_result=lambda case, result: launched.append(case.id),
+        available_bytes=tiny,
+    )
     assert launched == [] and answer["measured"] == [] and answer["pick"] is None
     reasons = {s["case_id"]: s["reason"] for s in answer["skipped"]}
     assert reasons == {c.id: memory_skip_reason(c, tiny) for c in request.cases}
