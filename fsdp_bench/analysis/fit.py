@@ -351,13 +351,13 @@ def fit_table(
     process of this host: analysis.host_memory.host_check, the sweep guard's figure and line)
     refuses a row's case and bounds its largest batch beside the device budget."""
     rows = []
+    kind = {"precision": precision, "device": device, "loss": loss}  # every row's
     for model in models:
         flavor = flavor_for(model)
         length = min(seq_len, flavor.max_seq_len or seq_len)
         per_sample = (calibration or {}).get(model)
         for strategy in strategies:
             for n in world_sizes:
-                kind = {"precision": precision, "device": device, "loss": loss}
                 host = _row_host_check(host_check, model, strategy, n, length, **kind)
                 rows.append(
                     _fit_row(
@@ -367,10 +367,22 @@ def fit_table(
     return rows
 
 
-def _fit_row(model, flavor, strategy, n, length, per_sample, host, batch_size, budget_gib, **kind) -> TableRow:
-    """One (model, strategy, world size) row of fit_table; `kind`: its precision, device and loss."""
-    precision, device = kind.get("precision", DEFAULT_PRECISION), kind.get("device", "cpu")
-    loss = kind.get("loss", "full")
+def _fit_row(
+    model,
+    flavor,
+    strategy,
+    n,
+    length,
+    per_sample,
+    host,
+    batch_size,
+    budget_gib,
+    *,
+    precision: str,
+    device: str,
+    loss: str,
+) -> TableRow:
+    """One (model, strategy, world size) row of fit_table, at its precision, device and loss."""
     p = predict_peak_bytes(
         strategy,
         flavor,
