@@ -24,8 +24,9 @@ BACKWARD_PREFETCHES = ("pre", "post", "none")
 GRAD_SYNCS = ("every", "last")
 CHECKPOINTS = ("none", "full", "sharded")
 # The loss: the whole batch's logits at once, or the head and cross-entropy over LOSS_CHUNKS slices
-# of the tokens, each slice's logits rebuilt in backward (worker.models.loss): the logits and their
-# fp32 temporaries, 15.7 GiB of llama3_1b's batch 8 on an H100, shrink to one slice's.
+# of the tokens, each slice's gradients made in forward (worker.models.loss): the vocab-wide logits,
+# log-probabilities and their gradients (23.5 GiB of llama3_1b's batch 8 x 2048) shrink to one
+# slice's, and the loss keeps the hidden states' and the head's gradients instead.
 LOSSES = ("full", "chunked")
 LOSS_CHUNKS = 8
 
@@ -83,7 +84,7 @@ class Case:
     forward_prefetch: int = 0  # FSDP1: >0 turns forward_prefetch on; FSDP2: blocks prefetched ahead
     backward_prefetch: str = "pre"  # FSDP1 BACKWARD_PRE | POST | NONE; FSDP2 only pre
     grad_sync: str = "every"  # reduce grads every micro-step, or only on the last (no_sync)
-    loss: str = "full"  # full | chunked: cross-entropy over LOSS_CHUNKS token slices, logits rebuilt in backward
+    loss: str = "full"  # full | chunked: cross-entropy over LOSS_CHUNKS token slices, gradients made in forward
     checkpoint: str = "none"  # after the measured steps: save/load a full or sharded state dict
     data: str = ""  # folder of .txt/.json/.jsonl text ("" = synthetic tokens)
     suite: str = ""  # named suite that produced this case (not in the id)

@@ -132,7 +132,7 @@ OPTIONS: dict[str, tuple[str, Callable[[str, str], Any], str]] = {
     "loss": (
         "knobs.loss",
         lambda o, r: _names(o, r, LOSSES),
-        f"cross-entropy: full, or chunked ({LOSS_CHUNKS} token slices, each slice's logits rebuilt in backward)",
+        f"cross-entropy: full, or chunked ({LOSS_CHUNKS} token slices, each slice's gradients made in forward)",
     ),
     "checkpoint": (
         "knobs.checkpoint",

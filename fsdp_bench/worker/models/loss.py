@@ -32,20 +32,20 @@ class ChunkedCrossEntropy(torch.autograd.Function):
         grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
         grad_bias = torch.zeros(bias.shape, dtype=torch.float32, device=bias.device) if bias is not None else None
         total = torch.zeros((), dtype=torch.float32, device=hidden.device)
-        for rows, part in zip(torch.arange(tokens, device=hidden.device).chunk(chunks), hidden.chunk(chunks)):
+        slices = zip(hidden.chunk(chunks), targets.chunk(chunks), grad_hidden.chunk(chunks))
+        for part, part_targets, part_grad_hidden in slices:
             logits = torch.nn.functional.linear(part, weight, bias).float()
             if softcap:
                 capped = torch.tanh(logits / softcap)
                 logits = capped * softcap
-            part_targets = targets[rows]
             lse = torch.logsumexp(logits, dim=-1)
             total += (lse - logits.gather(1, part_targets[:, None]).squeeze(1)).sum()
             grad = logits.sub_(lse[:, None]).exp_()  # the softmax, in place of the logits
-            grad[torch.arange(len(rows), device=grad.device), part_targets] -= 1.0
+            grad[torch.arange(len(part_targets), device=grad.device), part_targets] -= 1.0
             if softcap:
                 grad *= 1 - capped * capped
             grad = grad.div_(tokens)
-            grad_hidden[rows] = (grad.to(weight.dtype) @ weight).to(hidden.dtype)
+            part_grad_hidden.copy_(grad.to(weight.dtype) @ weight)  # a view of grad_hidden's rows
             grad_weight.addmm_(grad.t(), part.float())
             if grad_bias is not None:
                 grad_bias += grad.sum(0)
