@@ -7,7 +7,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from fsdp_bench.analysis.attribution import PARTS, critical_rank
+from fsdp_bench.analysis.attribution import PARTS, critical_rank, scaled_parts
 from fsdp_bench.analysis.busy import is_host_bound
 from fsdp_bench.analysis.case_time import measure_timed_share_pct
 from fsdp_bench.plan.catalog import is_baseline, sharding_word
@@ -181,10 +181,11 @@ def busy_metrics(ranks: Sequence[RankRecord]) -> Metrics:
 
 def parts_metrics(ranks: Sequence[RankRecord]) -> Metrics:
     """The case's parts (`part_*_s_per_step`), from the rank the others wait for
-    (analysis.attribution.critical_rank), with its probe step against its own measured median (`probe_vs_median_pct`:
-    how far the profiled step is from what was timed), split into the profiler's own cost (the
-    profiled window against the same steps timed right after without it) and the moment's (those
-    plain steps against the median)."""
+    (analysis.attribution.critical_rank), in seconds of that rank's steps timed without the profiler
+    right before it (`probe_step_s`): each part keeps its share of the profiled window, so the
+    profiler's own cost (`probe_profiler_overhead_pct`; on CPU about 1.5 us per recorded op) is
+    taken out of every part alike. `probe_vs_median_pct` says how typical the probe's moment was
+    against the rank's measured median."""
     recorded = [r.get("step_parts") for r in ranks]
     if not any(recorded):
         return {}  # records made before the parts probe
@@ -193,22 +194,18 @@ def parts_metrics(ranks: Sequence[RankRecord]) -> Metrics:
         reason = next((p.get("null_reason") for p in recorded if p and p.get("null_reason")), None)
         return {"parts_null_reason": reason or "no rank measured its step's parts"}
     parts = recorded[rank]
-    out: Metrics = {f"part_{p}_s_per_step": parts[f"{p}_s"] for p in PARTS}
-    for kind, seconds in sorted((parts.get("comm_exposed_by_kind_s") or {}).items()):
-        out[f"part_comm_{kind}_s_per_step"] = seconds
-    out["parts_rank"] = rank
-    out["parts_host_means"] = parts.get("host_means")
-    out["probe_step_s"] = parts["window_s"]
-    plain = parts.get("plain_step_s")
+    window, plain = parts["window_s"], parts.get("plain_step_s")
+    step = plain or window  # records from before the plain steps keep their window
+    seconds = scaled_parts(parts, step)
+    out: Metrics = {f"part_{p}_s_per_step": seconds[p] for p in PARTS}
+    for kind, s in sorted((parts.get("comm_exposed_by_kind_s") or {}).items()):
+        out[f"part_comm_{kind}_s_per_step"] = s * step / window
+    out.update(parts_rank=rank, parts_host_means=parts.get("host_means"), probe_step_s=step, probe_window_s=window)
     if plain:
-        out["probe_plain_step_s"] = plain
-        out["probe_profiler_overhead_pct"] = 100.0 * (parts["window_s"] / plain - 1.0)
+        out["probe_profiler_overhead_pct"] = 100.0 * (window / plain - 1.0)
     times = ranks[rank].get("step_times_s") or []
     if times:
-        median = statistics.median(times)
-        out["probe_vs_median_pct"] = 100.0 * (parts["window_s"] / median - 1.0)
-        if plain:
-            out["probe_plain_vs_median_pct"] = 100.0 * (plain / median - 1.0)
+        out["probe_vs_median_pct"] = 100.0 * (step / statistics.median(times) - 1.0)
     return out
 
 

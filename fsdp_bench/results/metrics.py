@@ -148,13 +148,13 @@ METRICS: tuple[Metric, ...] = (
           ("host", "nothing running: Python, hooks, launches, waits (CUDA: the device idle)", "host", (CHART,)))),
     *(_m(f"part_comm_{kind}_s_per_step", "s", f"part_comm_exposed_s_per_step's {kind} share (present when it ran)")
       for kind in ("all_gather", "reduce_scatter", "all_reduce", "broadcast")),
-    _m("probe_step_s", "s", "the profiled probe step the parts come from (its window; the profiler lengthens it)"),
-    _m("probe_vs_median_pct", "%", "(probe_step_s - that rank's median timed step) / the median"),
-    _m("probe_plain_step_s", "s", "the probe's steps run again right after, timed without the profiler"),
-    _m("probe_profiler_overhead_pct", "%", "(probe_step_s - probe_plain_step_s) / probe_plain_step_s: what the "
-       "profiler itself added to the step the parts come from"),
-    _m("probe_plain_vs_median_pct", "%", "(probe_plain_step_s - that rank's median timed step) / the median: "
-       "whether the probe's moment was a typical one"),
+    _m("probe_step_s", "s", "the step the parts sum to: the median of the probe's steps timed without the profiler, "
+       "right after the timed ones (the profiled window when those are missing)"),
+    _m("probe_window_s", "s", "the profiled window the parts were measured in (the profiler lengthens it)"),
+    _m("probe_vs_median_pct", "%", "(probe_step_s - that rank's median timed step) / the median: whether the "
+       "probe's moment was a typical one"),
+    _m("probe_profiler_overhead_pct", "%", "(probe_window_s - probe_step_s) / probe_step_s: what the profiler "
+       "itself added, taken out of the parts (each keeps its share of the window)"),
     _m("parts_rank", "rank", "the rank whose step the parts describe"),
     _m("parts_host_means", "label", "what part_host_s_per_step counts on this device"),
     _m("why_vs_best", "text", "filled by the report: the one or two parts that account for most of the case's "

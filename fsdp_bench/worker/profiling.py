@@ -248,11 +248,11 @@ def probe_step_events(
 ) -> list[TraceEvent]:
     """Run `step` 1 + `windows` times under torch.profiler (CPU ops, and CUDA kernels on a GPU),
     the last `windows` each inside a `fsdp_bench.step` span, and return the events; no trace is
-    kept. The first step is profiled but unmarked: the first version's single profiled step (right
-    after the MemTracker probe) read -5% to +77% against the timed median of 10-40 ms CPU steps on a
-    quiet machine (2026-11-26, scripts/measure_why_cost.py), part of it the profiler's per-op cost
-    (time_plain_steps says how much), part the first step after the other probes; the marked ones
-    follow each other as the timed loop's do. Synchronizing before the marked steps and inside the
+    kept. The first step is profiled but unmarked: the first version's single profiled step read
+    -5% to +77% against the timed median of 10-40 ms CPU steps on a quiet machine (2026-11-26,
+    scripts/measure_why_cost.py), part of it the profiler's per-op cost (time_plain_steps' steps
+    say how much), part the profiler's start; the marked ones follow each other as the timed
+    loop's do. Synchronizing before the marked steps and inside the
     last puts exactly their kernels in the windows.
 
     A barrier starts the ranks' steps together: the profiler's start takes each rank a different
@@ -284,12 +284,12 @@ def probe_step_events(
 
 
 def time_plain_steps(step: Callable[[], Any], *, device_type: str, n: int = PARTS_PROBE_PLAIN_STEPS) -> float:
-    """The median seconds of `n` steps run right after the profiled ones, without the profiler:
-    what a step takes at this moment, against which the profiled window shows the profiler's own
-    cost (on CPU, about 1.5 us per recorded op: +26% on an 8.6 ms DDP step of two gloo ranks,
-    measured 2026-11-26) and the timed median shows whether the moment was a typical one. Still a
-    small sample: on the quiet sweeps of results/reference/cpu-sweeps the median of five read -49%
-    to +45% against the timed median of 10-60 ms CPU steps (docs/why.md)."""
+    """The median seconds of `n` steps without the profiler, run right after the timed loop and
+    before the profiled ones: the step the parts are scaled to (analysis.aggregate.parts_metrics),
+    since the profiler lengthens what it records (on CPU about 1.5 us per recorded op: +26% on an
+    8.6 ms DDP step of two gloo ranks, measured 2026-11-26), and against which the timed median
+    shows whether the moment was a typical one. Still a small sample: on a quiet gpt_tiny sweep
+    the median of five read within 15% of the timed median on 41 of 48 ranks (docs/why.md)."""
     import statistics
 
     import torch

@@ -27,11 +27,11 @@ def test_oom_mid_probe_leaves_the_next_breakdown_as_a_clean_run(monkeypatch):
     monkeypatch.setenv("FSDP_BENCH_FAULTS", "oom@probe_step:0")
     hit = run(Case(**CASE))
     assert hit["status"] == "ok" and len(hit["step_times_s"]) == 2
-    reason = hit["flops"]["counter_null_reason"]
-    assert reason.startswith("OOM in the flops probe step") and hit["flops"]["per_token_counter"] is None
-    assert hit["measured_model_state_bytes"] is None and hit["measured_model_state_null_reason"] == reason
-    # The MemTracker step after it sees the model as a fresh step would: FSDP2 resharded, no
-    # gradients or activations left over from the interrupted step.
+    # The first probe (the step's parts) took the OOM; the probes after it see the model as a fresh
+    # step would: FSDP2 resharded, no gradients or activations left over from the interrupted step.
+    assert hit["step_parts"]["null_reason"].startswith("OOM in the step_parts probe step"), hit["step_parts"]
+    assert hit["flops"]["per_token_counter"] == clean["flops"]["per_token_counter"]
+    assert hit["measured_model_state_bytes"] == clean["measured_model_state_bytes"]
     assert hit["memory_breakdown_bytes"] is not None, hit.get("memory_breakdown_null_reason")
     for part in ("params", "grads", "optimizer"):
         assert hit["memory_breakdown_bytes"][part] == clean["memory_breakdown_bytes"][part], part
@@ -42,8 +42,9 @@ def test_any_exception_in_a_probe_is_the_probes(monkeypatch):
     monkeypatch.setenv("FSDP_BENCH_FAULTS", "raise@probe_step:0")
     record = run(Case(**CASE))
     assert record["status"] == "ok"
-    assert "RuntimeError in the flops probe step: injected fault" in record["flops"]["counter_null_reason"]
-    assert record["memory_breakdown_bytes"] is not None  # the next probe still ran
+    assert "RuntimeError in the step_parts probe step: injected fault" in record["step_parts"]["null_reason"]
+    assert record["flops"]["per_token_counter"] is not None  # the next probes still ran
+    assert record["memory_breakdown_bytes"] is not None
 
 
 @pytest.mark.slow
@@ -81,11 +82,13 @@ def test_two_ranks_skip_together_after_a_failure_mid_probe(tmp_path):
         result = by_bs[bs]
         assert result["status"] == "ok", result.get("reason")
         for rank in result["ranks"]:
-            reason = rank["flops"]["counter_null_reason"]
-            assert f"{kind} in the flops probe step" in reason, (rank["rank"], reason)
+            reason = rank["step_parts"]["null_reason"]
+            assert f"{kind} in the step_parts probe step" in reason, (rank["rank"], reason)
             if rank["rank"] != failed_rank:
                 assert reason.startswith(f"rank {failed_rank}: "), reason
-            assert rank["memory_breakdown_null_reason"] == f"probe skipped: rank {failed_rank}'s flops probe failed"
+            skipped = f"probe skipped: rank {failed_rank}'s step_parts probe failed"
+            assert rank["flops"]["counter_null_reason"] == skipped
+            assert rank["memory_breakdown_null_reason"] == skipped
             assert len(rank["step_times_s"]) == 2
     # No rank waited for the process-group timeout (100 s here).
     assert max(r["duration_s"] for r in by_bs.values()) < 60, [r["duration_s"] for r in by_bs.values()]

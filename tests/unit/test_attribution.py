@@ -53,6 +53,20 @@ def test_the_rank_others_wait_for_is_the_one_with_least_exposed_communication():
     assert parts_metrics([{}]) == {}
 
 
+def test_the_parts_are_scaled_to_the_steps_timed_without_the_profiler():
+    # A 50 ms profiled window whose plain steps took 40 ms: the profiler's 25% comes out of every
+    # part alike, and the probe step (what the parts sum to) is the plain one.
+    window = _parts(compute=0.03, host=0.015, comm_exposed=0.005)
+    window["comm_exposed_by_kind_s"] = {"all_reduce": 0.005}
+    m = parts_metrics([{"step_parts": {**window, "plain_step_s": 0.04}, "step_times_s": [0.05, 0.04, 0.045]}])
+    assert m["probe_step_s"] == 0.04 and m["probe_window_s"] == pytest.approx(0.05)
+    assert m["part_compute_s_per_step"] == pytest.approx(0.024) and m["part_host_s_per_step"] == pytest.approx(0.012)
+    assert m["part_comm_all_reduce_s_per_step"] == pytest.approx(0.004)
+    assert sum(m[f"part_{p}_s_per_step"] for p in PARTS) == pytest.approx(0.04)
+    assert m["probe_profiler_overhead_pct"] == pytest.approx(25.0)
+    assert m["probe_vs_median_pct"] == pytest.approx(100 * (0.04 / 0.045 - 1))
+
+
 def test_scaled_parts_keep_their_shares_of_the_measured_step():
     scaled = scaled_parts(_parts(compute=0.03, host=0.01), 0.02)
     assert scaled["compute"] == pytest.approx(0.015) and scaled["host"] == pytest.approx(0.005)
