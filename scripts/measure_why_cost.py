@@ -4,8 +4,9 @@ alternating order, each case's wall time and its probes' share compared.
     python scripts/measure_why_cost.py --before DIR [--strategies ddp,fsdp2] [--batch-sizes 2,4]
                                        [--rounds 2]
 
-DIR is a checkout without the probe (e.g. `git archive 1e0e07b | tar -x -C DIR`); this checkout
-is the after. Each round runs the before sweep and the after sweep (the order alternates between
+DIR is a checkout without the probe: this one with the `_probe_step_parts(...)` call in
+`fsdp_bench/worker/probes.py` removed (the probe alone differs; docs/why.md), or an older commit
+(`git archive 1e0e07b | tar -x -C DIR`); this checkout is the after. Each round runs the before sweep and the after sweep (the order alternates between
 rounds, so the machine's load falls on both); the sweep is the real `pytest benchmarks` with the
 default measuring (gpt_tiny, 2 gloo ranks, until +-2% or 10 s), `--bench-no-report`. Prints the
 load average beside every sweep, the per-case mean wall time and probes time of each side, and
