@@ -60,3 +60,18 @@ def test_the_probe_cost_interleaved_on_a_quiet_machine():
     assert min(loads) == 1.34 and max(loads) == 2.88
     close = [int(p) for p in re.findall(r"vs median [\d.]+ ms \(([+-]\d+)%\)", log)]
     assert len(close) == 16 and sum(abs(p) <= 15 for p in close) == 12
+
+
+def test_the_readme_quiet_sweep_time_is_these_sweeps():
+    took = [
+        re.search(
+            r"24 passed, 46 deselected in [\d.]+s \((\d):(\d\d):(\d\d)\)",
+            (QUIET / f"sweep{n}" / "sweep.log").read_text(),
+        )
+        for n in (1, 2)
+    ]
+    minutes = sorted(f"{int(m[2])}m{m[3]}s" for m in took)
+    assert (
+        f"| `pytest benchmarks` (24 cases) | {minutes[0]}-{minutes[1]} on a quiet machine"
+        in (ROOT / "README.md").read_text()
+    )
