@@ -105,3 +105,11 @@ def test_pytest_limits_leave_ci_inside_its_90_minutes():
     installs_s = 600
     assert set(limits) == {"NEWEST", "GPU"}, limits
     assert sum(limits.values()) + 2 * 60 + rerun + installs_s <= 90 * 60
+
+
+def test_the_gpu_sets_install_runs_while_the_newest_set_is_tested():
+    """The GPU set's CUDA wheels install in the background from the start, so CI's wall time is
+    not the two installs and the two test runs in a row; run_set waits for it."""
+    text = (ROOT / ".ci" / "run").read_text()
+    background = text.index('install_in_background gpu .venv-ci-211 "$GPU_PINS"\n')
+    assert background < text.index("run_set newest ") < text.index("run_set gpu .venv-ci-211 ")
