@@ -117,7 +117,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--first-seed", type=int, default=FRESH_HOLDOUT_SEEDS.start, help="--holdout: the first seed")
     parser.add_argument("--out", type=Path, default=None, help="--holdout: a folder for the PeakCheckRun files")
     parser.add_argument("--repredict", type=Path, default=None, help="a --holdout file: re-score its measurements")
+    parser.add_argument(
+        "--reestimate",
+        default="",
+        help="--repredict: also run this checkout's fake-tensor estimator again on these strategies' real-rank rows (e.g. ddp)",
+    )
     args = parser.parse_args(argv)
+    args.reestimate, problem = _reestimate_strategies(args.reestimate, args.repredict)
+    if problem:
+        print(f"--reestimate: {problem}", file=sys.stderr)
+        return 2
     if args.repredict:
         if args.out is not None and args.out.exists():
             print(f"{args.out} exists: refusing to overwrite it", file=sys.stderr)
@@ -155,6 +164,15 @@ def main(argv: list[str] | None = None) -> int:
         f"{worst['case']} (predicted {worst['predicted']:,.0f} B, measured {worst['measured']:,.0f} B, {worst['phase']})"
     )
     return 0
+
+
+def _reestimate_strategies(text: str, repredict: Path | None) -> tuple[list[str], str | None]:
+    """--reestimate's strategies, and what is wrong with them (None: nothing)."""
+    names = [s for s in text.split(",") if s]
+    unknown = sorted(set(names) - set(STRATEGIES))
+    if unknown:
+        return names, f"unknown strategy {unknown[0]!r} (the check's: {', '.join(STRATEGIES)})"
+    return names, "needs --repredict" if names and repredict is None else None
 
 
 ACCUMULATIONS = ((1, "every"), (2, "every"), (2, "last"))
@@ -199,13 +217,16 @@ def check_row(seed: int, kind: str, case: Case, out: Path) -> PeakCheckRow:
         return {**row, "status": "no peak", "reason": why}
     row.update(status="ok", measured_bytes=measured)
     row = scored_row(row, case)
-    if kind == "real":
-        from fsdp_bench.worker.estimate import estimate_peak
+    return estimated_row(row, case) if kind == "real" else row
 
-        estimated = estimate_peak(case)["probe_peak_bytes"]
-        row.update(estimated_bytes=estimated)
-        row[M.peak_estimate_error_pct] = 100 * (estimated - measured) / measured
-    return row
+
+def estimated_row(row: PeakCheckRow, case: Case) -> PeakCheckRow:
+    """The row with this checkout's fake-tensor estimate of its case beside the measurement."""
+    from fsdp_bench.worker.estimate import estimate_peak
+
+    estimated = estimate_peak(case)["probe_peak_bytes"]
+    error = 100 * (estimated - row["measured_bytes"]) / row["measured_bytes"]
+    return {**row, "estimated_bytes": estimated, M.peak_estimate_error_pct: error}
 
 
 def scored_row(row: PeakCheckRow, case: Case) -> PeakCheckRow:
@@ -217,15 +238,18 @@ def scored_row(row: PeakCheckRow, case: Case) -> PeakCheckRow:
 
 def repredict(args: argparse.Namespace) -> int:
     """--repredict FILE or FOLDER (a --holdout --out folder: its seed files, so far): the same
-    measurements scored by this checkout's peak model (each model rebuilt from its seed), printed
-    and written to --out."""
+    measurements scored by this checkout's peak model (each model rebuilt from its seed) and, for
+    the --reestimate strategies, its fake-tensor estimator; printed and written to --out."""
     old = read_json(args.repredict) if args.repredict.is_file() else _merged_seed_files(args.repredict)
     folder = Path(tempfile.mkdtemp(prefix="peak_holdout_"))
     rows = []
     for row in old["cases"]:
         if row["status"] == "ok":
             model = write_generated_config(row["seed"], folder)  # the model path of the run may be gone
-            row = scored_row(row, Case.from_dict({**row["case_fields"], "model": model}))
+            case = Case.from_dict({**row["case_fields"], "model": model})
+            row = scored_row(row, case)
+            if "estimated_bytes" in row and case.strategy in args.reestimate:
+                row = estimated_row(row, case)
         rows.append(row)
         print(_row_text(row))
     summary = holdout_summary(rows)
