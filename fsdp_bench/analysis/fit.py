@@ -155,11 +155,9 @@ def predict_peak_bytes(
     parts |= _accumulation_parts(parts, flavor, units, grad_accum, deferred, compute_bytes)
     held = device != "cpu" if buckets_from_start is None else buckets_from_start  # see phase_bytes
     at_top = held or (grad_accum > 1 and not deferred)  # or an earlier micro-batch wrote them
-    tied = tied_head_numel(flavor)
-    logprobs = acts.logprobs if act_bytes_per_sample is None else 0  # a calibration's are unknown
-    phases = phase_bytes(
-        parts, units, buckets_at_top=at_top, deferred=deferred, tied_head_numel=tied, logprobs=logprobs
-    )
+    tied = tied_head_numel(flavor)  # a calibration's log-probabilities are unknown: none dropped
+    head = {"tied_head_numel": tied, "logprobs": acts.logprobs if act_bytes_per_sample is None else 0}
+    phases = phase_bytes(parts, units, buckets_at_top=at_top, deferred=deferred, **head)
     if acts.per_layer and act_bytes_per_sample is None:
         moment_args = (strategy, units, world_size, acts, grad_accum, mesh, compute_bytes)
         moments = {"tied_head_numel": tied, "deferred": deferred, "buckets_at_top": at_top}
