@@ -155,11 +155,13 @@ def predict_peak_bytes(
     parts |= _accumulation_parts(parts, flavor, units, grad_accum, deferred, compute_bytes)
     held = device != "cpu" if buckets_from_start is None else buckets_from_start  # see phase_bytes
     at_top = held or (grad_accum > 1 and not deferred)  # or an earlier micro-batch wrote them
-    phases = phase_bytes(parts, units, buckets_at_top=at_top, deferred=deferred)
+    tied = tied_head_numel(flavor)  # a calibration's log-probabilities are unknown: none dropped
+    head = {"tied_head_numel": tied, "logprobs": acts.logprobs if act_bytes_per_sample is None else 0}
+    phases = phase_bytes(parts, units, buckets_at_top=at_top, deferred=deferred, **head)
     if acts.per_layer and act_bytes_per_sample is None:
         moment_args = (strategy, units, world_size, acts, grad_accum, mesh, compute_bytes)
-        tied = {"tied_head_numel": tied_head_numel(flavor) if deferred else 0}
-        phases = with_block_moments(phases, parts, *moment_args, deferred=deferred, **tied)
+        moments = {"tied_head_numel": tied, "deferred": deferred, "buckets_at_top": at_top}
+        phases = with_block_moments(phases, parts, *moment_args, **moments)
     phase = max(phases, key=phases.get)
     sizes = {"model_state_bytes": states["total"], "gathered_bytes": parts["gathered"], "activation_bytes": act}
     return {"peak_bytes": phases[phase], "phase": phase, "parts_bytes": parts, "phases_bytes": phases} | sizes

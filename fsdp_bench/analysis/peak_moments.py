@@ -30,12 +30,14 @@ def with_block_moments(
     *,
     deferred: bool = False,
     tied_head_numel: int = 0,
+    buckets_at_top: bool = True,
 ) -> dict[str, float]:
     """`phases` with the moments inside the blocks: on FSDP2 a block's backward and a block's
     forward all-gather copy-out, on DDP a block's backward. Which of them makes the peak changes
     with the world size (the top of backward at a few ranks, the padded buffers at hundreds) and
     the device (DDP's buckets), so every candidate is computed and the largest wins."""
-    ddp = _ddp_block_backward_bytes(parts, units, acts, grad_accum)
+    written = None if buckets_at_top else ddp_written_bucket_bytes(units, tied_head_numel)
+    ddp = _ddp_block_backward_bytes(parts, units, acts, grad_accum, written, tied_head_numel)
     phases = {**phases, "backward": max(phases["backward"], ddp)}
     gathered = _fsdp2_full_units(strategy, units, world_size, mesh, dtype_bytes)
     if gathered is None:
@@ -90,7 +92,13 @@ def _loss_forward_bytes(root: int, full: Sequence[int], acts: Activations, resha
 
 
 def phase_bytes(
-    parts: dict[str, float], units: Sequence[Unit], *, buckets_at_top: bool, deferred: bool
+    parts: dict[str, float],
+    units: Sequence[Unit],
+    *,
+    buckets_at_top: bool,
+    deferred: bool,
+    tied_head_numel: int = 0,
+    logprobs: int = 0,
 ) -> dict[str, float]:
     """The bytes alive at the top of backward and in the optimizer step, from the peak's parts.
 
@@ -99,31 +107,76 @@ def phase_bytes(
     CPU's measured peak is MemTracker's, which sees a bucket only from backward's first write
     into it (`buckets_at_top` False: the first micro-batch's top of backward is without them;
     the moment inside the blocks' backward, with them, is `_ddp_block_backward_bytes`; with the
-    reduction `deferred`, the head's backward, `_ddp_deferred_head_bytes`)."""
+    reduction `deferred`, the head's backward, `_ddp_deferred_head_bytes`, which needs the tied
+    head's elements and the log-probabilities' bytes, counted in the activations)."""
     kept = parts["params"] + parts["optimizer"] + parts["buckets"]
     top = kept - (0 if buckets_at_top else parts["buckets"])
     backward = top + parts["gathered"] + parts["activations"] + parts["loss_temp"] + parts["accumulated_grads"]
     if deferred and parts["buckets"]:
-        backward = max(backward, _ddp_deferred_head_bytes(parts, units))
+        first_bucket = ddp_written_bucket_bytes(units, tied_head_numel)[0]
+        backward = max(backward, _ddp_deferred_head_bytes(parts, units, first_bucket, logprobs))
     step = kept + parts["grads"] + parts["optimizer_temp"] + parts.get("tied_grad_copy", 0)
     return {"backward": backward, "optimizer step": step}
 
 
 # DDP fills its first bucket up to this size (torch's _DEFAULT_FIRST_BUCKET_BYTES), the rest
-# up to bucket_cap_mb; a bucket is allocated whole at its first write
+# up to bucket_cap_mb (torch's default 25 MiB); a bucket is allocated whole at its first write
 DDP_FIRST_BUCKET_BYTES = 1024 * 1024
+DDP_BUCKET_CAP_BYTES = 25 * 1024 * 1024
 
 
-def _ddp_deferred_head_bytes(parts: dict[str, float], units: Sequence[Unit], dtype_bytes: int = 4) -> float:
+def ddp_written_bucket_bytes(
+    units: Sequence[Unit], tied_head_numel: int, dtype_bytes: int = 4
+) -> tuple[int, list[int], list[int]]:
+    """The bytes of DDP's buckets written once the head's gradients are made, and once each
+    block's first and all of its gradients are (forward order), each bucket counted whole from
+    its first write (MemTracker's view on CPU, where a bucket is seen only from then). DDP rebuilds
+    its buckets after the first step in the order the gradients became ready, taken as the reverse
+    registration order (as worker.estimate's rebuilt_bucket_options): the head (untied) and the
+    root's norms, the blocks from the last, each block's parameters reversed, then the embeddings
+    (a tied one's gradient is ready only after the embedding's backward). The sizes follow torch's
+    greedy assignment: a bucket closes at the parameter that takes it to its cap, so one bucket
+    can hold everything (dev seed 22: one bucket of 1,264,384 B, not the 1 MiB cap the head's
+    moment counted, read off DDP's rebuilt_bucket_sizes)."""
+    blocks = [u for u in units if not u.is_root]
+    root = next((u.shapes for u in units if u.is_root), ())
+    matrices = [i for i, shape in enumerate(root) if len(shape) == 2]
+    head = max(matrices, key=lambda i: math.prod(root[i])) if matrices and not tied_head_numel else None
+    first = [i for i, shape in enumerate(root) if len(shape) == 1 or i == head]
+    ready = [(-1, math.prod(root[i])) for i in first]
+    for k in reversed(range(len(blocks))):
+        ready += [(k, math.prod(shape)) for shape in reversed(blocks[k].shapes)]
+    ready += [(-2, math.prod(shape)) for i, shape in enumerate(root) if i not in first]
+    sizes, written = [0], []
+    for _, numel in ready:
+        if sizes[-1] >= (DDP_FIRST_BUCKET_BYTES if len(sizes) == 1 else DDP_BUCKET_CAP_BYTES):
+            sizes.append(0)
+        sizes[-1] += numel * dtype_bytes
+        written.append(len(sizes) - 1)
+    opened = list(accumulate(sizes))
+    at = {owner: [opened[written[i]] for i, (o, _) in enumerate(ready) if o == owner] for owner, _ in ready}
+    head_bytes = at[-1][-1] if -1 in at else 0
+    starts = [at[k][0] if k in at else head_bytes for k in range(len(blocks))]
+    return head_bytes, starts, [at[k][-1] if k in at else head_bytes for k in range(len(blocks))]
+
+
+def _ddp_deferred_head_bytes(
+    parts: dict[str, float], units: Sequence[Unit], first_bucket: int, logprobs: int, dtype_bytes: int = 4
+) -> float:
     """DDP's moment in the head's backward when the earlier micro-batches skipped the reduction
     (no_sync): the head's gradient is written into the first bucket, which no earlier micro-batch
-    wrote, so it is allocated now, whole; beside it the accumulated gradients and the activations,
-    the loss's temporaries about gone. Read off MemTracker (2 ranks, batch 2 x accum 2, peak in
-    the final norm's or the head's backward): -1.7 % on qwen2_tiny, -3.0 % on gpt_tiny, +1.4 %
-    on llama_odd_vocab, +0.4 % on gpt2_small_odd, where the top of backward without the bucket
-    was -7.0 %, -6.9 %, -3.3 % and -0.04 %."""
-    first_bucket = min(parts["buckets"], max(DDP_FIRST_BUCKET_BYTES, _head_grad_numel(units) * dtype_bytes))
-    return parts["params"] + parts["optimizer"] + parts["accumulated_grads"] + first_bucket + parts["activations"]
+    wrote, so it is allocated now, whole (`first_bucket`, as rebuilt); beside it the accumulated
+    gradients, the head's new vocab x hidden gradient (not yet added into the accumulated one; a
+    tied head's waits for the embedding's part) and the activations less the log-probabilities
+    (the loss's backward has ended, its temporaries gone). Read off MemTracker (2 ranks, batch 2 x
+    accum 2, peak in the head's backward of the last micro-step): dev seed 22 (untied qwen2, one
+    1,264,384 B bucket) 'GRAD' the accumulated 1,264,384 B plus the head's new 265,056 B, 'ACT'
+    and 'TEMP' the activations less the 192,768 B log-probabilities: this moment is 100 B under
+    it (-3.79 % counting the bucket at the 1 MiB cap, no new gradient and the log-probabilities);
+    dev seed 0 (untied gemma, first bucket 1,063,440 B) 2,248 B under (+0.11 % before)."""
+    head = max((math.prod(s) for u in units if u.is_root for s in u.shapes if len(s) == 2), default=0)
+    kept = parts["params"] + parts["optimizer"] + parts["accumulated_grads"]
+    return kept + first_bucket + head * dtype_bytes + parts["activations"] - logprobs
 
 
 def _head_grad_numel(units: Sequence[Unit]) -> int:
@@ -136,26 +189,50 @@ def _head_grad_numel(units: Sequence[Unit]) -> int:
 
 
 def _ddp_block_backward_bytes(
-    parts: dict[str, float], units: Sequence[Unit], acts: Activations, grad_accum: int, dtype_bytes: int = 4
+    parts: dict[str, float],
+    units: Sequence[Unit],
+    acts: Activations,
+    grad_accum: int,
+    written: tuple[int, list[int], list[int]] | None = None,
+    tied_head_numel: int = 0,
+    dtype_bytes: int = 4,
 ) -> float:
     """DDP's largest moment inside the blocks' backward (0 for every other strategy): the buckets
-    (written by then), the head's gradients, the gradients of this block and those above (a
-    second copy beside the buckets: DDP's gradients are not bucket views; with accumulation every
-    gradient instead), the residual stream's gradient and the activations of this block and those
-    below (the loss's tensors and the final norm's are gone). On CPU, where the measured peak sees
-    the buckets only from their first write, this is DDP's backward peak on the Llama-style tiny
-    flavors (MemTracker: the last block's backward, 2,441,136 B on qwen2_tiny at 2 ranks, against
-    2,638,184 B for the top of backward with the buckets); every block is tried."""
+    (written by then), the residual stream's gradient, the activations of this block and those
+    below (the loss's tensors and the final norm's are gone) and the gradients (a second copy
+    beside the buckets: DDP's gradients are not bucket views). On CPU, where the measured peak
+    sees the buckets only from their first write, this is DDP's backward peak on the Llama-style
+    tiny flavors (MemTracker: the last block's backward, 2,441,136 B on qwen2_tiny at 2 ranks,
+    against 2,638,184 B for the top of backward with the buckets); every block is tried.
+
+    `written` (ddp_written_bucket_bytes; None: every bucket, held from the start or written by an
+    earlier micro-batch) counts only the buckets the gradients made so far wrote: counting every
+    bucket at the last block was +4.72 % on dev seed 0 (2 ranks, accumulation 2 reduced last;
+    MemTracker's peak in the head's backward, the second of its two 1.06 MB buckets written only
+    at block 1). Without accumulation the gradients are the head's, this block's and those above.
+    With it, they are the accumulated ones plus the new ones not yet added in place: the block's
+    largest (one at a time) and a tied head's vocab x hidden part, which autograd sums with the
+    embedding's only after every block (dev seed 3, tied: 'TEMP' held its 1,778,784 B and block
+    5's down projection's 383,040 B beside the buckets; -2.05 % without them). A block is then
+    tried at its first gradient (every activation of it alive, the buckets its first gradient
+    wrote) and after its MLP's backward (those saved tensors freed, every bucket it wrote: dev
+    seed 13's peak, the second bucket opened at block 5's post-attention norm, past its MLP)."""
     if not parts["buckets"]:
         return 0
     blocks = [u for u in units if not u.is_root]
     below = sum(acts.per_layer) + acts.under_blocks
     made = _head_grad_numel(units)
     peak = 0.0
+    kept = parts["params"] + parts["optimizer"] + acts.stream_grad
     for k in reversed(range(len(blocks))):
         made += blocks[k].numel
-        grads = parts["accumulated_grads"] if grad_accum > 1 else made * dtype_bytes
-        peak = max(peak, parts["params"] + parts["optimizer"] + parts["buckets"] + grads + acts.stream_grad + below)
+        at_first, at_end = (parts["buckets"],) * 2 if written is None else (written[1][k], written[2][k])
+        if grad_accum == 1:  # every gradient of the block and those above, every activation (as measured)
+            peak = max(peak, kept + at_end + made * dtype_bytes + below)
+        else:
+            largest = max((math.prod(s) for s in blocks[k].shapes), default=0)
+            grads = parts["accumulated_grads"] + (tied_head_numel + largest) * dtype_bytes
+            peak = max(peak, kept + grads + max(at_first + below, at_end + below - acts.mlp_per_layer))
         below -= acts.per_layer[k]
     return peak
 
