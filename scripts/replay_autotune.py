@@ -7,11 +7,12 @@ real tuning run (scripts/measure_autotune.py) checks it on the machine.
 
     python scripts/replay_autotune.py RUN_FOLDER [--repeats 2] [--seeds 50]
 
-Prints, over the seeds: the tuner's cost (its case-seconds / the folder's full grid's), how
-often it answers a single winner, how often its pick is within the ground truth's noise of the
-truth's best (report.recommend.speeds_overlap) and how often its answer (pick or tied set) holds
-the truth's best. A replay cannot show the machine's drift between the truth and a later tuning:
-every run it draws was measured during the truth.
+Prints, over the seeds: the tuner's cost (its case-seconds / the folder's full grid's), its runs
+by purpose (probe, explore, control, race), how often it answers a single winner, how often its
+pick is within the ground truth's noise of the truth's best (report.recommend.speeds_overlap) and
+how often its answer (pick or tied set) holds the truth's best. A replay cannot show the
+machine's drift between the truth and a later tuning: every run it draws was measured during the
+truth.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import random
 import statistics
 import sys
 import tempfile
+from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -33,6 +35,8 @@ from fsdp_bench.plan.case import Case  # noqa: E402
 from fsdp_bench.report.recommend import speeds_overlap  # noqa: E402
 from fsdp_bench.results.layout import RunLayout  # noqa: E402
 from fsdp_bench.results.metrics import M  # noqa: E402
+
+PURPOSES = ("probe", "explore", "control", "race", "boundary")
 
 
 class ReplaySession:
@@ -78,6 +82,19 @@ def _row(result: dict) -> dict:
     return {"case_id": result["case_id"], **result["metrics"]}
 
 
+def runs_by_purpose(answer: dict) -> Counter:
+    """The answer's runs by what they were for: probe, explore (a case's first run), control (the
+    leader re-measured in an exploring round) and race (a round of repeats only)."""
+    kinds = Counter()
+    for entry in answer["rounds"]:
+        for run in entry["runs"]:
+            if entry["kind"] == "explore":
+                kinds["explore" if run["repeat_count"] == 1 else "control"] += 1
+            else:
+                kinds["race" if entry["kind"] == "repeat" else entry["kind"]] += 1
+    return kinds
+
+
 def replay(run: Path, repeats: int, seeds: int) -> list[dict]:
     """One judged answer per seed."""
     truth = {r["case_id"]: r for r in (json.loads(p.read_text()) for p in sorted((run / "cases").glob("*.json")))}
@@ -104,6 +121,7 @@ def replay(run: Path, repeats: int, seeds: int) -> list[dict]:
                 "holds_best": best["case_id"] in [answer["pick"], *answer["tied"]],
                 "best_unmeasured": best["case_id"] in answer.get("unmeasured_within_noise", []),
                 "tied": 1 + len(answer["tied"]),
+                "purpose": runs_by_purpose(answer),
             }
         )
     return out
@@ -128,6 +146,8 @@ def main() -> None:
         f"tied set median {sorted(r['tied'] for r in rows)[n // 2]}, "
         f"best among the unmeasured within noise {sum(r['best_unmeasured'] for r in rows)}"
     )
+    purpose = sum((r["purpose"] for r in rows), Counter())
+    print("runs per replay by purpose (mean): " + ", ".join(f"{k} {purpose[k] / n:.1f}" for k in PURPOSES))
 
 
 if __name__ == "__main__":

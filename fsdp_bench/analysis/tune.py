@@ -25,7 +25,8 @@ after the probe, each round measures once the unmeasured fitting cases that coul
 leader (predicted speed x (1 + model error) at or above the leader's measured speed), best predicted
 first, at most ROUND_SIZE; and gives every measured case whose tokens/s interval overlaps the
 leader's (`report.recommend`'s rule, at `results.stats.CONFIDENCE`) more repeats, doubling up to
-`--bench-repeats`. Before racing, the leader's unmeasured neighbours (one grid step along
+`--bench-repeats`, when that race could separate each of them from the leader (`worth_racing`).
+Before racing, the leader's unmeasured neighbours (one grid step along
 accumulation) are measured once. It stops when nothing is left to measure: one leader separated beyond noise, or
 ties that the planned repeats could not split; or when the time budget is spent.
 """
@@ -251,10 +252,13 @@ def could_separate(best: Measured, other: Measured, drift: Drift | None, max_rep
 
 
 def worth_racing(tied: Sequence[Measured], drift: Drift | None, max_repeats: int) -> list[Measured]:
-    """The tied cases (leader first) whose race to `max_repeats` could separate one from the
-    leader (`could_separate`), with the leader; [] when none could: the tie is the answer."""
-    others = [m for m in tied[1:] if could_separate(tied[0], m, drift, max_repeats)]
-    return [tied[0], *others] if others else []
+    """The tied cases (leader first) to race to `max_repeats`: all of them when the race could
+    separate every one from the leader (`could_separate`), so that it could end in a single
+    winner; [] when one could not: the answer is then a tie whatever the others measure, and
+    racing them would only shorten its list, a run each (replays of the 96-case CPU grids:
+    docs/autotune.md, "Round 2 on 96 cases")."""
+    others = tied[1:]
+    return list(tied) if others and all(could_separate(tied[0], m, drift, max_repeats) for m in others) else []
 
 
 def unmeasured_within_noise(
