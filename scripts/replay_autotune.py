@@ -8,7 +8,7 @@ real tuning run (scripts/measure_autotune.py) checks it on the machine.
     python scripts/replay_autotune.py RUN_FOLDER [--repeats 2] [--seeds 50]
 
 Prints, over the seeds: the tuner's cost (its case-seconds / the folder's full grid's), its runs
-by purpose (probe, explore, control, race), how often it answers a single winner, how often its
+by purpose (probe, explore, control, repeat), how often it answers a single winner, how often its
 pick is within the ground truth's noise of the truth's best (report.recommend.speeds_overlap) and
 how often its answer (pick or tied set) holds the truth's best. A replay cannot show the
 machine's drift between the truth and a later tuning: every run it draws was measured during the
@@ -36,7 +36,7 @@ from fsdp_bench.report.recommend import speeds_overlap  # noqa: E402
 from fsdp_bench.results.layout import RunLayout  # noqa: E402
 from fsdp_bench.results.metrics import M  # noqa: E402
 
-PURPOSES = ("probe", "explore", "control", "race", "boundary")
+PURPOSES = ("probe", "explore", "control", "repeat", "boundary")
 
 
 class ReplaySession:
@@ -84,14 +84,15 @@ def _row(result: dict) -> dict:
 
 def runs_by_purpose(answer: dict) -> Counter:
     """The answer's runs by what they were for: probe, explore (a case's first run), control (the
-    leader re-measured in an exploring round) and race (a round of repeats only)."""
+    leader re-measured in an exploring round) and repeat (a round of repeats only: a race, or the
+    leader of a tie or a lone leader measured once more)."""
     kinds = Counter()
     for entry in answer["rounds"]:
         for run in entry["runs"]:
             if entry["kind"] == "explore":
                 kinds["explore" if run["repeat_count"] == 1 else "control"] += 1
             else:
-                kinds["race" if entry["kind"] == "repeat" else entry["kind"]] += 1
+                kinds[entry["kind"]] += 1
     return kinds
 
 

@@ -211,9 +211,10 @@ def plan_round(
 
     Explore first: the unmeasured cases that could still beat the leader, given the model's error,
     with the leader once more (the drift's control, `control`). Then race: the survivors within
-    noise of the leader get their repeats doubled, up to `max_repeats`. A lone leader is done only
-    once the drift is measured and it was measured twice (`lone_winner_allowed`); until then the
-    control runs alone."""
+    noise of the leader get their repeats doubled, up to `max_repeats`, when that could end the tie
+    (`worth_racing`); a tie left unraced gets its leader measured twice (TIE_PICK_MEASUREMENTS). A
+    lone leader is done only once the drift is measured and it was measured twice
+    (`lone_winner_allowed`); until then the control runs alone."""
     best = leader(measured, budget_gib)
     unmeasured = [p for p in ranked if p.case.id not in measured]
     if best is None:
@@ -228,11 +229,12 @@ def plan_round(
     if len(tied) < 2:
         return [] if lone_winner_allowed(measured, best) else control(ranked, best, cap=MIN_DRIFT_DOF + 1)
     by_id = {p.case.id: p.case for p in ranked}
-    return [
+    race = [
         (by_id[m.case_id], min(max_repeats, 2 * m.repeats))
         for m in worth_racing(tied, tuning_drift(measured), max_repeats)
         if m.repeats < max_repeats and m.case_id in by_id
     ]
+    return race or control(ranked, best, cap=TIE_PICK_MEASUREMENTS)
 
 
 def could_separate(best: Measured, other: Measured, drift: Drift | None, max_repeats: int) -> bool:
@@ -299,11 +301,17 @@ def runs_left(
     tied = survivors(measured, budget_gib)
     racing = worth_racing(tied, tuning_drift(measured), max_repeats) if len(tied) > 1 else []
     race = sum(max(0, max_repeats - m.repeats) for m in racing)
-    lone = 0 if race or lone_winner_allowed(measured, best) else max(0, MIN_DRIFT_DOF + 1 - best.repeats)
-    return promising + min(controls, math.ceil(promising / round_size)) + race + lone
+    if len(tied) > 1:  # a race, or the tie's pick measured TIE_PICK_MEASUREMENTS times
+        tail = race or max(0, TIE_PICK_MEASUREMENTS - best.repeats)
+    else:
+        tail = 0 if lone_winner_allowed(measured, best) else max(0, MIN_DRIFT_DOF + 1 - best.repeats)
+    return promising + min(controls, math.ceil(promising / round_size)) + tail
 
 
 CONTROL_REPEATS = 3  # the leader is re-measured in each exploring round until it has this many
+# A tie is answered with its fastest case as the pick: never one measurement, which may have been
+# taken in a quiet minute (analysis.drift), so a tie left unraced re-measures its leader first.
+TIE_PICK_MEASUREMENTS = 2
 
 
 def control(ranked: Sequence[Prediction], best: Measured, cap: int = CONTROL_REPEATS) -> list[tuple[Case, int]]:
