@@ -31,6 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from fsdp_bench.launch.tune import runs_by_purpose  # noqa: E402
 from fsdp_bench.report.recommend import speeds_overlap  # noqa: E402
 from fsdp_bench.results.io import write_json_atomic  # noqa: E402
 from fsdp_bench.results.metrics import M  # noqa: E402
@@ -143,6 +144,7 @@ def judge(truth: dict, answer: dict) -> dict:
         "stopped": answer["stopped"],
         "tune_case_s": answer["cost"]["spent_case_s"],
         "tune_runs": sum(r["repeat_count"] for r in answer["measured"]),
+        "runs_by_purpose": dict(runs_by_purpose(answer)),
         "grid_case_s": full_s,
         "ratio": answer["cost"]["spent_case_s"] / full_s if full_s else None,
     }

@@ -30,13 +30,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from fsdp_bench.analysis.tune import tune_requests  # noqa: E402
-from fsdp_bench.launch.tune import run_tune  # noqa: E402
+from fsdp_bench.launch.tune import RUN_PURPOSES, run_tune, runs_by_purpose  # noqa: E402
 from fsdp_bench.plan.case import Case  # noqa: E402
 from fsdp_bench.report.recommend import speeds_overlap  # noqa: E402
 from fsdp_bench.results.layout import RunLayout  # noqa: E402
 from fsdp_bench.results.metrics import M  # noqa: E402
-
-PURPOSES = ("probe", "explore", "control", "repeat", "boundary")
 
 
 class ReplaySession:
@@ -80,20 +78,6 @@ class ReplaySession:
 
 def _row(result: dict) -> dict:
     return {"case_id": result["case_id"], **result["metrics"]}
-
-
-def runs_by_purpose(answer: dict) -> Counter:
-    """The answer's runs by what they were for: probe, explore (a case's first run), control (the
-    leader re-measured in an exploring round) and repeat (a round of repeats only: a race, or the
-    leader of a tie or a lone leader measured once more)."""
-    kinds = Counter()
-    for entry in answer["rounds"]:
-        for run in entry["runs"]:
-            if entry["kind"] == "explore":
-                kinds["explore" if run["repeat_count"] == 1 else "control"] += 1
-            else:
-                kinds[entry["kind"]] += 1
-    return kinds
 
 
 def replay(run: Path, repeats: int, seeds: int) -> list[dict]:
@@ -148,7 +132,7 @@ def main() -> None:
         f"best among the unmeasured within noise {sum(r['best_unmeasured'] for r in rows)}"
     )
     purpose = sum((r["purpose"] for r in rows), Counter())
-    print("runs per replay by purpose (mean): " + ", ".join(f"{k} {purpose[k] / n:.1f}" for k in PURPOSES))
+    print("runs per replay by purpose (mean): " + ", ".join(f"{k} {purpose[k] / n:.1f}" for k in RUN_PURPOSES))
 
 
 if __name__ == "__main__":

@@ -40,6 +40,7 @@ class AutotuneCheck(TypedDict, total=False):
     stopped: str
     tune_case_s: Number
     tune_runs: int
+    runs_by_purpose: dict[str, int]  # launch.tune.runs_by_purpose: probe, explore, control, repeat
     grid_case_s: Number
     ratio: Number | None
     load_truth: LoadSummary

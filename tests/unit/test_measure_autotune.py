@@ -81,6 +81,16 @@ def test_a_single_winner_outside_the_noise_is_judged_so_and_a_tie_holding_the_be
     assert nothing["gap_pct"] is None and not nothing["within_noise"] and not nothing["tied_set_holds_best"]
 
 
+def test_the_runs_are_counted_by_what_they_were_for():
+    rounds = [
+        {"round": 0, "kind": "probe", "runs": [{"repeat_count": 1}, {"repeat_count": 1}]},
+        {"round": 1, "kind": "explore", "runs": [{"repeat_count": 1}, {"repeat_count": 2}]},  # a new case, the control
+        {"round": 2, "kind": "repeat", "runs": [{"repeat_count": 2}]},
+    ]
+    row = measure_autotune.judge(TRUTH, {**_answer("best", [], False), "rounds": rounds})
+    assert row["runs_by_purpose"] == {"probe": 2, "explore": 1, "control": 1, "repeat": 1}
+
+
 def test_the_ground_truth_is_read_from_a_run_folders_case_files(tmp_path):
     cases = tmp_path / "cases"
     cases.mkdir()
