@@ -126,6 +126,7 @@ def judge(truth: dict, answer: dict) -> dict:
     best = max(ok.values(), key=lambda r: speed[r["case_id"]])
     named = [answer["pick"], *answer["tied"]] if answer["pick"] else []
     full_s = sum(r["duration_s"] for r in everything)
+    priced = truth_priced_seconds(everything, answer)
     pick = ok.get(answer["pick"])
     return {
         "grid": truth["grid"],
@@ -147,7 +148,22 @@ def judge(truth: dict, answer: dict) -> dict:
         "runs_by_purpose": dict(runs_by_purpose(answer)),
         "grid_case_s": full_s,
         "ratio": answer["cost"]["spent_case_s"] / full_s if full_s else None,
+        "tune_case_s_truth_priced": priced,
+        "ratio_truth_priced": priced / full_s if full_s and priced is not None else None,
     }
+
+
+def truth_priced_seconds(cases: list[dict], answer: dict) -> float | None:
+    """The tuner's runs priced at the ground truth's seconds per run of the same cases: its cost
+    had it run at the truth's load. A tuning beside burners pays more per run than the truth did
+    (on the gpt_tiny 96-case grid 19-21 case-seconds a run against the truth's 16), so the
+    measured ratio mixes the two loads; this one compares the runs alone. None when a measured
+    case is not in the truth."""
+    per_run = {r["case_id"]: r["duration_s"] / max(1, r[M.repeats]) for r in cases}
+    runs = [(m.get("case_id"), m["repeat_count"]) for m in answer["measured"]]
+    if not all(case_id in per_run for case_id, _ in runs):
+        return None
+    return sum(per_run[case_id] * n for case_id, n in runs)
 
 
 def compare(truth: dict, out: Path, repeats: int, grid: list[str]) -> dict:

@@ -91,6 +91,15 @@ def test_the_runs_are_counted_by_what_they_were_for():
     assert row["runs_by_purpose"] == {"probe": 2, "explore": 1, "control": 1, "repeat": 1}
 
 
+def test_the_tuners_runs_are_also_priced_at_the_truths_seconds_per_run():
+    answer = {**_answer("best", [], False, spent=9.0), "measured": [{"case_id": "best", "repeat_count": 3}]}
+    row = measure_autotune.judge(TRUTH, answer)  # the truth ran "best" twice in 10 s
+    assert row["tune_case_s_truth_priced"] == pytest.approx(15.0) and row["ratio_truth_priced"] == pytest.approx(0.375)
+    assert row["ratio"] == pytest.approx(9.0 / 40.0)
+    unknown = {**answer, "measured": [{"case_id": "elsewhere", "repeat_count": 1}]}
+    assert measure_autotune.judge(TRUTH, unknown)["ratio_truth_priced"] is None
+
+
 def test_the_ground_truth_is_read_from_a_run_folders_case_files(tmp_path):
     cases = tmp_path / "cases"
     cases.mkdir()
