@@ -137,6 +137,8 @@ def _main(monkeypatch, *args: str) -> str:
     [
         (["--truth-only"], "measure_autotune: --truth-only needs --out FILE"),
         (["--repeats", "0"], "measure_autotune: --repeats must be at least 1"),
+        (["--resume", "/nonexistent/run"], "measure_autotune: --resume needs --truth-only and a run folder"),
+        (["--truth-only", "--out", "x.json", "--resume", "/nonexistent/run"], "measure_autotune: --resume needs"),
         (["--truth", "/nonexistent/truth.json"], "measure_autotune: --truth /nonexistent/truth.json: "),
     ],
 )
