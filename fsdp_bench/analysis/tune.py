@@ -257,8 +257,8 @@ def worth_racing(tied: Sequence[Measured], drift: Drift | None, max_repeats: int
     """The tied cases (leader first) to race to `max_repeats`: all of them when the race could
     separate every one from the leader (`could_separate`), so that it could end in a single
     winner; [] when one could not: the answer is then a tie whatever the others measure, and
-    racing them would only shorten its list, a run each (replays of the 96-case CPU grids:
-    docs/autotune.md, "Round 2 on 96 cases")."""
+    racing them would only shorten its list, a run each (replays and runs of the 96-case CPU grid:
+    docs/autotune.md, "The race rule, then three more loaded runs")."""
     others = tied[1:]
     return list(tied) if others and all(could_separate(tied[0], m, drift, max_repeats) for m in others) else []
 
