@@ -8,6 +8,8 @@ during each run.
     python scripts/measure_autotune.py [--grids gpt_tiny,hf:tests/data/hf_configs/NAME]
         [--repeats 2] [--strategies ...] [--batch-sizes 2,4] [--grad-accum 1,2]
         [--burn N] [--out FILE.json] [--results-dir DIR] [-- extra --bench-* options]
+    python scripts/measure_autotune.py --truth-only --out FILE.json [--resume RUN] ...  (the ground truth alone)
+    python scripts/measure_autotune.py --truth FILE.json [--burn N] --out ROWS.json  (the tuner judged against it)
 
 CPU, 2 gloo ranks, seq len 32. Costs are case-seconds (the runner's wall time per case, summed
 over repeats) as written in the run folders; the full grid's are measured, not estimated.
@@ -31,6 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from fsdp_bench.launch.tune import runs_by_purpose  # noqa: E402
 from fsdp_bench.report.recommend import speeds_overlap  # noqa: E402
 from fsdp_bench.results.io import write_json_atomic  # noqa: E402
 from fsdp_bench.results.metrics import M  # noqa: E402
@@ -65,15 +68,18 @@ class LoadSampler:
         return {"min": min(s), "mean": sum(s) / len(s), "max": max(s), "samples": len(self.samples)}
 
 
-def _run(model: str, out: Path, repeats: int, grid: list[str], tune: bool) -> tuple[Path, dict, float]:
+def _run(
+    model: str, out: Path, repeats: int, grid: list[str], tune: bool, resume: Path | None = None
+) -> tuple[Path, dict, float]:
     before = set(out.iterdir()) if out.is_dir() else set()
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "benchmarks/test_strategy_sweep.py"]
     cmd += ["--bench-model", model, "--bench-repeats", str(repeats), "--bench-results-dir", str(out), *grid]
     cmd += ["--bench-tune"] if tune else []
+    cmd += ["--bench-resume", str(resume)] if resume is not None else []
     start = time.monotonic()
     with LoadSampler() as load:
         subprocess.run(cmd, cwd=ROOT, check=False, capture_output=True)
-    made = sorted(set(out.iterdir()) - before)
+    made = [resume] if resume is not None else sorted(set(out.iterdir()) - before)
     if not made:
         raise SystemExit(f"measure_autotune: no run folder made for {model} (tune={tune})")
     return made[-1], load.summary(), time.monotonic() - start
@@ -109,9 +115,11 @@ def truth_cases(run: Path) -> list[dict]:
     return rows
 
 
-def run_truth(model: str, out: Path, repeats: int, grid: list[str]) -> dict:
-    """The exhaustive grid with repeats (interleaved): its cases, load and wall time."""
-    run, load, wall = _run(model, out, repeats, grid, tune=False)
+def run_truth(model: str, out: Path, repeats: int, grid: list[str], resume: Path | None = None) -> dict:
+    """The exhaustive grid with repeats (interleaved): its cases, load and wall time. `resume`: a
+    truth's run folder stopped before its last repeat, finished with --bench-resume (its ok repeats
+    kept); the load and wall time are then this session's, the cases' seconds all of them."""
+    run, load, wall = _run(model, out, repeats, grid, tune=False, resume=resume)
     return {"grid": model, "run": run.name, "load": load, "wall_s": wall, "cases": truth_cases(run)}
 
 
@@ -125,6 +133,7 @@ def judge(truth: dict, answer: dict) -> dict:
     best = max(ok.values(), key=lambda r: speed[r["case_id"]])
     named = [answer["pick"], *answer["tied"]] if answer["pick"] else []
     full_s = sum(r["duration_s"] for r in everything)
+    priced = truth_priced_seconds(everything, answer)
     pick = ok.get(answer["pick"])
     return {
         "grid": truth["grid"],
@@ -143,9 +152,25 @@ def judge(truth: dict, answer: dict) -> dict:
         "stopped": answer["stopped"],
         "tune_case_s": answer["cost"]["spent_case_s"],
         "tune_runs": sum(r["repeat_count"] for r in answer["measured"]),
+        "runs_by_purpose": dict(runs_by_purpose(answer)),
         "grid_case_s": full_s,
         "ratio": answer["cost"]["spent_case_s"] / full_s if full_s else None,
+        "tune_case_s_truth_priced": priced,
+        "ratio_truth_priced": priced / full_s if full_s and priced is not None else None,
     }
+
+
+def truth_priced_seconds(cases: list[dict], answer: dict) -> float | None:
+    """The tuner's runs priced at the ground truth's seconds per run of the same cases: its cost
+    had it run at the truth's load. A tuning beside burners pays more per run than the truth did
+    (on the gpt_tiny 96-case grid 19-21 case-seconds a run against the truth's 16), so the
+    measured ratio mixes the two loads; this one compares the runs alone. None when a measured
+    case is not in the truth."""
+    per_run = {r["case_id"]: r["duration_s"] / max(1, r[M.repeats]) for r in cases}
+    runs = [(m.get("case_id"), m["repeat_count"]) for m in answer["measured"]]
+    if not all(case_id in per_run for case_id, _ in runs):
+        return None
+    return sum(per_run[case_id] * n for case_id, n in runs)
 
 
 def compare(truth: dict, out: Path, repeats: int, grid: list[str]) -> dict:
@@ -202,6 +227,12 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="judge against the ground truth of a --truth-only file (its grids, options and repeats) instead of running it",
     )
+    parser.add_argument(
+        "--resume",
+        type=Path,
+        default=None,
+        help="with --truth-only: finish this ground truth's run folder (stopped early) instead of starting one",
+    )
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--results-dir", type=Path, default=Path("results/autotune"))
     return parser
@@ -211,6 +242,8 @@ def main() -> None:
     args, extra = _parser().parse_known_args()
     if args.truth_only and (args.out is None or args.truth is not None):
         raise SystemExit("measure_autotune: --truth-only needs --out FILE and no --truth")
+    if args.resume is not None and (not args.truth_only or not (args.resume / "cases").is_dir()):
+        raise SystemExit("measure_autotune: --resume needs --truth-only and a run folder (with cases/)")
     if args.repeats < 1 or args.burn < 0:
         raise SystemExit("measure_autotune: --repeats must be at least 1 and --burn at least 0")
     kept = _read_truth(args.truth) if args.truth is not None else None
@@ -230,7 +263,11 @@ def main() -> None:
                 f"{'in noise':>8} {'holds':>6} {'cost':>6} {'load':>5} {'load':>5}"
             )
         for i, model in enumerate(models):
-            truth = kept["truths"][i] if kept is not None else run_truth(model, args.results_dir, repeats, grid)
+            truth = (
+                kept["truths"][i]
+                if kept is not None
+                else run_truth(model, args.results_dir, repeats, grid, args.resume)
+            )
             truths.append(truth)
             if args.truth_only:
                 print(f"{model}: ground truth {truth['run']}, {len(truth['cases'])} cases, {truth['wall_s']:.0f} s")

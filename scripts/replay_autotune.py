@@ -6,12 +6,14 @@ No process is started, so a schedule change is judged on hundreds of replays in 
 real tuning run (scripts/measure_autotune.py) checks it on the machine.
 
     python scripts/replay_autotune.py RUN_FOLDER [--repeats 2] [--seeds 50]
+    python scripts/replay_autotune.py --from-truth TRUTH.json ...  (its folder rebuilt, approximately)
 
-Prints, over the seeds: the tuner's cost (its case-seconds / the folder's full grid's), how
-often it answers a single winner, how often its pick is within the ground truth's noise of the
-truth's best (report.recommend.speeds_overlap) and how often its answer (pick or tied set) holds
-the truth's best. A replay cannot show the machine's drift between the truth and a later tuning:
-every run it draws was measured during the truth.
+Prints, over the seeds: the tuner's cost (its case-seconds / the folder's full grid's), its runs
+by purpose (probe, explore, control, repeat), how often it answers a single winner, how often its
+pick is within the ground truth's noise of the truth's best (report.recommend.speeds_overlap) and
+how often its answer (pick or tied set) holds the truth's best. A replay cannot show the
+machine's drift between the truth and a later tuning: every run it draws was measured during the
+truth.
 """
 
 from __future__ import annotations
@@ -22,17 +24,29 @@ import random
 import statistics
 import sys
 import tempfile
+from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from fsdp_bench.analysis.tune import tune_requests  # noqa: E402
-from fsdp_bench.launch.tune import run_tune  # noqa: E402
+from fsdp_bench.launch.tune import RUN_PURPOSES, run_tune, runs_by_purpose  # noqa: E402
 from fsdp_bench.plan.case import Case  # noqa: E402
+from fsdp_bench.plan.options import parse_sweep  # noqa: E402
 from fsdp_bench.report.recommend import speeds_overlap  # noqa: E402
 from fsdp_bench.results.layout import RunLayout  # noqa: E402
 from fsdp_bench.results.metrics import M  # noqa: E402
+
+TRUTH_METRICS = (  # what a --truth-only file keeps of each case (scripts/measure_autotune.py)
+    M.tokens_per_s_per_device,
+    M.step_time_s_median,
+    M.step_time_s_median_ci_low,
+    M.step_time_s_median_ci_high,
+    M.step_time_median_ci_level_pct,
+    M.repeat_spread_pct,
+    M.params_changed,
+)
 
 
 class ReplaySession:
@@ -104,20 +118,57 @@ def replay(run: Path, repeats: int, seeds: int) -> list[dict]:
                 "holds_best": best["case_id"] in [answer["pick"], *answer["tied"]],
                 "best_unmeasured": best["case_id"] in answer.get("unmeasured_within_noise", []),
                 "tied": 1 + len(answer["tied"]),
+                "purpose": runs_by_purpose(answer),
             }
         )
     return out
 
 
+def truth_options(data: dict, grid: str) -> dict[str, str]:
+    """A --truth-only file's grid options as parse_sweep reads them (a switch given as "on")."""
+    raw, options = {"model": grid, "repeats": str(data["repeats"])}, data["options"]
+    for i, flag in enumerate(options):
+        if flag.startswith("--bench-"):
+            value = options[i + 1] if i + 1 < len(options) and not options[i + 1].startswith("--") else "on"
+            raw[flag.removeprefix("--bench-")] = value
+    return raw
+
+
+def rebuild_folder(truth_file: Path, root: Path) -> Path:
+    """A run folder rebuilt from a committed --truth-only file, for when the truth's own folder is
+    lost: each case's cases rebuilt from the file's options, its two repeats' step-time medians
+    approximated as median x (1 -+ spread / 2) (the file keeps the merged median and the repeats'
+    spread, not each repeat), its seconds split evenly. An approximation: say so beside its replays."""
+    data = json.loads(truth_file.read_text())
+    (truth,) = data["truths"]
+    sweep = parse_sweep(truth_options(data, truth["grid"]), no_report=True, plan_only=True, root=ROOT)
+    cases = {c.id: c for c in sweep.cases()}
+    (root / "cases").mkdir(parents=True)
+    for row in truth["cases"]:
+        step, spread = row.get(M.step_time_s_median), (row.get(M.repeat_spread_pct) or 0.0) / 100
+        medians = [step * (1 - spread / 2), step * (1 + spread / 2)] if step else []
+        repeats = [{M.step_time_s_median: m, "duration_s": row["duration_s"] / 2} for m in medians]
+        metrics = {k: row[k] for k in TRUTH_METRICS if k in row} | {M.repeat_step_time_s_medians: medians}
+        result = {"case_id": row["case_id"], "status": row["status"], "case": cases[row["case_id"]].to_dict()}
+        result |= {"metrics": metrics, "repeats": repeats, "duration_s": row["duration_s"]}
+        (root / "cases" / f"{row['case_id']}.json").write_text(json.dumps(result))
+    return root
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("run", type=Path, help="run folder of the full grid with repeats")
+    parser.add_argument("run", type=Path, nargs="?", help="run folder of the full grid with repeats")
+    parser.add_argument("--from-truth", type=Path, default=None, help="a --truth-only file, its folder rebuilt")
     parser.add_argument("--repeats", type=int, default=2, help="the tuner's --bench-repeats")
     parser.add_argument("--seeds", type=int, default=50)
     args = parser.parse_args()
-    if not (args.run / "cases").is_dir():
-        raise SystemExit(f"replay_autotune: {args.run} is not a run folder (no cases/)")
-    rows = replay(args.run, args.repeats, args.seeds)
+    if (args.run is None) == (args.from_truth is None):
+        raise SystemExit("replay_autotune: give a run folder or --from-truth FILE, not both")
+    with tempfile.TemporaryDirectory() as tmp:
+        run = args.run if args.from_truth is None else rebuild_folder(args.from_truth, Path(tmp) / "run")
+        if not (run / "cases").is_dir():
+            raise SystemExit(f"replay_autotune: {run} is not a run folder (no cases/)")
+        rows = replay(run, args.repeats, args.seeds)
     n = len(rows)
     costs = sorted(r["cost"] for r in rows)
     print(
@@ -128,6 +179,8 @@ def main() -> None:
         f"tied set median {sorted(r['tied'] for r in rows)[n // 2]}, "
         f"best among the unmeasured within noise {sum(r['best_unmeasured'] for r in rows)}"
     )
+    purpose = sum((r["purpose"] for r in rows), Counter())
+    print("runs per replay by purpose (mean): " + ", ".join(f"{k} {purpose[k] / n:.1f}" for k in RUN_PURPOSES))
 
 
 if __name__ == "__main__":

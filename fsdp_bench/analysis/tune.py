@@ -25,7 +25,8 @@ after the probe, each round measures once the unmeasured fitting cases that coul
 leader (predicted speed x (1 + model error) at or above the leader's measured speed), best predicted
 first, at most ROUND_SIZE; and gives every measured case whose tokens/s interval overlaps the
 leader's (`report.recommend`'s rule, at `results.stats.CONFIDENCE`) more repeats, doubling up to
-`--bench-repeats`. Before racing, the leader's unmeasured neighbours (one grid step along
+`--bench-repeats`, when that race could separate each of them from the leader (`worth_racing`).
+Before racing, the leader's unmeasured neighbours (one grid step along
 accumulation) are measured once. It stops when nothing is left to measure: one leader separated beyond noise, or
 ties that the planned repeats could not split; or when the time budget is spent.
 """
@@ -210,9 +211,10 @@ def plan_round(
 
     Explore first: the unmeasured cases that could still beat the leader, given the model's error,
     with the leader once more (the drift's control, `control`). Then race: the survivors within
-    noise of the leader get their repeats doubled, up to `max_repeats`. A lone leader is done only
-    once the drift is measured and it was measured twice (`lone_winner_allowed`); until then the
-    control runs alone."""
+    noise of the leader get their repeats doubled, up to `max_repeats`, when that could end the tie
+    (`worth_racing`); a tie left unraced gets its leader measured twice (TIE_PICK_MEASUREMENTS). A
+    lone leader is done only once the drift is measured and it was measured twice
+    (`lone_winner_allowed`); until then the control runs alone."""
     best = leader(measured, budget_gib)
     unmeasured = [p for p in ranked if p.case.id not in measured]
     if best is None:
@@ -227,11 +229,12 @@ def plan_round(
     if len(tied) < 2:
         return [] if lone_winner_allowed(measured, best) else control(ranked, best, cap=MIN_DRIFT_DOF + 1)
     by_id = {p.case.id: p.case for p in ranked}
-    return [
+    race = [
         (by_id[m.case_id], min(max_repeats, 2 * m.repeats))
         for m in worth_racing(tied, tuning_drift(measured), max_repeats)
         if m.repeats < max_repeats and m.case_id in by_id
     ]
+    return race or control(ranked, best, cap=TIE_PICK_MEASUREMENTS)
 
 
 def could_separate(best: Measured, other: Measured, drift: Drift | None, max_repeats: int) -> bool:
@@ -251,10 +254,13 @@ def could_separate(best: Measured, other: Measured, drift: Drift | None, max_rep
 
 
 def worth_racing(tied: Sequence[Measured], drift: Drift | None, max_repeats: int) -> list[Measured]:
-    """The tied cases (leader first) whose race to `max_repeats` could separate one from the
-    leader (`could_separate`), with the leader; [] when none could: the tie is the answer."""
-    others = [m for m in tied[1:] if could_separate(tied[0], m, drift, max_repeats)]
-    return [tied[0], *others] if others else []
+    """The tied cases (leader first) to race to `max_repeats`: all of them when the race could
+    separate every one from the leader (`could_separate`), so that it could end in a single
+    winner; [] when one could not: the answer is then a tie whatever the others measure, and
+    racing them would only shorten its list, a run each (replays and runs of the 96-case CPU grid:
+    docs/autotune.md, "The race rule, then three more loaded runs")."""
+    others = tied[1:]
+    return list(tied) if others and all(could_separate(tied[0], m, drift, max_repeats) for m in others) else []
 
 
 def unmeasured_within_noise(
@@ -295,11 +301,17 @@ def runs_left(
     tied = survivors(measured, budget_gib)
     racing = worth_racing(tied, tuning_drift(measured), max_repeats) if len(tied) > 1 else []
     race = sum(max(0, max_repeats - m.repeats) for m in racing)
-    lone = 0 if race or lone_winner_allowed(measured, best) else max(0, MIN_DRIFT_DOF + 1 - best.repeats)
-    return promising + min(controls, math.ceil(promising / round_size)) + race + lone
+    if len(tied) > 1:  # a race, or the tie's pick measured TIE_PICK_MEASUREMENTS times
+        tail = race or max(0, TIE_PICK_MEASUREMENTS - best.repeats)
+    else:
+        tail = 0 if lone_winner_allowed(measured, best) else max(0, MIN_DRIFT_DOF + 1 - best.repeats)
+    return promising + min(controls, math.ceil(promising / round_size)) + tail
 
 
 CONTROL_REPEATS = 3  # the leader is re-measured in each exploring round until it has this many
+# A tie is answered with its fastest case as the pick: never one measurement, which may have been
+# taken in a quiet minute (analysis.drift), so a tie left unraced re-measures its leader first.
+TIE_PICK_MEASUREMENTS = 2
 
 
 def control(ranked: Sequence[Prediction], best: Measured, cap: int = CONTROL_REPEATS) -> list[tuple[Case, int]]:

@@ -12,6 +12,7 @@ goes on where it stopped.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable
 
 from fsdp_bench.analysis.duration import format_duration
@@ -241,6 +242,23 @@ def _verdict(answer: TuneAnswer) -> str:
     if answer["pick"] and answer.get("single_winner") is False:
         return " (unconfirmed: not separated beyond measured noise)"
     return ""
+
+
+RUN_PURPOSES = ("probe", "explore", "control", "repeat", "boundary")
+
+
+def runs_by_purpose(answer: TuneAnswer) -> Counter:
+    """The answer's runs by what they were for: probe, explore (a case's first run), control (the
+    leader re-measured in an exploring round) and repeat (a round of repeats only: a race, or the
+    leader of a tie or a lone leader measured once more)."""
+    kinds = Counter()
+    for entry in answer.get("rounds") or []:
+        for run in entry["runs"]:
+            if entry["kind"] == "explore":
+                kinds["explore" if run["repeat_count"] == 1 else "control"] += 1
+            else:
+                kinds[entry["kind"]] += 1
+    return kinds
 
 
 def answer_lines(answer: TuneAnswer) -> list[str]:

@@ -40,8 +40,11 @@ class AutotuneCheck(TypedDict, total=False):
     stopped: str
     tune_case_s: Number
     tune_runs: int
+    runs_by_purpose: dict[str, int]  # launch.tune.runs_by_purpose: probe, explore, control, repeat
     grid_case_s: Number
     ratio: Number | None
+    tune_case_s_truth_priced: Number | None  # the tuner's runs at the truth's seconds per run of each case
+    ratio_truth_priced: Number | None  # that over grid_case_s: the cost at the truth's load
     load_truth: LoadSummary
     load_tune: LoadSummary
     wall_s: dict[str, Number]

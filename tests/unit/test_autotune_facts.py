@@ -1,7 +1,7 @@
-"""Issue 40's 96-case grid: the committed ground truth (results/reference/cpu-autotune/
-gpt_tiny-96-truth-repeats2.json, scripts/measure_autotune.py --truth-only) and the tuner runs
-judged against it (gpt_tiny-96-tune-burn2-run*.json, --truth ... --burn 2). Each row's verdict is
-re-judged from the truth's cases, and the numbers docs/autotune.md states are read off the files."""
+"""Issue 40's 96-case grids: each committed ground truth (results/reference/cpu-autotune/
+GRID-96-truth-repeats2.json, scripts/measure_autotune.py --truth-only) and the tuner runs judged
+against it (GRID-96-tune-burn2-*.json, --truth ... --burn 2). Each row's verdict is re-judged from
+the truth's cases, and the numbers docs/autotune.md and the README state are read off the files."""
 
 from __future__ import annotations
 
@@ -14,36 +14,69 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 FOLDER = ROOT / "results" / "reference" / "cpu-autotune"
-TRUTH = json.loads((FOLDER / "gpt_tiny-96-truth-repeats2.json").read_text())
-RUNS = sorted(FOLDER.glob("gpt_tiny-96-tune-burn2-*.json"))  # the three runs and the rejected bar's one
+TRUTHS = {p.name.removesuffix("-96-truth-repeats2.json"): p for p in sorted(FOLDER.glob("*-96-truth-repeats2.json"))}
 DOCS = (ROOT / "docs" / "autotune.md").read_text()
+README = (ROOT / "README.md").read_text()
 _spec = importlib.util.spec_from_file_location("measure_autotune", ROOT / "scripts" / "measure_autotune.py")
 measure_autotune = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(measure_autotune)
 
 
-def _rows() -> list[tuple[str, dict]]:
-    return [(p.name, row) for p in RUNS for row in json.loads(p.read_text())["rows"]]
+def _truth(grid: str) -> dict:
+    return json.loads(TRUTHS[grid].read_text())
 
 
-def test_the_ground_truth_is_the_full_96_case_grid_with_two_interleaved_repeats():
-    (truth,) = TRUTH["truths"]
-    assert TRUTH["repeats"] == 2 and TRUTH["burn"] == 0
+def _runs(grid: str) -> list[Path]:
+    """The grid's judged tuner runs: each version's three runs, and for gpt_tiny the rejected bar's one."""
+    return sorted(FOLDER.glob(f"{grid}-96-tune-*burn2-*.json"))
+
+
+# Each tuner version's three loaded runs: (grid, the files' name before "-runN", its README row's start)
+RUN_SETS = [
+    ("gpt_tiny", "gpt_tiny-96-tune-burn2", "| `gpt_tiny`, **96 cases** (x batch"),
+    ("gpt_tiny", "gpt_tiny-96-tune-tie-rule-burn2", "| `gpt_tiny`, **96 cases**, race rule"),
+]
+
+
+def _set_rows(prefix: str) -> list[dict]:
+    return [json.loads(p.read_text())["rows"][0] for p in sorted(FOLDER.glob(f"{prefix}-run*.json"))]
+
+
+def _rows() -> list[tuple[str, str, dict]]:
+    return [(grid, p.name, row) for grid in TRUTHS for p in _runs(grid) for row in json.loads(p.read_text())["rows"]]
+
+
+def test_the_hugging_face_truths_first_session_is_stated_as_recorded():
+    """The gpt2_small_odd truth, stopped after its first session: the docs quote its record."""
+    record = json.loads((FOLDER / "gpt2_small_odd-96-truth-session1.json").read_text())
+    assert record["runs_ok"] == len(record["runs"]) == sum(r["status"] == "ok" for r in record["runs"])
+    text = " ".join(DOCS.split())
+    load = record["load"]
+    assert f"ran {record['runs_ok']} of {record['runs_planned']} runs in {record['wall_s']:.0f} s" in text
+    assert f"load {load['min']:.1f}-{load['max']:.1f}, mean {load['mean']:.1f}" in text
+    assert f"{record['seconds_per_run_median']:.1f} s a run (median): launch {record['launch_s_median']:.1f} s" in text
+    assert f"building the Hugging Face model {record['model_build_s_median']:.1f} s" in text
+
+
+@pytest.mark.parametrize("grid", sorted(TRUTHS))
+def test_the_ground_truth_is_the_full_96_case_grid_with_two_interleaved_repeats(grid):
+    data = _truth(grid)
+    (truth,) = data["truths"]
+    assert data["repeats"] == 2 and data["burn"] == 0
     assert len(truth["cases"]) == 96 and all(c["status"] == "ok" and c["repeats"] == 2 for c in truth["cases"])
-    assert {"--bench-act-ckpt", "off,on"} <= set(TRUTH["options"])
+    assert {"--bench-act-ckpt", "off,on"} <= set(data["options"])
     assert truth["load"]["samples"] > 100
 
 
-def test_three_loaded_tuner_runs_are_judged_against_it():
-    files = [json.loads(p.read_text()) for p in RUNS if p.stem[-5:-1] == "-run"]
-    assert len(files) == 3 and all(
-        f["burn"] == 2 and f["truth"].endswith("gpt_tiny-96-truth-repeats2.json") for f in files
-    )
+@pytest.mark.parametrize(("grid", "prefix", "readme"), RUN_SETS)
+def test_three_loaded_tuner_runs_are_judged_against_it(grid, prefix, readme):
+    files = [json.loads(p.read_text()) for p in sorted(FOLDER.glob(f"{prefix}-run*.json"))]
+    assert len(files) == 3 and all(f["burn"] == 2 and f["truth"].endswith(TRUTHS[grid].name) for f in files)
 
 
-@pytest.mark.parametrize(("name", "row"), _rows(), ids=lambda x: x if isinstance(x, str) else "")
-def test_each_runs_verdict_is_what_the_truth_says(name, row):
-    (truth,) = TRUTH["truths"]
+@pytest.mark.parametrize(("grid", "name", "row"), _rows(), ids=lambda x: x if isinstance(x, str) else "")
+def test_each_runs_verdict_is_what_the_truth_says(grid, name, row):
+    (truth,) = _truth(grid)["truths"]
     answer = {
         "pick": row["pick"],
         "tied": row["tied"],
@@ -64,8 +97,8 @@ def _pct(x: float) -> str:
     return f"{x:.1f}%"
 
 
-@pytest.mark.parametrize(("name", "row"), _rows(), ids=lambda x: x if isinstance(x, str) else "")
-def test_the_docs_state_each_runs_numbers(name, row):
+@pytest.mark.parametrize(("grid", "name", "row"), _rows(), ids=lambda x: x if isinstance(x, str) else "")
+def test_the_docs_state_each_runs_numbers(grid, name, row):
     if "-run" not in name:  # the rejected exploration bar's run: in prose, not in the table
         text = " ".join(DOCS.split())
         assert f"`{name}`: ddp bs8 accum 2, tied {len(row['tied']) + 1}, gap {row['gap_pct']:.1f}%" in text
@@ -74,34 +107,47 @@ def test_the_docs_state_each_runs_numbers(name, row):
     line = next((line for line in DOCS.splitlines() if line.startswith(f"| `{name}`")), None)
     assert line is not None, f"docs/autotune.md has no table row naming {name}"
     assert f"{100 * row['ratio']:.1f}%" in line and f"{row['load_tune']['mean']:.1f}" in line
+    assert f"{row['tune_runs']} runs, {row['tune_case_s']:,.0f} case-s" in line
     gap = "" if row["gap_pct"] is None else _pct(row["gap_pct"])
     assert gap in line and ("yes" if row["within_noise"] else "**no**") in line
     tied = len(row["tied"]) + 1
     assert (f"tied {tied}" in line) if not row["single_winner"] else "single" in line
 
 
-def test_the_docs_state_the_truths_cost_and_load():
-    (truth,) = TRUTH["truths"]
+@pytest.mark.parametrize("grid", sorted(TRUTHS))
+def test_the_docs_state_the_truths_cost_and_load(grid):
+    (truth,) = _truth(grid)["truths"]
     seconds = sum(c["duration_s"] for c in truth["cases"])
     load = truth["load"]
     assert re.search(rf"{seconds:,.0f} case-seconds", DOCS)
     assert f"load {load['min']:.1f}-{load['max']:.1f}, mean {load['mean']:.1f}" in DOCS
 
 
-def test_the_docs_state_the_replays_as_printed():
-    replays = [line for line in (FOLDER / "gpt_tiny-96-replays.txt").read_text().splitlines() if line[:1].isdigit()]
-    bar, kept = (
-        re.search(r"cost median ([\d.]+)% \(max ([\d.]+)%\).*pick within noise (\d+)", r).groups() for r in replays
-    )
+def _replays(name: str) -> list[tuple[str, ...]]:
+    lines = [line for line in (FOLDER / name).read_text().splitlines() if line[:1].isdigit()]
+    pattern = r"cost median ([\d.]+)% \(max ([\d.]+)%\), runs median (\d+).*pick within noise (\d+)"
+    return [re.search(pattern, line).groups() for line in lines]
+
+
+def test_the_docs_state_the_gpt_tiny_replays_as_printed():
+    bar, kept = _replays("gpt_tiny-96-replays.txt")
     text = " ".join(DOCS.split())
-    assert f"20 replays on the 96-case truth picked within its noise in only {bar[2]} (cost {bar[0]}%)" in text
-    assert f"{kept[2]} of 20 within noise, median {kept[0]}%, at most {kept[1]}%" in text
+    assert f"20 replays on the 96-case truth picked within its noise in only {bar[3]} (cost {bar[0]}%)" in text
+    assert f"{kept[3]} of 20 within noise, median {kept[0]}%, at most {kept[1]}%" in text
 
 
-def test_the_readme_row_states_the_three_runs():
-    readme = (ROOT / "README.md").read_text()
-    line = next(line for line in readme.splitlines() if "**96 cases**" in line)
-    rows = [json.loads(p.read_text())["rows"][0] for p in RUNS if "-run" in p.name]
+def test_the_docs_state_the_race_rules_replays_before_and_after():
+    """The race rule (analysis.tune.worth_racing) replayed on the gpt_tiny truth (its folder
+    rebuilt from the file) at the commit before it and with it: the docs quote both lines."""
+    text = " ".join(DOCS.split())
+    for cost, most, runs, within in _replays("gpt_tiny-96-race-rule-replays.txt"):
+        assert f"{within} of 50 within noise, {runs} runs median, cost median {cost}% (at most {most}%)" in text
+
+
+@pytest.mark.parametrize(("grid", "prefix", "readme"), RUN_SETS)
+def test_the_readme_row_states_the_three_runs(grid, prefix, readme):
+    line = next(line for line in README.splitlines() if line.startswith(readme))
+    rows = _set_rows(prefix)
     assert ", ".join(f"{100 * r['ratio']:.1f}%" for r in rows) in line
     assert ", ".join(f"{r['gap_pct']:.1f}%" for r in rows) + ", all within noise" in line
     assert all(r["within_noise"] and not r["single_winner"] for r in rows)

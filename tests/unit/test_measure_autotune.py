@@ -81,6 +81,25 @@ def test_a_single_winner_outside_the_noise_is_judged_so_and_a_tie_holding_the_be
     assert nothing["gap_pct"] is None and not nothing["within_noise"] and not nothing["tied_set_holds_best"]
 
 
+def test_the_runs_are_counted_by_what_they_were_for():
+    rounds = [
+        {"round": 0, "kind": "probe", "runs": [{"repeat_count": 1}, {"repeat_count": 1}]},
+        {"round": 1, "kind": "explore", "runs": [{"repeat_count": 1}, {"repeat_count": 2}]},  # a new case, the control
+        {"round": 2, "kind": "repeat", "runs": [{"repeat_count": 2}]},
+    ]
+    row = measure_autotune.judge(TRUTH, {**_answer("best", [], False), "rounds": rounds})
+    assert row["runs_by_purpose"] == {"probe": 2, "explore": 1, "control": 1, "repeat": 1}
+
+
+def test_the_tuners_runs_are_also_priced_at_the_truths_seconds_per_run():
+    answer = {**_answer("best", [], False, spent=9.0), "measured": [{"case_id": "best", "repeat_count": 3}]}
+    row = measure_autotune.judge(TRUTH, answer)  # the truth ran "best" twice in 10 s
+    assert row["tune_case_s_truth_priced"] == pytest.approx(15.0) and row["ratio_truth_priced"] == pytest.approx(0.375)
+    assert row["ratio"] == pytest.approx(9.0 / 40.0)
+    unknown = {**answer, "measured": [{"case_id": "elsewhere", "repeat_count": 1}]}
+    assert measure_autotune.judge(TRUTH, unknown)["ratio_truth_priced"] is None
+
+
 def test_the_ground_truth_is_read_from_a_run_folders_case_files(tmp_path):
     cases = tmp_path / "cases"
     cases.mkdir()
@@ -118,6 +137,8 @@ def _main(monkeypatch, *args: str) -> str:
     [
         (["--truth-only"], "measure_autotune: --truth-only needs --out FILE"),
         (["--repeats", "0"], "measure_autotune: --repeats must be at least 1"),
+        (["--resume", "/nonexistent/run"], "measure_autotune: --resume needs --truth-only and a run folder"),
+        (["--truth-only", "--out", "x.json", "--resume", "/nonexistent/run"], "measure_autotune: --resume needs"),
         (["--truth", "/nonexistent/truth.json"], "measure_autotune: --truth /nonexistent/truth.json: "),
     ],
 )

@@ -366,6 +366,37 @@ def test_a_tie_the_measured_drift_keeps_at_any_allowed_repeats_is_not_raced():
     assert plan_round(ranked, quiet, model, budget_gib=None, max_repeats=2) == [(ranked[1].case, 2)]
 
 
+def test_a_race_that_cannot_end_in_a_single_winner_is_not_run():
+    """Three tied: the runner-up 1% behind the leader stays tied at any allowed repeats under a
+    drift of sd 0.1, the third, 40% behind, could be separated. Racing it would only shorten the
+    tied list, never give a single winner: nothing is raced, all three are the answer (once the
+    leader, the pick, was measured twice). Under a drift of sd 0.001 both could be separated, so
+    the three are raced."""
+    predictions = [predict_case(c) for c in _grid()]
+    model = StepModel(1e-12, 1e-6, 0.0, error=0.0)
+    ranked = rank_predictions(predictions, model)
+    top, close, far = (p.case.id for p in ranked[:3])
+
+    def grid_with(sd: float) -> dict[str, Measured]:
+        spread = (math.exp(-sd), math.exp(sd))
+        measured = {p.case.id: _measured(p.case.id, 1.0, repeats=2, medians=spread) for p in ranked[3:]}
+        measured[top] = _measured(top, 1000, repeats=2, medians=(1.0, 1.0))
+        measured[close] = _measured(close, 990)
+        measured[far] = _measured(far, 600, half_width=0.5)  # its own interval reaches the leader
+        return measured
+
+    noisy = grid_with(0.1)
+    assert [m.case_id for m in survivors(noisy, None)] == [top, close, far]
+    assert plan_round(ranked, noisy, model, budget_gib=None, max_repeats=2) == []
+    # the same tie with its leader measured once: the leader once more, never a one-run pick
+    noisy[top] = _measured(top, 1000)
+    assert plan_round(ranked, noisy, model, budget_gib=None, max_repeats=2) == [(ranked[0].case, 2)]
+    quiet = grid_with(0.001)
+    assert [m.case_id for m in survivors(quiet, None)] == [top, close, far]
+    raced = plan_round(ranked, quiet, model, budget_gib=None, max_repeats=4)
+    assert sorted(c.id for c, _ in raced) == sorted([top, close, far])
+
+
 def test_an_unmeasured_case_that_could_still_reach_the_leader_leaves_no_single_winner():
     """Stopped before it was explored (the time budget): the answer names it and claims no single
     winner beside it, even when the leader is separated from every measured case."""
