@@ -393,9 +393,14 @@ def _row_text(row: PeakCheckRow) -> str:
     if row["status"] != "ok":
         return f"{row['case'][-60:]:60s} {row['ranks']:9s} {row['status']}: {row['reason']}"
     est = f" est {row[M.peak_estimate_error_pct]:+6.2f}%" if M.peak_estimate_error_pct in row else ""
+    took = ""  # rows measured before rows were timed have no seconds
+    if "measure_s" in row:
+        took = f" ({row['measure_s']:.1f} s" + (
+            f", estimate {row['estimate_s']:.1f} s)" if "estimate_s" in row else ")"
+        )
     return (
         f"{row['case'][-60:]:60s} {row['ranks']:9s} {row['predicted_bytes']:>11,.0f} {row['measured_bytes']:>11,.0f} "
-        f"{row[M.peak_prediction_error_pct]:+7.2f}% {row['phase']}{est}"
+        f"{row[M.peak_prediction_error_pct]:+7.2f}% {row['phase']}{est}{took}"
     )
 
 

@@ -132,3 +132,11 @@ def test_a_simulated_peak_is_the_same_on_one_thread_and_two(strategy, tmp_path):
     finally:
         torch.set_num_threads(threads)
     assert one == two > 0
+
+
+def test_a_row_line_says_its_seconds_when_the_row_has_them():
+    old = _row(1, "simulated", 1.5)  # a committed row from before rows were timed (--repredict prints it)
+    assert script._row_text(old).endswith("+1.50% backward")
+    timed = {**_row(1, "real", -0.5), "measure_s": 12.3, "estimate_s": 4.0, M.peak_estimate_error_pct: 0.25}
+    assert script._row_text(timed).endswith("-0.50% backward est  +0.25% (12.3 s, estimate 4.0 s)")
+    assert script._row_text({**old, "measure_s": 2.0}).endswith("+1.50% backward (2.0 s)")
