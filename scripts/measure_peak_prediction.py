@@ -4,7 +4,8 @@ model (fsdp_bench.analysis.fit.predict_peak_bytes).
     python scripts/measure_peak_prediction.py            # every case below (~15 min on 2 CPU cores)
     python scripts/measure_peak_prediction.py --quick    # simulated cases only
     python scripts/measure_peak_prediction.py --golden-only
-    python scripts/measure_peak_prediction.py --holdout [--configs 30] [--real-configs N] [--out FILE]
+    python scripts/measure_peak_prediction.py --holdout [--configs 30] [--real-configs N] [--out FOLDER]
+    python scripts/measure_peak_prediction.py --holdout --first-seed S --configs N --out FOLDER --add-real-ranks
 
 Cases (fp32 AdamW, batch 2, seq 32, 2 steps): the three unseen configs in tests/data/hf_configs
 on 1-4 real gloo ranks (torchrun) and simulated at 8, 64 and 512 ranks, every shipped tiny
@@ -20,9 +21,12 @@ fsdp2_no_reshard x accumulation 1, 2 (reduce every micro-step) and 2 (--bench-gr
 simulated at 64 and 512 ranks (rank 0 on the fake process group, in this process, as
 worker.simulate runs it); on the real ranks also the fake-tensor estimator (worker.estimate) against
 the measured peak. Prints each case and the share within 5 % and beyond 8 %, and writes every row
-to --out (a PeakCheckRun). Cost on the shared 2-core VM (docs/beyond-one-machine.md, "Out of sample"):
-one run of 24 configs, 3 with real ranks, took 53 min at load 1.9-14.0 (15-30 s a real case, 3-15 s a
-simulated one); --repredict re-scores stored measurements in seconds.
+to --out (a PeakCheckRun; each row says its measure_s and, on real ranks, estimate_s).
+--add-real-ranks measures only the real-rank rows of seed files holding simulated rows only (an
+earlier run's --real-configs) and adds them to those files. Cost on the shared 2-core VM
+(docs/beyond-one-machine.md, "Out of sample"): one run of 24 configs, 3 with real ranks, took 53 min
+at load 1.9-14.0 (15-30 s a real case, 3-15 s a simulated one); --repredict re-scores stored
+measurements in seconds.
 """
 
 from __future__ import annotations
@@ -116,6 +120,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--real-configs", type=int, default=None, help="--holdout: of those, how many on real ranks")
     parser.add_argument("--first-seed", type=int, default=FRESH_HOLDOUT_SEEDS.start, help="--holdout: the first seed")
     parser.add_argument("--out", type=Path, default=None, help="--holdout: a folder for the PeakCheckRun files")
+    parser.add_argument(
+        "--add-real-ranks",
+        action="store_true",
+        help="--holdout --out: a seed file with simulated rows only gets its real-rank rows measured and added",
+    )
     parser.add_argument("--repredict", type=Path, default=None, help="a --holdout file: re-score its measurements")
     parser.add_argument(
         "--reestimate",
@@ -132,6 +141,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{args.out} exists: refusing to overwrite it", file=sys.stderr)
             return 2
         return repredict(args)
+    if args.add_real_ranks and (not args.holdout or args.out is None):
+        print("--add-real-ranks adds rows to the seed files of --holdout --out FOLDER: give both", file=sys.stderr)
+        return 2
     if args.holdout:
         return run_holdout(args)
     rows = golden_rows()
@@ -179,9 +191,10 @@ ACCUMULATIONS = ((1, "every"), (2, "every"), (2, "last"))
 SIMULATED = (64, 512)
 
 
-def holdout_cases(model: str, nproc: int, real: bool) -> list[tuple[str, Case]]:
-    """("real" or "simulated", case) for one generated model: every strategy and accumulation."""
-    worlds = [("real", nproc)] * real + [("simulated", n) for n in SIMULATED]
+def holdout_cases(model: str, nproc: int, real: bool, simulated: bool = True) -> list[tuple[str, Case]]:
+    """("real" or "simulated", case) for one generated model: every strategy and accumulation,
+    on `nproc` real ranks if `real`, at the SIMULATED world sizes if `simulated`."""
+    worlds = [("real", nproc)] * real + [("simulated", n) for n in SIMULATED] * simulated
     return [
         (kind, Case(strategy=s, nproc=n, model=model, grad_accum=ga, grad_sync=sync, simulate=kind != "real", **SMALL))
         for kind, n in worlds
@@ -209,10 +222,13 @@ def check_row(seed: int, kind: str, case: Case, out: Path) -> PeakCheckRow:
         "model_type": generated_config(seed)["model_type"],
         "ranks": kind,
     }
+    started = time.perf_counter()
     try:
         measured, why = real_peak(case, out) if kind == "real" else (simulated_peak(case), "")
     except Exception as exc:  # a failing case is data: the row says why
         measured, why = None, f"failed: {type(exc).__name__}: {str(exc)[:120]}"
+    # where a config's time goes (a real case's torchrun, a simulated rank, the estimator)
+    row["measure_s"] = round(time.perf_counter() - started, 1)
     if measured is None:
         return {**row, "status": "no peak", "reason": why}
     row.update(status="ok", measured_bytes=measured)
@@ -224,9 +240,11 @@ def estimated_row(row: PeakCheckRow, case: Case) -> PeakCheckRow:
     """The row with this checkout's fake-tensor estimate of its case beside the measurement."""
     from fsdp_bench.worker.estimate import estimate_peak
 
+    started = time.perf_counter()
     estimated = estimate_peak(case)["probe_peak_bytes"]
     error = 100 * (estimated - row["measured_bytes"]) / row["measured_bytes"]
-    return {**row, "estimated_bytes": estimated, M.peak_estimate_error_pct: error}
+    estimate_s = round(time.perf_counter() - started, 1)
+    return {**row, "estimated_bytes": estimated, "estimate_s": estimate_s, M.peak_estimate_error_pct: error}
 
 
 def scored_row(row: PeakCheckRow, case: Case) -> PeakCheckRow:
@@ -266,12 +284,13 @@ def _merged_seed_files(folder: Path) -> PeakCheckRun:
     parts = [read_json(p) for p in sorted(folder.glob("seed-*.json"), key=lambda p: int(p.stem.split("-")[1]))]
     if not parts:
         raise SystemExit(f"{folder}: no seed-<N>.json files")
-    loads = [x for p in parts for x in p["load_average"]]
+    runs = parts + [p["real_ranks_added"] for p in parts if "real_ranks_added" in p]  # both measured rows
+    loads = [x for p in runs for x in p["load_average"]]
     return {
-        **parts[0],
+        **{k: v for k, v in parts[0].items() if k != "real_ranks_added"},
         "seeds": [s for p in parts for s in p["seeds"]],
         "cases": [r for p in parts for r in p["cases"]],
-        "wall_s": round(sum(p["wall_s"] for p in parts), 1),
+        "wall_s": round(sum(p["wall_s"] for p in runs), 1),
         "load_average": [min(loads), max(loads)],
         "utc_time": parts[-1]["utc_time"],
     }
@@ -310,9 +329,15 @@ def _git_sha() -> str | None:
 def run_holdout(args: argparse.Namespace) -> int:
     """--holdout: every generated case, printed as it ends. With --out (a folder), each config's
     rows go to seed-<N>.json as soon as its cases end (a seed with a file is not run again: a
-    long run can be stopped and resumed), then summary.json holds every row and the summary."""
+    long run can be stopped and resumed; with --add-real-ranks a simulated-only one gets its
+    real-rank rows added), then summary.json holds every row and the summary."""
     import torch
 
+    # The in-process parts (estimator, simulated ranks) on one intra-op thread, as each torchrun
+    # rank runs (OMP_NUM_THREADS=1): the tiny generated models gain nothing from a second thread,
+    # and on the shared 2-core machine its spinning waits only slow them. MemTracker counts the
+    # tensors ops return, which the thread count does not change (tests/unit/test_peak_holdout_script.py).
+    torch.set_num_threads(1)
     started, load_start = time.time(), os.getloadavg()[0]
     folder = Path(tempfile.mkdtemp(prefix="peak_holdout_"))
     (folder / "run" / "cases").mkdir(parents=True)
@@ -322,27 +347,55 @@ def run_holdout(args: argparse.Namespace) -> int:
         "schema_version": 1,
         "command": " ".join(["python", "scripts/measure_peak_prediction.py", *sys.argv[1:]]),
         "git_sha": _git_sha(),
-        "torch": f"{torch.__version__} ({platform.machine()}, {os.cpu_count()} CPUs)",
+        "torch": f"{torch.__version__} ({platform.machine()}, {os.cpu_count()} CPUs, in-process threads {torch.get_num_threads()})",
         "predicted_at": None,
     }
+    rows: list[PeakCheckRow] = []
     for i, seed in enumerate(seeds):
         path = args.out / f"seed-{seed}.json" if args.out else None
-        if path is not None and path.exists():
+        work = seed_work(path, real=i < real_count, add_real=args.add_real_ranks)
+        if work is None:
             continue
-        t0, load0, rows = time.time(), os.getloadavg()[0], []
+        t0, load0 = time.time(), os.getloadavg()[0]
         model = write_generated_config(seed, folder)
-        for kind, case in holdout_cases(model, 2 + seed % 2, real=i < real_count):
-            rows.append(check_row(seed, kind, case, folder / "run"))
-            print(_row_text(rows[-1]), flush=True)
+        seed_rows = []
+        for kind, case in holdout_cases(model, 2 + seed % 2, real=i < real_count, simulated=work == "all"):
+            seed_rows.append(check_row(seed, kind, case, folder / "run"))
+            print(_row_text(seed_rows[-1]), flush=True)
+        rows += seed_rows
         if path is not None:
-            part = _run_file(facts, [seed], rows, t0, load0)
-            write_json_atomic(path, part, shape=PeakCheckRun)
-    rows = [r for seed in seeds for r in (_seed_rows(args.out, seed) if args.out else rows)]
+            part = _run_file(facts, [seed], seed_rows, t0, load0)
+            if work == "real":
+                part = with_real_rows(read_json(path), part)
+            write_json_atomic(path, part, shape=PeakCheckRun, overwrite=work == "real")
+    rows = [r for seed in seeds for r in _seed_rows(args.out, seed)] if args.out else rows
     print(f"\n{holdout_summary(rows)}")
     if args.out is not None:
         whole = _run_file(facts, seeds, rows, started, load_start)
         write_json_atomic(args.out / "summary.json", whole, shape=PeakCheckRun, overwrite=True)
     return 0
+
+
+def seed_work(path: Path | None, *, real: bool, add_real: bool) -> str | None:
+    """What a --holdout run measures of one seed: "all" its rows, "real" only its real-rank rows
+    (--add-real-ranks, the file holding simulated rows only), or None (its file is complete)."""
+    if path is None or not path.exists():
+        return "all"
+    if not (real and add_real):
+        return None
+    has_real = any(r["ranks"] == "real" for r in read_json(path)["cases"])
+    return None if has_real else "real"
+
+
+def with_real_rows(old: PeakCheckRun, added: PeakCheckRun) -> PeakCheckRun:
+    """A simulated-only seed file with `added`'s real-rank rows first (a full run's order), its
+    summary over every row; the file's run facts stay those of the run that measured its simulated
+    rows, and `added`'s go under real_ranks_added."""
+    if old["seeds"] != added["seeds"] or any(r["ranks"] == "real" for r in old["cases"]):
+        raise ValueError(f"seed {old['seeds']}: real-rank rows are added once, to the same seed's simulated rows")
+    rows = added["cases"] + old["cases"]
+    facts = {k: added[k] for k in ("command", "git_sha", "torch", "utc_time", "load_average", "wall_s")}
+    return {**old, "cases": rows, "summary": holdout_summary(rows), "real_ranks_added": facts}
 
 
 def _seed_rows(folder: Path, seed: int) -> list[PeakCheckRow]:
@@ -365,9 +418,14 @@ def _row_text(row: PeakCheckRow) -> str:
     if row["status"] != "ok":
         return f"{row['case'][-60:]:60s} {row['ranks']:9s} {row['status']}: {row['reason']}"
     est = f" est {row[M.peak_estimate_error_pct]:+6.2f}%" if M.peak_estimate_error_pct in row else ""
+    took = ""  # rows measured before rows were timed have no seconds
+    if "measure_s" in row:
+        took = f" ({row['measure_s']:.1f} s" + (
+            f", estimate {row['estimate_s']:.1f} s)" if "estimate_s" in row else ")"
+        )
     return (
         f"{row['case'][-60:]:60s} {row['ranks']:9s} {row['predicted_bytes']:>11,.0f} {row['measured_bytes']:>11,.0f} "
-        f"{row[M.peak_prediction_error_pct]:+7.2f}% {row['phase']}{est}"
+        f"{row[M.peak_prediction_error_pct]:+7.2f}% {row['phase']}{est}{took}"
     )
 
 

@@ -117,6 +117,8 @@ class PeakCheckRow(TypedDict, total=False):
     peak_prediction_error_pct: Number
     estimated_bytes: Number  # real ranks: worker.estimate's probe peak
     peak_estimate_error_pct: Number
+    measure_s: Number  # wall seconds the measurement took (a real case's whole torchrun)
+    estimate_s: Number  # real ranks: wall seconds of the estimator
 
 
 class ScriptRun(TypedDict, total=False):
@@ -138,6 +140,9 @@ class PeakCheckRun(ScriptRun, total=False):
     seeds: list[int]
     cases: list[PeakCheckRow]
     summary: dict[str, Any]
+    # --add-real-ranks: the run that measured the real-rank rows of a file whose simulated rows an
+    # earlier run measured (the file's own facts are that earlier run's)
+    real_ranks_added: ScriptRun
 
 
 class FitAnswerRow(TypedDict, total=False):

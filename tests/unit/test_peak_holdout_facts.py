@@ -1,10 +1,12 @@
 """The out-of-sample peak figures in the docs and README are the committed runs' (issue 35): each
-folder's rescored.json, written once by scripts/measure_peak_prediction.py --repredict over the
+folder's rescored.json, written by scripts/measure_peak_prediction.py --repredict over the
 held-out range's seed files with the final model. docs/peak_holdout_200k/ (seeds 200000-200009,
-3 on real ranks) was measured before the first round of fixes and its errors were read;
+3 on real ranks at first) was measured before the first round of fixes and its errors were read;
 docs/peak_holdout_200k_real/ (from seed 200010, every config on real ranks too) was measured while
 the grad-sync-last class was fixed on dev seeds, nothing but its seed files counted until the
-one re-scoring."""
+re-scoring. Later, with the model unchanged, --add-real-ranks gave the first folder's
+simulated-only seeds their real-rank rows and the second folder got more seeds; both were
+re-scored again by the same model."""
 
 from __future__ import annotations
 
