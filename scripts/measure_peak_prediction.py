@@ -111,7 +111,7 @@ def golden_rows() -> list[dict]:
     return rows
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="simulated cases only (no torchrun)")
     parser.add_argument("--golden-only", action="store_true", help="only the golden runs' recorded measurements")
@@ -131,7 +131,11 @@ def main(argv: list[str] | None = None) -> int:
         default="",
         help="--repredict: also run this checkout's fake-tensor estimator again on these strategies' real-rank rows (e.g. ddp)",
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     args.reestimate, problem = _reestimate_strategies(args.reestimate, args.repredict)
     if problem:
         print(f"--reestimate: {problem}", file=sys.stderr)
