@@ -24,8 +24,10 @@ before it holds anything (`RANK_BASE_BYTES`: torch, gloo, the interpreter):
   the world size (measured, probes on: linear_small 4.2x, gpt_124m 4.1x at a simulated 64;
   3.1x for gpt_124m without probes; the cause inside FSDP2-on-fake-collectives is not known).
   Since the step-parts probe runs 8 steps, 3 of them under the profiler, linear_small at a
-  simulated 64 measured 1.194, 1.427 and 1.288 GiB in three runs (2026-11-26, load 1.5-3), 7.8x:
-  the factor now. Without any probe the same rank peaked at 0.57 GiB.
+  simulated 64 measured 1.194, 1.427 and 1.288 GiB in three runs (2026-11-26, load 1.5-3), 7.8x.
+  With the parts probe run first (before the FLOP and MemTracker probes) the same rank measured
+  1.145, 0.910 and 0.864 GiB (2026-11-27 00:00-00:05 UTC, load 1.8-2.5): 5.4x, the factor now,
+  puts the guard at 1.005 GiB, +16% to -12% of those. Without any probe it peaked at 0.57 GiB.
 A case's total adds, per node, the launcher (torchrun: one more interpreter with torch) unless
 the case is simulated (one process, no torchrun).
 """
@@ -52,7 +54,7 @@ HF_IMPORT_BYTES = 0.10 * GIB
 LAUNCHER_BYTES = 0.22 * GIB
 TEXT_LOAD_BYTES_PER_BYTE = 26  # the rank's peak while it reads and packs its text (measured 22.7-25.5)
 TOKEN_BYTES = 8  # the packed rows kept for the run: int64, one per token (at most one per text byte)
-SIMULATED_WHOLE_MODEL_FACTOR = 7.8  # probes on (the 8-step parts probe); see the module doc
+SIMULATED_WHOLE_MODEL_FACTOR = 5.4  # probes on, the parts probe first; see the module doc
 
 
 @dataclass(frozen=True)
