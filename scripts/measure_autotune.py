@@ -37,7 +37,7 @@ from fsdp_bench.launch.tune import runs_by_purpose  # noqa: E402
 from fsdp_bench.report.recommend import speeds_overlap  # noqa: E402
 from fsdp_bench.results.io import write_json_atomic  # noqa: E402
 from fsdp_bench.results.metrics import M  # noqa: E402
-from fsdp_bench.results.script_records import AutotuneMeasurement, AutotuneTruthRun  # noqa: E402
+from fsdp_bench.results.script_records import TRUTH_METRICS, AutotuneMeasurement, AutotuneTruthRun  # noqa: E402
 
 FIXED = ["--bench-seq-len", "32", "--bench-nproc", "2", "--bench-device", "cpu", "--bench-no-report"]
 BURNER = "while True: pass"
@@ -83,18 +83,6 @@ def _run(
     if not made:
         raise SystemExit(f"measure_autotune: no run folder made for {model} (tune={tune})")
     return made[-1], load.summary(), time.monotonic() - start
-
-
-# What the judgement reads of a ground-truth case: kept in --out so a test can re-judge the file.
-TRUTH_METRICS = (
-    M.tokens_per_s_per_device,
-    M.step_time_s_median,
-    M.step_time_s_median_ci_low,
-    M.step_time_s_median_ci_high,
-    M.step_time_median_ci_level_pct,
-    M.repeat_spread_pct,
-    M.params_changed,
-)
 
 
 def truth_cases(run: Path) -> list[dict]:

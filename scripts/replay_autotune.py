@@ -37,16 +37,7 @@ from fsdp_bench.plan.options import parse_sweep  # noqa: E402
 from fsdp_bench.report.recommend import speeds_overlap  # noqa: E402
 from fsdp_bench.results.layout import RunLayout  # noqa: E402
 from fsdp_bench.results.metrics import M  # noqa: E402
-
-TRUTH_METRICS = (  # what a --truth-only file keeps of each case (scripts/measure_autotune.py)
-    M.tokens_per_s_per_device,
-    M.step_time_s_median,
-    M.step_time_s_median_ci_low,
-    M.step_time_s_median_ci_high,
-    M.step_time_median_ci_level_pct,
-    M.repeat_spread_pct,
-    M.params_changed,
-)
+from fsdp_bench.results.script_records import TRUTH_METRICS  # noqa: E402
 
 
 class ReplaySession:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any, TypedDict
 
+from fsdp_bench.results.metrics import M
 from fsdp_bench.results.readings import Number
 from fsdp_bench.results.records import CaseFields, TuneDrift
 
@@ -77,6 +78,19 @@ class AutotuneTruthCase(TypedDict, total=False):
     step_time_median_ci_level_pct: Number
     repeat_spread_pct: Number
     params_changed: bool
+
+
+# What a ground truth keeps of each case's metrics (AutotuneTruthCase's metric fields): what
+# measure_autotune's judgement reads, and what replay_autotune rebuilds a case from.
+TRUTH_METRICS = (
+    M.tokens_per_s_per_device,
+    M.step_time_s_median,
+    M.step_time_s_median_ci_low,
+    M.step_time_s_median_ci_high,
+    M.step_time_median_ci_level_pct,
+    M.repeat_spread_pct,
+    M.params_changed,
+)
 
 
 class AutotuneTruth(TypedDict):
