@@ -199,11 +199,13 @@ def rebuilt_bucket_options(model) -> dict[str, list[float]]:
     those keep torch's default."""
     import torch.distributed as dist
 
+    from fsdp_bench.analysis.peak_moments import DDP_BUCKET_CAP_BYTES, DDP_FIRST_BUCKET_BYTES
+
     params = [p for p in model.parameters() if p.requires_grad]
     if len({(p.dtype, p.device) for p in params}) != 1:
         return {}
     ready = params[::-1]
-    limits = [dist._DEFAULT_FIRST_BUCKET_BYTES, 25 * 2**20]
+    limits = [DDP_FIRST_BUCKET_BYTES, DDP_BUCKET_CAP_BYTES]  # torch's defaults, as the peak model counts them
     buckets, _ = dist._compute_bucket_assignment_by_size(ready, limits, [False] * len(ready))
     sizes = [sum(ready[i].numel() * ready[i].element_size() for i in bucket) for bucket in buckets]
     return {"bucket_cap_mb_list": [size / 2**20 for size in reversed(sizes)]}
