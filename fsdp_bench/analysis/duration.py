@@ -254,15 +254,21 @@ def step_seconds(case: Case, gpu_name: str = DEFAULT_GPU_NAME, calibration: Cali
     return compute + case.grad_accum * overhead + host
 
 
+def probe_step_equivalents(case: Case) -> int:
+    """The untimed probe steps a case runs, in plain steps: none without probes; a simulated case
+    has no step-parts probe (worker.probes: its peers' collectives are fakes that take no time)."""
+    if not case.probes:
+        return 0
+    return PROBE_STEP_EQUIVALENTS - (PARTS_PROBE_STEPS if case.simulate else 0)
+
+
 def case_seconds(case: Case, gpu_name: str = DEFAULT_GPU_NAME, calibration: Calibration = FIXED) -> float:
     """The whole case: start-up plus warmup, measured, probe and profiled steps, the update norms
     and the bookkeeping that runs between steps. With adaptive measurement (`case.target_ci_pct`)
     the measured steps are counted at their most: up to the case's time cap or MAX_STEPS steps,
     never fewer than `case.steps` (so the estimate errs long)."""
     step = step_seconds(case, gpu_name, calibration)
-    untimed = (PROBE_STEP_EQUIVALENTS if case.probes else 0) + (
-        PROFILED_STEPS + PROFILER_WARMUP_STEPS if case.profile else 0
-    )
+    untimed = probe_step_equivalents(case) + (PROFILED_STEPS + PROFILER_WARMUP_STEPS if case.profile else 0)
     measured = case.steps
     if case.target_ci_pct > 0:
         measured = max(measured, min(case.measure_cap_s / step + 1, max_measured_steps(case.steps, case.target_ci_pct)))

@@ -20,6 +20,7 @@ from fsdp_bench.analysis.duration import (
     slow_cpu_line,
     step_seconds,
 )
+from fsdp_bench.plan.case import PARTS_PROBE_STEPS
 from fsdp_bench.plan.options import parse_sweep
 from tests.sweep_helpers import PROJECT_ROOT, child_env, make_sweep_project, pytest_cmd, run_dirs
 
@@ -106,6 +107,13 @@ def test_no_probes_leaves_the_probe_steps_out_of_the_estimate():
     case = _cases(model="gpt_small")[0]
     assert case_seconds(case) - case_seconds(case.replace(probes=False)) == pytest.approx(
         PROBE_STEP_EQUIVALENTS * step_seconds(case)
+    )
+
+
+def test_a_simulated_case_counts_no_step_parts_probe():
+    case = _cases(model="gpt_small")[0].replace(simulate=True)
+    assert case_seconds(case) - case_seconds(case.replace(probes=False)) == pytest.approx(
+        (PROBE_STEP_EQUIVALENTS - PARTS_PROBE_STEPS) * step_seconds(case)
     )
 
 
