@@ -72,6 +72,12 @@ class Strategy:
         return self.family == "ddp"
 
     @property
+    def rebuilds_buckets(self) -> bool:
+        """Gradients are all-reduced in buckets that DDP's reducer rebuilds after the first step,
+        in the order the gradients became ready (the estimator records that order first)."""
+        return self.family == "ddp"
+
+    @property
     def uses_fsdp_knobs(self) -> bool:
         """Prefetch settings apply (FSDP1 and FSDP2 paths the suite configures itself)."""
         return self.family in ("fsdp1", "fsdp2")

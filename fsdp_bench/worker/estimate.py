@@ -69,7 +69,10 @@ def estimate_peak(case: Case) -> dict[str, Any]:
 
     started = time.perf_counter()
     buckets: dict[int, Any] = {}  # DDP's gradient buckets by index, as its comm hook sees them
-    with _simulated_world(case), FakeTensorMode(allow_non_fake_inputs=True), _fake_step_patches(buckets):
+    ready: list[int] = []  # DDP's parameters in the order their gradients became ready
+    with _simulated_world(case), FakeTensorMode(allow_non_fake_inputs=True), _fake_step_patches(buckets, ready):
+        if catalog_strategy(case.strategy).rebuilds_buckets:
+            ready += ddp_ready_order(case)
         setup = build_rank(case, device=torch.device("cpu"), rank=0, world_size=case.nproc)
         built_s = time.perf_counter() - started
         if hasattr(setup.model, "reducer"):
@@ -143,7 +146,7 @@ def _default_mesh_outside_fake_mode():
 
 
 @contextlib.contextmanager
-def _fake_step_patches(buckets: dict[int, Any]):
+def _fake_step_patches(buckets: dict[int, Any], ready: list[int]):
     """The decisions the real step takes from tensor values, taken here without them.
 
     Transformers decides from the position ids' values whether a batch is packed: on real tensors
@@ -153,8 +156,10 @@ def _fake_step_patches(buckets: dict[int, Any]):
     0..seq-1 in every row: never packed. DDP's constructor compares parameter shapes across ranks
     and broadcasts rank 0's weights, both reading values; with one simulated rank and fake values
     there is nothing to compare or send. DDP's simulation comm hook also keeps the buckets it is
-    handed, for the tracker (`buckets`, by bucket index), and starts from the bucket layout a real
-    DDP rebuilds to after its first step (`rebuilt_bucket_options`)."""
+    handed, for the tracker (`buckets`, by bucket index), and, once `ready` holds the order its
+    gradients became ready (`ddp_ready_order`), DDP starts from the bucket layout a real DDP
+    rebuilds to after its first step (`rebuilt_bucket_assignment`)."""
+    import torch.distributed as dist
     from torch.nn.parallel import distributed as ddp_module
 
     from fsdp_bench.worker import strategies
@@ -169,7 +174,7 @@ def _fake_step_patches(buckets: dict[int, Any]):
         (ddp_module, "_verify_param_shape_across_processes", lambda *a, **k: None),
         (ddp_module, "_sync_module_states", lambda *a, **k: None),
         (strategies, "_bucket_unchanged", keep_bucket),
-        (strategies, "ddp_options", rebuilt_bucket_options),
+        (dist, "_compute_bucket_assignment_by_size", rebuilt_bucket_assignment(ready)),
     ]
     with contextlib.suppress(ImportError):
         from transformers import masking_utils
@@ -185,30 +190,56 @@ def _fake_step_patches(buckets: dict[int, Any]):
             setattr(owner, name, value)
 
 
-def rebuilt_bucket_options(model) -> dict[str, list[float]]:
-    """DDP's `bucket_cap_mb_list` that makes its first bucket layout the one its reducer rebuilds to
-    after the first step, which the estimator cannot run (`_NoBucketRebuild`): DDP starts with all
-    gradients in one bucket, then rebuckets them in the order they became ready, the first bucket
-    capped at 1 MiB and the rest at 25 MiB. On CPU the measured peak counts a bucket from its first
-    write, so with the reduction in the last micro-step only (`--bench-grad-sync last`) one bucket
-    of everything read up to 3.3% over a real run's rebuilt buckets (dev seed 14, 2 gloo ranks).
+def ddp_ready_order(case: Case) -> list[int]:
+    """DDP's parameters (their indices in registration order, those with gradients, as DDP lists
+    them) in the order backward made their gradients ready, recorded with post-accumulate-grad
+    hooks over a throwaway build's first step: it fires where DDP's reducer hooks fire, so it is
+    the order the reducer rebuilds its buckets in. Reverse registration order was assumed before:
+    held-out seed 200005 (tied qwen2, ddp at 3 real ranks, reduced last) read -4.55 %, since the
+    first block's input norm is ready after its attention, beside the tied embedding, and opened
+    a 641,280 B bucket before the embedding's backward. Call inside the fake world and patches."""
+    import torch
 
-    The ready order is taken as the parameters' reverse registration order (rebuilt sizes on dev
-    seeds 3, 14 and 19 within 1.4 KB of a real run's); each bucket's exact size is its cap, so
-    DDP's greedy assignment closes it at the same parameter. Several dtypes bucket separately:
-    those keep torch's default."""
+    from fsdp_bench.worker.setup import build_rank
+
+    setup = build_rank(case, device=torch.device("cpu"), rank=0, world_size=case.nproc)
+    setup.model.reducer = _NoBucketRebuild(setup.model.reducer)
+    params = [p for p in setup.model.module.parameters() if p.requires_grad]
+    order: dict[int, None] = {}  # insertion-ordered; later micro-steps fire again, the first counts
+    for i, p in enumerate(params):
+        p.register_post_accumulate_grad_hook(lambda _, i=i: order.setdefault(i))
+    setup.train_step(0)
+    return list(order)
+
+
+def rebuilt_bucket_assignment(ready: list[int]):
+    """torch's bucket assignment as DDP's constructor calls it, made to give the layout its
+    reducer rebuilds to after the first step (which the estimator cannot run: `_NoBucketRebuild`):
+    the parameters taken in the order their gradients became ready (`ready`), the first bucket
+    capped at 1 MiB and the rest at 25 MiB, as the rebuild calls it. On CPU the measured peak
+    counts a bucket from its first write, so with the reduction in the last micro-step only
+    (`--bench-grad-sync last`) one bucket of everything read up to +3.3 % over a real run's
+    rebuilt buckets (dev seed 14, 2 gloo ranks). A rebuilt bucket need not be contiguous in
+    registration order (seed 200005's second: the tied embedding and block 0's input norm), which
+    per-bucket caps (`bucket_cap_mb_list`) cannot express; so the assignment itself is replaced.
+    Without `ready` (before it is recorded, or another parameter list) torch's own runs."""
     import torch.distributed as dist
 
     from fsdp_bench.analysis.peak_moments import DDP_BUCKET_CAP_BYTES, DDP_FIRST_BUCKET_BYTES
 
-    params = [p for p in model.parameters() if p.requires_grad]
-    if len({(p.dtype, p.device) for p in params}) != 1:
-        return {}
-    ready = params[::-1]
-    limits = [DDP_FIRST_BUCKET_BYTES, DDP_BUCKET_CAP_BYTES]  # torch's defaults, as the peak model counts them
-    buckets, _ = dist._compute_bucket_assignment_by_size(ready, limits, [False] * len(ready))
-    sizes = [sum(ready[i].numel() * ready[i].element_size() for i in bucket) for bucket in buckets]
-    return {"bucket_cap_mb_list": [size / 2**20 for size in reversed(sizes)]}
+    original = dist._compute_bucket_assignment_by_size
+
+    def assign(params, limits, expect_sparse_gradient=(), *rest):
+        if rest or sorted(ready) != list(range(len(params))):
+            return original(params, limits, expect_sparse_gradient, *rest)
+        sparse = [expect_sparse_gradient[i] for i in ready] if expect_sparse_gradient else [False] * len(ready)
+        limits = [DDP_FIRST_BUCKET_BYTES, DDP_BUCKET_CAP_BYTES]  # torch's defaults, as the peak model counts them
+        buckets, caps = original([params[i] for i in ready], limits, sparse, ready)
+        # DDP reverses the constructor's assignment (registration order) into its reducer's order,
+        # which here is already the ready order
+        return list(reversed(buckets)), list(reversed(caps))
+
+    return assign
 
 
 class _NoBucketRebuild:

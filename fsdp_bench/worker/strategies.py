@@ -96,19 +96,12 @@ def apply_ddp(model: nn.Module, *, ctx: ShardContext) -> nn.Module:
     if has_meta_params(model):  # a replica per rank: DDP needs the whole model anyway
         materialize_module(model, ctx.device, ctx.seed)
     device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
-    ddp = DDP(model, device_ids=device_ids, **ddp_options(model))
+    ddp = DDP(model, device_ids=device_ids)
     if dist.get_backend() == "fake":
         # Simulation: the fake group's all-reduce future resolves to None, which DDP's reducer
         # rejects. A real all-reduce works in place on the bucket, so hand the bucket back.
         ddp.register_comm_hook(None, _bucket_unchanged)
     return ddp
-
-
-def ddp_options(model: nn.Module) -> dict[str, list[float]]:
-    """DDP's constructor options beyond the device: torch's defaults. worker.estimate replaces this
-    with the bucket layout DDP's reducer rebuilds to after the first step, a rebuild it cannot run
-    on fake tensors."""
-    return {}
 
 
 def _bucket_unchanged(state, bucket):

@@ -144,9 +144,13 @@ def test_fast_model_predicts_deferred_gradient_reduction_within_5_percent(name, 
 # that rebuild on fake tensors and starts from the rebuilt layout (worker.estimate's
 # rebuilt_bucket_options). With the reduction in the last micro-step only, the CPU peak sees a
 # bucket from its first write, so the one bucket of everything read +3.33% (dev seed 14) and
-# +1.40% (dev seed 19) over 2 real gloo ranks; the simulated rank rebuilds as they do.
+# +1.40% (dev seed 19) over 2 real gloo ranks; the simulated rank rebuilds as they do. The order
+# the buckets are rebuilt in is recorded, not assumed (worker.estimate.ddp_ready_order): taken as
+# the reverse registration order, seed 1442 (a tied 2-layer llama, outside both the dev and the
+# held-out ranges, looked at for this test only: held-out seed 200005's class, block 0's input
+# norm sharing the embedding's bucket) read -6.28%.
 @pytest.mark.versions
-@pytest.mark.parametrize("seed", [14, 19])
+@pytest.mark.parametrize("seed", [14, 19, 1442])
 def test_ddp_deferred_reduction_estimate_sees_the_rebuilt_buckets(seed, tmp_path):
     from fsdp_bench.plan.generated_configs import write_generated_config
     from fsdp_bench.worker.estimate import estimate_peak
