@@ -13,13 +13,15 @@ by purpose (probe, explore, control, repeat), how often it answers a single winn
 pick is within the ground truth's noise of the truth's best (report.recommend.speeds_overlap) and
 how often its answer (pick or tied set) holds the truth's best. A replay cannot show the
 machine's drift between the truth and a later tuning: every run it draws was measured during the
-truth.
+truth. `--drift-sd-log` adds one: each run's step time drawn x a log-normal factor, so a schedule
+change meant for a loaded machine is replayed at the drift a loaded run measured.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import random
 import statistics
 import sys
@@ -43,9 +45,22 @@ from fsdp_bench.results.script_records import TRUTH_METRICS  # noqa: E402
 class ReplaySession:
     """The one method of launch.session.SweepSession the tuner calls, served from measured repeats."""
 
-    def __init__(self, truth: dict[str, dict], seed: int, root: Path) -> None:
+    def __init__(self, truth: dict[str, dict], seed: int, root: Path, drift_sd_log: float = 0.0) -> None:
         self.truth, self.rng, self.layout = truth, random.Random(seed), RunLayout(root)
         self.order: dict[str, list[int]] = {}
+        # the added drift draws from its own generator: the repeats' order stays the seed's
+        self.drift_sd_log, self.drift_rng = drift_sd_log, random.Random(f"drift-{seed}")
+        self.drift: dict[tuple[str, int], float] = {}
+
+    def _drifted(self, case_id: str, i: int, step_s: float) -> float:
+        """A run's step time under the added drift: one log-normal factor per run, drawn once, so
+        the n-th run of a case keeps its value when the tuner asks for more repeats."""
+        if not self.drift_sd_log:
+            return step_s
+        key = (case_id, i)
+        if key not in self.drift:
+            self.drift[key] = self.drift_rng.gauss(0.0, self.drift_sd_log)
+        return step_s * math.exp(self.drift[key])
 
     def _draws(self, case_id: str, n: int) -> list[dict]:
         repeats = self.truth[case_id]["repeats"]
@@ -62,7 +77,7 @@ class ReplaySession:
         if truth["status"] != "ok":
             return {**truth, "repeats": truth["repeats"][:n]}
         draws = self._draws(case_id, n)
-        medians = [d["step_time_s_median"] for d in draws]
+        medians = [self._drifted(case_id, i, d["step_time_s_median"]) for i, d in enumerate(draws)]
         m = truth["metrics"]
         step = statistics.median(medians)
         tokens = m[M.tokens_per_s_per_device] * m[M.step_time_s_median]  # per step and device
@@ -83,7 +98,7 @@ def _row(result: dict) -> dict:
     return {"case_id": result["case_id"], **result["metrics"]}
 
 
-def replay(run: Path, repeats: int, seeds: int) -> list[dict]:
+def replay(run: Path, repeats: int, seeds: int, drift_sd_log: float = 0.0) -> list[dict]:
     """One judged answer per seed."""
     truth = {r["case_id"]: r for r in (json.loads(p.read_text()) for p in sorted((run / "cases").glob("*.json")))}
     if not truth:
@@ -95,7 +110,7 @@ def replay(run: Path, repeats: int, seeds: int) -> list[dict]:
     out = []
     for seed in range(seeds):
         with tempfile.TemporaryDirectory() as tmp:
-            session = ReplaySession(truth, seed, Path(tmp))
+            session = ReplaySession(truth, seed, Path(tmp), drift_sd_log)
             answer = run_tune(
                 session, request, budget_gib=None, max_repeats=repeats, time_budget_s=None, on_result=lambda c, r: None
             )
@@ -109,6 +124,7 @@ def replay(run: Path, repeats: int, seeds: int) -> list[dict]:
                 "holds_best": best["case_id"] in [answer["pick"], *answer["tied"]],
                 "best_unmeasured": best["case_id"] in answer.get("unmeasured_within_noise", []),
                 "tied": 1 + len(answer["tied"]),
+                "unmeasured": len(answer.get("unmeasured_within_noise", [])),
                 "purpose": runs_by_purpose(answer),
             }
         )
@@ -152,6 +168,13 @@ def main() -> None:
     parser.add_argument("--from-truth", type=Path, default=None, help="a --truth-only file, its folder rebuilt")
     parser.add_argument("--repeats", type=int, default=2, help="the tuner's --bench-repeats")
     parser.add_argument("--seeds", type=int, default=50)
+    parser.add_argument(
+        "--drift-sd-log",
+        type=float,
+        default=0.0,
+        help="a machine drifting while tuning: each run's step time x exp(N(0, this)), drawn per run "
+        "(0.33 is the +-91%% per run a loaded gpt_tiny-96 run measured)",
+    )
     args = parser.parse_args()
     if (args.run is None) == (args.from_truth is None):
         raise SystemExit("replay_autotune: give a run folder or --from-truth FILE, not both")
@@ -159,7 +182,7 @@ def main() -> None:
         run = args.run if args.from_truth is None else rebuild_folder(args.from_truth, Path(tmp) / "run")
         if not (run / "cases").is_dir():
             raise SystemExit(f"replay_autotune: {run} is not a run folder (no cases/)")
-        rows = replay(run, args.repeats, args.seeds)
+        rows = replay(run, args.repeats, args.seeds, args.drift_sd_log)
     n = len(rows)
     costs = sorted(r["cost"] for r in rows)
     print(
@@ -168,7 +191,8 @@ def main() -> None:
         f"pick within noise {sum(r['within_noise'] for r in rows)}, answer holds best {sum(r['holds_best'] for r in rows)}, "
         f"single winner outside noise {sum(r['single'] and not r['within_noise'] for r in rows)}, "
         f"tied set median {sorted(r['tied'] for r in rows)[n // 2]}, "
-        f"best among the unmeasured within noise {sum(r['best_unmeasured'] for r in rows)}"
+        f"best among the unmeasured within noise {sum(r['best_unmeasured'] for r in rows)}, "
+        f"unmeasured named median {sorted(r['unmeasured'] for r in rows)[n // 2]} (max {max(r['unmeasured'] for r in rows)})"
     )
     purpose = sum((r["purpose"] for r in rows), Counter())
     print("runs per replay by purpose (mean): " + ", ".join(f"{k} {purpose[k] / n:.1f}" for k in RUN_PURPOSES))

@@ -25,7 +25,9 @@ after the probe, each round measures once the unmeasured fitting cases that coul
 leader (predicted speed x (1 + model error) at or above the leader's measured speed), best predicted
 first, at most ROUND_SIZE; and gives every measured case whose tokens/s interval overlaps the
 leader's (`report.recommend`'s rule, at `results.stats.CONFIDENCE`) more repeats, doubling up to
-`--bench-repeats`, when that race could separate each of them from the leader (`worth_racing`).
+`--bench-repeats`, when that race could separate each of them from the leader (`worth_racing`);
+once no race could (the tie is final) under a drift as wide as the model's error, only cases that
+could beat the leader beyond the drift are still explored, the others named (`exploring`).
 Before racing, the leader's unmeasured neighbours (one grid step along
 accumulation) are measured once. It stops when nothing is left to measure: one leader separated beyond noise, or
 ties that the planned repeats could not split; or when the time budget is spent.
@@ -42,6 +44,7 @@ from fsdp_bench.analysis.drift import MIN_DRIFT_DOF, Drift, drift_band, measured
 from fsdp_bench.analysis.fit import FIT_MARGIN
 from fsdp_bench.analysis.run_noise import speed_interval, widened
 from fsdp_bench.analysis.step_model import Prediction, StepModel
+from fsdp_bench.analysis.tune_ties import could_win_alone, drift_outweighs_model, tie_is_final, worth_racing
 from fsdp_bench.plan.case import Case, skip_reason
 from fsdp_bench.results.metrics import M
 from fsdp_bench.results.records import TUNE_SCHEMA_VERSION, CaseResult, TuneAnswer, TuneDrift, TuneMeasured, TuneRound
@@ -209,8 +212,9 @@ def plan_round(
 ) -> list[tuple[Case, int]]:
     """The next round as (case, total repeats wanted); [] when tuning is done.
 
-    Explore first: the unmeasured cases that could still beat the leader, given the model's error,
-    with the leader once more (the drift's control, `control`). Then race: the survivors within
+    Explore first: the unmeasured cases that could still beat the leader, given the model's error
+    (once the measured tie is final, beyond the drift: `exploring`), with the leader once more (the
+    drift's control, `control`). Then race: the survivors within
     noise of the leader get their repeats doubled, up to `max_repeats`, when that could end the tie
     (`worth_racing`); a tie left unraced gets its leader measured twice (TIE_PICK_MEASUREMENTS). A
     lone leader is done only once the drift is measured and it was measured twice
@@ -219,8 +223,7 @@ def plan_round(
     unmeasured = [p for p in ranked if p.case.id not in measured]
     if best is None:
         return [(p.case, 1) for p in unmeasured[:round_size]]
-    bar = best.tokens_per_s or 0.0  # could still beat the leader: the model's error covers the prediction
-    promising = [p for p in unmeasured if model.tokens_per_s(p) * (1 + model.error) >= bar]
+    promising = exploring(ranked, measured, model, budget_gib=budget_gib, max_repeats=max_repeats)
     nearby = leader_neighbours(ranked, measured, best.case_id)
     fresh = [(p.case, 1) for p in (promising[:round_size] or nearby)]
     if fresh:
@@ -237,38 +240,39 @@ def plan_round(
     return race or control(ranked, best, cap=TIE_PICK_MEASUREMENTS)
 
 
-def could_separate(best: Measured, other: Measured, drift: Drift | None, max_repeats: int) -> bool:
-    """Whether racing `other` and the leader to `max_repeats` could end their tie. The measured
-    drift alone gives a case at r repeats a band of DRIFT_Z x sd / sqrt(r) each way, whatever its
-    steps say; when the two bands at `max_repeats` still overlap at the speeds measured now, the
-    race is spent for a tie. On a 24-case CPU grid at load 7-11 (drift a factor of 2 per run) the
-    tuner raced 8 tied cases to 2 repeats, a third of its runs, and stopped with the same 8 tied.
-    Unknown or too little drift (fewer than MIN_DRIFT_DOF degrees of freedom): race as before."""
-    if drift is None or not drift.enough or other.case_id == best.case_id:
-        return True
-    if not best.tokens_per_s or not other.tokens_per_s:
-        return True
-    gap = math.log(best.tokens_per_s / other.tokens_per_s)
-    reach = drift.half_width(max(max_repeats, best.repeats)) + drift.half_width(max(max_repeats, other.repeats))
-    return gap > reach
-
-
-def worth_racing(tied: Sequence[Measured], drift: Drift | None, max_repeats: int) -> list[Measured]:
-    """The tied cases (leader first) to race to `max_repeats`: all of them when the race could
-    separate every one from the leader (`could_separate`), so that it could end in a single
-    winner; [] when one could not: the answer is then a tie whatever the others measure, and
-    racing them would only shorten its list, a run each (replays and runs of the 96-case CPU grid:
-    docs/autotune.md, "The race rule, then three more loaded runs")."""
-    others = tied[1:]
-    return list(tied) if others and all(could_separate(tied[0], m, drift, max_repeats) for m in others) else []
+def exploring(
+    ranked: Sequence[Prediction],
+    measured: Mapping[str, Measured],
+    model: StepModel,
+    *,
+    budget_gib: float | None,
+    max_repeats: int,
+) -> list[Prediction]:
+    """The unmeasured cases still worth a first run, best predicted first: those whose prediction
+    x (1 + the model's error) reaches the leader's measured speed (they could still beat it). Once
+    the measured tie is final (analysis.tune_ties.tie_is_final), only those that could beat the
+    leader beyond the drift (`could_win_alone`): the others could only join the tie or leave it,
+    so they are named in the answer (`unmeasured_within_noise`) instead of run."""
+    best = leader(measured, budget_gib)
+    if best is None or not best.tokens_per_s:
+        return [p for p in ranked if p.case.id not in measured]
+    drift = tuning_drift(measured)
+    optimistic = {p.case.id: model.tokens_per_s(p) * (1 + model.error) for p in ranked if p.case.id not in measured}
+    promising = [p for p in ranked if optimistic.get(p.case.id, 0.0) >= best.tokens_per_s]
+    if drift is None or not drift_outweighs_model(drift, model.error):
+        return promising
+    if not tie_is_final(survivors(measured, budget_gib), drift, max_repeats):
+        return promising
+    return [p for p in promising if could_win_alone(optimistic[p.case.id], best, drift, max_repeats)]
 
 
 def unmeasured_within_noise(
     ranked: Sequence[Prediction], measured: Mapping[str, Measured], model: StepModel, best: Measured | None
 ) -> list[str]:
     """The unmeasured cases whose prediction x (1 + the model's error) reaches the leader's
-    measured speed: what the tuner would still explore, left unmeasured only when the time budget
-    stopped it. The answer names them; no single winner beside them."""
+    measured speed: left unmeasured when the time budget stopped the exploring, or when the measured
+    tie was final and they could not beat its leader beyond the drift (`exploring`). The answer
+    names them; no single winner beside them."""
     if best is None or not best.tokens_per_s:
         return []
     return [
@@ -295,8 +299,7 @@ def runs_left(
     unmeasured = [p for p in ranked if p.case.id not in measured]
     if best is None:
         return len(unmeasured)
-    bar = best.tokens_per_s or 0.0
-    promising = sum(model.tokens_per_s(p) * (1 + model.error) >= bar for p in unmeasured)
+    promising = len(exploring(ranked, measured, model, budget_gib=budget_gib, max_repeats=max_repeats))
     controls = max(0, CONTROL_REPEATS - best.repeats) if promising else 0
     tied = survivors(measured, budget_gib)
     racing = worth_racing(tied, tuning_drift(measured), max_repeats) if len(tied) > 1 else []

@@ -34,6 +34,7 @@ from fsdp_bench.analysis.tune import (
     tuning_drift,
     unmeasured_within_noise,
 )
+from fsdp_bench.analysis.tune_ties import separating_line
 from fsdp_bench.launch.memory_guard import memory_skip_reason
 from fsdp_bench.launch.session import SweepSession
 from fsdp_bench.plan.case import Case
@@ -128,7 +129,7 @@ def run_tune(
     while fitting and not stopped:
         model = _refit(prior, predictions, log)
         if time_budget_s is not None and log.spent_s() >= time_budget_s:
-            stopped = f"time budget spent ({log.spent_s():.0f} of {time_budget_s:g} case-seconds); " + _why_done(
+            stopped = f"{BUDGET_SPENT} ({log.spent_s():.0f} of {time_budget_s:g} case-seconds); " + _why_done(
                 log, budget_gib, max_repeats
             )
             break
@@ -153,8 +154,11 @@ def _unless_unreached(stopped: str, ranked, log: TuneLog, model, budget_gib: flo
     """A "separated" stop is no single winner while unmeasured cases could still reach the leader
     (a time budget stopped the exploring): the reason says so."""
     best = leader(log.measured, budget_gib)
-    if SEPARATED in stopped and unmeasured_within_noise(ranked, log.measured, model, best):
+    unreached = unmeasured_within_noise(ranked, log.measured, model, best)
+    if SEPARATED in stopped and unreached:
         return stopped[: stopped.index(SEPARATED)] + UNREACHED
+    if TIED in stopped and unreached and not stopped.startswith(BUDGET_SPENT):  # the exploration bound left them
+        return stopped.replace(TIED, f"{TIED}; {len(unreached)} unmeasured case(s) named beside them, {JOIN_ONLY}", 1)
     return stopped
 
 
@@ -211,6 +215,12 @@ def _why_none(predictions, refused) -> str:
 
 
 SEPARATED = "the leader is separated from every other measured case beyond noise"
+TIED = "they are tied; no single winner"
+BUDGET_SPENT = "time budget spent"
+JOIN_ONLY = (
+    "predicted to reach the leader's speed within the model's error but not beyond the drift, so a "
+    "run could only add them to the tie or drop them, never end it"
+)
 UNREACHED = (
     "the leader is separated from every measured case beyond noise, but unmeasured cases are still "
     "predicted to reach its speed within the model's error (unmeasured_within_noise): no single winner claimed"
@@ -227,9 +237,9 @@ def _why_done(log: TuneLog, budget_gib: float | None, max_repeats: int) -> str:
         return f"{SEPARATED} ({noise}), and no unmeasured case is predicted beyond its noise"
     if len(tied) < 2:
         return f"the leader is unconfirmed: {noise}, measured {best.repeats} time(s); no single winner claimed"
+    separate = f"; {separating_line(tied, drift, max_repeats)}" if drift is not None and drift.enough else ""
     return (
-        f"too noisy to separate {len(tied)} configurations ({noise}) within {max_repeats} repeat(s): "
-        "they are tied; no single winner"
+        f"too noisy to separate {len(tied)} configurations ({noise}) within {max_repeats} repeat(s): {TIED}{separate}"
     )
 
 

@@ -342,7 +342,7 @@ def test_a_tie_the_measured_drift_keeps_at_any_allowed_repeats_is_not_raced():
     repeats and stopped with the same 8 tied. Two cases 10% apart under a drift of sd 0.3 (one
     run's band +-80%) stay tied at 2 repeats whatever they measure: no race, the tie is the answer.
     Under a drift of sd 0.02 the same two can separate, so they are raced."""
-    from fsdp_bench.analysis.tune import could_separate
+    from fsdp_bench.analysis.tune_ties import could_separate
 
     predictions = [predict_case(c) for c in _grid()]
     model = StepModel(1e-12, 1e-6, 0.0, error=0.0)
