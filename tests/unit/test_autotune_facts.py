@@ -189,3 +189,17 @@ def test_the_readme_row_states_the_three_runs(grid, prefix, readme):
     assert all(r["within_noise"] and not r["single_winner"] for r in rows)
     low, high = min(r["load_tune"]["min"] for r in rows), max(r["load_tune"]["max"] for r in rows)
     assert f"load {low:.1f}-{high:.1f}" in line
+
+
+def test_the_docs_state_the_unbounded_tuners_loaded_run_on_the_hugging_face_grid():
+    """The tuner before the exploration bound, once on the held-out grid with two burners: the
+    docs quote its wrong single winner and its cost off the file."""
+    data = json.loads((FOLDER / "gpt2_small_odd-96-before-bound-burn2-run1.json").read_text())
+    (row,) = data["rows"]
+    assert data["burn"] == 2 and row["single_winner"] and not row["within_noise"]
+    text = " ".join(DOCS.split())
+    load = row["load_tune"]
+    assert f"load {load['min']:.1f}-{load['max']:.1f}, mean {load['mean']:.1f}" in text
+    assert f"{row['gap_pct']:.1f}% behind the truth's best and outside its noise" in text
+    cost = f"{row['tune_runs']} runs, {row['tune_case_s']:,.0f} case-seconds, {100 * row['ratio']:.1f}% of the truth's"
+    assert cost in text and f"({100 * row['ratio_truth_priced']:.1f}% at the truth's seconds per run)" in text
