@@ -16,7 +16,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
-from fsdp_bench.analysis.hf_units import hf_shapes
+from fsdp_bench.analysis.hf_units import hf_layer_ready_order, hf_shapes
 from fsdp_bench.plan.catalog import STRATEGIES
 from fsdp_bench.plan.flavors import ModelFlavor, load_config_dict
 
@@ -47,11 +47,15 @@ CLUSTERS: dict[str, tuple[str, str]] = {
 
 @dataclass(frozen=True)
 class Unit:
-    """One communication unit: the parameters FSDP gathers together (a block, or the root's own)."""
+    """One communication unit: the parameters FSDP gathers together (a block, or the root's own).
+    `ready`: indices into `shapes` in the order backward makes their gradients ready (DDP's rebuilt
+    buckets follow it); empty: the reverse of `shapes`, which is exact up to swaps of equal sizes
+    for the built-in flavors."""
 
     name: str
     shapes: tuple[Shape, ...]
     is_root: bool = False
+    ready: tuple[int, ...] = ()
 
     @property
     def numel(self) -> int:
@@ -71,8 +75,10 @@ def _gpt_units(c) -> list[Unit]:
 
 
 def _hf_units(flavor: ModelFlavor) -> list[Unit]:
-    root_shapes, layers = hf_shapes(load_config_dict(flavor))  # ValueError for a model_type without a shape model
-    return [Unit("root", root_shapes, True)] + [Unit(f"layers.{i}", s) for i, s in enumerate(layers)]
+    config = load_config_dict(flavor)
+    root_shapes, layers = hf_shapes(config)  # ValueError for a model_type without a shape model
+    ready = hf_layer_ready_order(config)
+    return [Unit("root", root_shapes, True)] + [Unit(f"layers.{i}", s, ready=ready) for i, s in enumerate(layers)]
 
 
 # One parameter-shape model per catalog shape (plan.architectures; checked against the modules).

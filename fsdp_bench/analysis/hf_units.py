@@ -10,6 +10,10 @@ tests/integration/test_hf_units.py):
   (`tie_word_embeddings`, absent: the row's `tied_by_default`, as in transformers).
 - gpt2: per block ln_1 (w, b), attn.c_attn (Conv1D: weight is (in, out)) and bias, attn.c_proj,
   ln_2, mlp.c_fc, mlp.c_proj, each with a bias; root: wte, wpe, ln_f; the head is tied to wte.
+
+`hf_layer_ready_order` gives the order backward makes a layer's gradients ready, which DDP
+rebuilds its buckets in (read with post-accumulate-grad hooks on real DDP, tests/integration/
+test_ddp_ready_order.py).
 """
 
 from __future__ import annotations
@@ -52,6 +56,38 @@ def _llama_layer(c: Mapping[str, Any]) -> tuple[Shape, ...]:
     for out, inp in ((inter, d), (inter, d), (d, inter)):
         shapes += [(out, inp)] + ([(out,)] if mlp_bias else [])
     return tuple(shapes) + ((d,), (d,))
+
+
+def _llama_layer_ready(c: Mapping[str, Any]) -> tuple[int, ...]:
+    """Indices into `_llama_layer`'s shapes in the order backward makes their gradients ready: the
+    reverse of forward's use (input norm, q, k, v, o, post-attention norm, gate, up, down), a
+    linear's bias before its weight. Reverse registration order puts the input norm before the
+    projections, the post-attention norm before the MLP (read on dev seeds 59, 60, 65 and 66: every
+    llama-style type, tied and untied, qkv biases or none)."""
+    qkv_bias = hf_architecture(c).qkv_bias or bool(c.get("attention_bias"))
+    biased = (qkv_bias,) * 3 + (bool(c.get("attention_bias")),) + (bool(c.get("mlp_bias")),) * 3
+    linears, index = [], 0
+    for bias in biased:
+        linears.append(tuple(range(index, index + 1 + bias)))  # weight (, bias)
+        index += 1 + bias
+    q, k, v, o, gate, up, down = linears
+    use = [(index,), q, k, v, o, (index + 1,), gate, up, down]  # the norms follow the linears
+    return tuple(i for group in use for i in group)[::-1]
+
+
+# gpt2's block in ready order (`_gpt2_layer`'s indices): mlp.c_proj, mlp.c_fc (bias, weight), ln_2
+# (weight, bias), attn.c_proj, attn.c_attn, ln_1: its registration order reversed except each layer
+# norm's weight before its bias (read on dev seed 62)
+_GPT2_LAYER_READY = (11, 10, 9, 8, 6, 7, 5, 4, 3, 2, 0, 1)
+
+
+def hf_layer_ready_order(config: Mapping[str, Any]) -> tuple[int, ...]:
+    """Indices into a decoder layer's shapes (`hf_shapes`) in the order backward makes their
+    gradients ready. ValueError for an unsupported model_type."""
+    reason = unsupported_reason(config)
+    if reason:
+        raise ValueError(reason)
+    return _GPT2_LAYER_READY if hf_architecture(config).shape == "gpt2" else _llama_layer_ready(config)
 
 
 def _llama_root(c: Mapping[str, Any]) -> tuple[Shape, ...]:

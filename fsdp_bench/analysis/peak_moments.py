@@ -131,22 +131,16 @@ def ddp_written_bucket_bytes(
     """The bytes of DDP's buckets written once the head's gradients are made, and once each
     block's first and all of its gradients are (forward order), each bucket counted whole from
     its first write (MemTracker's view on CPU, where a bucket is seen only from then). DDP rebuilds
-    its buckets after the first step in the order the gradients became ready, taken as the reverse
-    registration order (as worker.estimate's rebuilt_bucket_options): the head (untied) and the
-    root's norms, the blocks from the last, each block's parameters reversed, then the embeddings
-    (a tied one's gradient is ready only after the embedding's backward). The sizes follow torch's
-    greedy assignment: a bucket closes at the parameter that takes it to its cap, so one bucket
-    can hold everything (dev seed 22: one bucket of 1,264,384 B, not the 1 MiB cap the head's
-    moment counted, read off DDP's rebuilt_bucket_sizes)."""
+    its buckets after the first step in the order the gradients became ready (worker.estimate's
+    ddp_ready_order records it): the head (untied) and the root's norms, the blocks from the last,
+    each block's parameters in its unit's `ready` order, then the embeddings, reversed (a tied
+    one's gradient is ready only after the embedding's backward). Reverse registration order was
+    assumed before; it misplaces a llama-style block's norms (hf_units._llama_layer_ready). The
+    sizes follow torch's greedy assignment: a bucket closes at the parameter that takes it to its
+    cap, so one bucket can hold everything (dev seed 22: one bucket of 1,264,384 B, not the 1 MiB
+    cap the head's moment counted, read off DDP's rebuilt_bucket_sizes)."""
     blocks = [u for u in units if not u.is_root]
-    root = next((u.shapes for u in units if u.is_root), ())
-    matrices = [i for i, shape in enumerate(root) if len(shape) == 2]
-    head = max(matrices, key=lambda i: math.prod(root[i])) if matrices and not tied_head_numel else None
-    first = [i for i, shape in enumerate(root) if len(shape) == 1 or i == head]
-    ready = [(-1, math.prod(root[i])) for i in first]
-    for k in reversed(range(len(blocks))):
-        ready += [(k, math.prod(shape)) for shape in reversed(blocks[k].shapes)]
-    ready += [(-2, math.prod(shape)) for i, shape in enumerate(root) if i not in first]
+    ready = ddp_ready_numels(units, tied_head_numel)
     sizes, written = [0], []
     for _, numel in ready:
         if sizes[-1] >= (DDP_FIRST_BUCKET_BYTES if len(sizes) == 1 else DDP_BUCKET_CAP_BYTES):
@@ -157,7 +151,39 @@ def ddp_written_bucket_bytes(
     at = {owner: [opened[written[i]] for i, (o, _) in enumerate(ready) if o == owner] for owner, _ in ready}
     head_bytes = at[-1][-1] if -1 in at else 0
     starts = [at[k][0] if k in at else head_bytes for k in range(len(blocks))]
-    return head_bytes, starts, [at[k][-1] if k in at else head_bytes for k in range(len(blocks))]
+    # a block's input norm is ready last, once its activations are freed: a bucket it opens is
+    # first seen beside the block below's (seed 388: +1.45 % counting it at this block's end)
+    ends = [
+        at[k][max(0, len(at[k]) - 1 - _trailing_norms(blocks[k]))] if k in at else head_bytes
+        for k in range(len(blocks))
+    ]
+    return head_bytes, starts, ends
+
+
+def _trailing_norms(unit: Unit) -> int:
+    """How many of the unit's last-ready gradients are 1-D (its input norm's weight and bias)."""
+    order = list(unit.ready or range(len(unit.shapes))[::-1])
+    count = 0
+    while count < len(order) and len(unit.shapes[order[-1 - count]]) == 1:
+        count += 1
+    return count
+
+
+def ddp_ready_numels(units: Sequence[Unit], tied_head_numel: int) -> list[tuple[int, int]]:
+    """(owner, elements) of every parameter in the order backward makes its gradient ready, the
+    order DDP rebuilds its buckets in; owner -1 the head and the root's norms (ready first), k the
+    k-th block, -2 the embeddings (ready last, the tied one after the blocks' and the head's parts)."""
+    blocks = [u for u in units if not u.is_root]
+    root = next((u.shapes for u in units if u.is_root), ())
+    matrices = [i for i, shape in enumerate(root) if len(shape) == 2]
+    # the head is registered after the embedding it may equal in size
+    head = max(matrices[::-1], key=lambda i: math.prod(root[i])) if matrices and not tied_head_numel else None
+    first = ([head] if head is not None else []) + [i for i, shape in enumerate(root) if len(shape) == 1]
+    ready = [(-1, math.prod(root[i])) for i in first]
+    for k in reversed(range(len(blocks))):
+        order = blocks[k].ready or range(len(blocks[k].shapes))[::-1]
+        ready += [(k, math.prod(blocks[k].shapes[i])) for i in order]
+    return ready + [(-2, math.prod(root[i])) for i in reversed(range(len(root))) if i not in first]
 
 
 def _ddp_deferred_head_bytes(

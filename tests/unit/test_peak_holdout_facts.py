@@ -6,7 +6,9 @@ docs/peak_holdout_200k_real/ (from seed 200010, every config on real ranks too) 
 the grad-sync-last class was fixed on dev seeds, nothing but its seed files counted until the
 re-scoring. Later, with the model unchanged, --add-real-ranks gave the first folder's
 simulated-only seeds their real-rank rows and the second folder got more seeds; both were
-re-scored again by the same model."""
+re-scored again by the same model. Last, the second folder got seeds 200015-200016 and both were
+re-scored with DDP's recorded ready order (estimator re-run on the DDP rows, then the model's
+shapes-derived order); seed files measured after that re-scoring (200017 on) are not counted."""
 
 from __future__ import annotations
 
