@@ -117,6 +117,11 @@ class StepModel:
         step = self.step_s(p)
         return p.tokens / step if step > 0 else math.inf
 
+    def optimistic_tokens_per_s(self, p: Prediction) -> float:
+        """The prediction at the top of the model's error band: the fastest the case could measure
+        if the model were off by its whole error (the tuner explores a case that could reach the leader)."""
+        return self.tokens_per_s(p) * (1 + self.error)
+
     def describe(self) -> dict[str, float]:
         return {
             "device_flops_per_s": 1 / self.s_per_flop,

@@ -27,9 +27,8 @@ first, at most ROUND_SIZE; and gives every measured case whose tokens/s interval
 leader's (`report.recommend`'s rule, at `results.stats.CONFIDENCE`) more repeats, doubling up to
 `--bench-repeats`, when that race could separate each of them from the leader (`worth_racing`);
 once no race could (the tie is final) under a drift as wide as the model's error, only cases that
-could beat the leader beyond the drift are still explored, the others named (`exploring`).
-Before racing, the leader's unmeasured neighbours (one grid step along
-accumulation) are measured once. It stops when nothing is left to measure: one leader separated beyond noise, or
+could beat the leader beyond the drift are still explored, the others named (`exploring`). Before
+racing, the leader's unmeasured neighbours (one grid step along accumulation) are measured once. It stops when nothing is left to measure: one leader separated beyond noise, or
 ties that the planned repeats could not split; or when the time budget is spent.
 """
 
@@ -257,13 +256,21 @@ def exploring(
     if best is None or not best.tokens_per_s:
         return [p for p in ranked if p.case.id not in measured]
     drift = tuning_drift(measured)
-    optimistic = {p.case.id: model.tokens_per_s(p) * (1 + model.error) for p in ranked if p.case.id not in measured}
-    promising = [p for p in ranked if optimistic.get(p.case.id, 0.0) >= best.tokens_per_s]
+    promising = _could_reach_leader(ranked, measured, model, best)
     if drift is None or not drift_outweighs_model(drift, model.error):
         return promising
     if not tie_is_final(survivors(measured, budget_gib), drift, max_repeats):
         return promising
-    return [p for p in promising if could_win_alone(optimistic[p.case.id], best, drift, max_repeats)]
+    return [p for p in promising if could_win_alone(model.optimistic_tokens_per_s(p), best, drift, max_repeats)]
+
+
+def _could_reach_leader(
+    ranked: Sequence[Prediction], measured: Mapping[str, Measured], model: StepModel, best: Measured | None
+) -> list[Prediction]:
+    """The unmeasured cases, best predicted first, whose optimistic speed reaches the leader's."""
+    if best is None or not best.tokens_per_s:
+        return []
+    return [p for p in ranked if p.case.id not in measured and model.optimistic_tokens_per_s(p) >= best.tokens_per_s]
 
 
 def unmeasured_within_noise(
@@ -273,13 +280,7 @@ def unmeasured_within_noise(
     measured speed: left unmeasured when the time budget stopped the exploring, or when the measured
     tie was final and they could not beat its leader beyond the drift (`exploring`). The answer
     names them; no single winner beside them."""
-    if best is None or not best.tokens_per_s:
-        return []
-    return [
-        p.case.id
-        for p in ranked
-        if p.case.id not in measured and model.tokens_per_s(p) * (1 + model.error) >= best.tokens_per_s
-    ]
+    return [p.case.id for p in _could_reach_leader(ranked, measured, model, best)]
 
 
 def runs_left(
