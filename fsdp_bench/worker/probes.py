@@ -176,8 +176,8 @@ def fold_breakdown(by_category: dict[str, int]) -> dict[str, int]:
 
 PROBES_OFF = "probe steps not run (--bench-no-probes)"
 # A simulated rank's peers are fake: their collectives return at once, so a profiled step would
-# show no exposed communication and a "why" built on it would be wrong; its steps are not ranked
-# on time either (predicted step times are). Skipping the probe saves 8 steps per simulated case.
+# show no exposed communication and a "why" built on it would be wrong; its communication comes
+# from the model instead (predicted_step_time_s_*). Skipping the probe saves 8 steps per simulated case.
 SIMULATED_NO_PARTS = "not measured on a simulated rank: its peers' collectives are fakes that take no time"
 
 
