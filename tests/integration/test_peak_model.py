@@ -279,15 +279,19 @@ def test_ddp_peak_follows_the_order_gradients_become_ready(seed, grad_accum, gra
 # (peak_moments._mlp_backward_bytes); it makes FSDP2's peak where the intermediate size is many
 # times the hidden size (the generator's Gemma rows). Found on dev seed 265 (-4.87 % -> -0.01 %);
 # dev seeds 205 and 291 (Gemma, intermediate 609 over hidden 28, 742 over 42) were measured beside it
-# but not used to find it: -4.47 % and -3.46 % before, within 0.01 % after.
-@pytest.mark.parametrize("seed", [205, 291])
-def test_fsdp2_peak_inside_the_mlp_backward_on_generated_dev_configs(seed, tmp_path):
+# but not used to find it: -4.47 % and -3.46 % before, within 0.01 % after. With the reduction in the
+# last micro-step the down projection's new gradient is already added in place (found on dev seed
+# 205): dev seed 92 (intermediate 692 over hidden 28) +0.42 % counting it, -0.01 % not.
+@pytest.mark.parametrize("seed,grad_accum,grad_sync", [(205, 1, "every"), (291, 1, "every"), (92, 2, "last")])
+def test_fsdp2_peak_inside_the_mlp_backward_on_generated_dev_configs(seed, grad_accum, grad_sync, tmp_path):
     from fsdp_bench.plan.generated_configs import DEV_SEEDS, generated_config, write_generated_config
 
     config = generated_config(seed)
     assert seed in DEV_SEEDS and config["intermediate_size"] > 10 * config["hidden_size"]
     model = write_generated_config(seed, tmp_path)
-    case = Case(strategy="fsdp2", nproc=512, simulate=True, model=model, **SMALL)
+    case = Case(
+        strategy="fsdp2", nproc=512, simulate=True, model=model, grad_accum=grad_accum, grad_sync=grad_sync, **SMALL
+    )
     measured, prediction = simulated_peak(case), predict_case_peak(case)
-    assert abs(prediction["peak_bytes"] - measured) / measured <= 0.005, (prediction, measured)
+    assert abs(prediction["peak_bytes"] - measured) / measured <= 0.002, (prediction, measured)
     assert prediction["phase"] == "backward"
