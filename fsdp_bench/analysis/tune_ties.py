@@ -22,10 +22,11 @@ from typing import Protocol
 from fsdp_bench.analysis.drift import DRIFT_Z, Drift
 
 # The degrees of freedom the drift needs before the exploration bound may fire: more than the
-# leader's own controls give (CONTROL_REPEATS 3, 2 dof), so another case's repeats must agree. On
-# a loaded held-out run the bound fired on one case's three controls (a factor of 5.0 per run,
-# 2 dof) and the tuner stopped after 10 runs, 63% behind the grid's best; chosen on replays of the
-# gpt_tiny-96 truth (docs/autotune.md, "More degrees of freedom before the bound").
+# leader's own controls give (CONTROL_REPEATS 3, 2 dof) or two cases measured twice. On a loaded
+# held-out run the bound fired on one case's three controls (a factor of 5.0 per run, 2 dof) and
+# the tuner stopped after 10 runs, 63% behind the grid's best; chosen on replays of the gpt_tiny-96
+# truth, and no better on the held-out grid's (docs/autotune.md, "More degrees of freedom before
+# the bound").
 MIN_BOUND_DOF = 4
 
 
