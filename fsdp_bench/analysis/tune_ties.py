@@ -21,6 +21,14 @@ from typing import Protocol
 
 from fsdp_bench.analysis.drift import DRIFT_Z, Drift
 
+# The degrees of freedom the drift needs before the exploration bound may fire: more than the
+# leader's own controls give (CONTROL_REPEATS 3, 2 dof) or two cases measured twice. On a loaded
+# held-out run the bound fired on one case's three controls (a factor of 5.0 per run, 2 dof) and
+# the tuner stopped after 10 runs, 63% behind the grid's best; chosen on replays of the gpt_tiny-96
+# truth, and no better on the held-out grid's (docs/autotune.md, "More degrees of freedom before
+# the bound").
+MIN_BOUND_DOF = 4
+
 
 class Speed(Protocol):
     """What these rules read of a measured case (analysis.tune.Measured)."""
@@ -66,8 +74,9 @@ def drift_outweighs_model(drift: Drift, model_error: float) -> bool:
     """Whether one run's drift band is as wide as the step model's error band (log terms): a
     first measurement then places a case no closer than its prediction did, so exploring cannot
     separate candidates the model ranks alike. On a quieter machine a run is sharper than the
-    model, and exploring on to the last candidate finds the best's neighbourhood."""
-    return drift.half_width(1) >= math.log1p(model_error)
+    model, and exploring on to the last candidate finds the best's neighbourhood. A drift measured
+    at fewer than MIN_BOUND_DOF degrees of freedom is not trusted to say so."""
+    return drift.dof >= MIN_BOUND_DOF and drift.half_width(1) >= math.log1p(model_error)
 
 
 def could_win_alone(optimistic_tokens_per_s: float, best: Speed, drift: Drift, max_repeats: int) -> bool:

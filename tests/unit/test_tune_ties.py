@@ -52,18 +52,21 @@ def _measured(case_id: str, speed: float, repeats: int = 1, medians: tuple[float
     )
 
 
-def _final_tie(sd: float, candidate_ahead: float):
+def _final_tie(sd: float, candidate_ahead: float, pooled: int | None = None):
     """Every case measured but one, the candidate: a leader measured twice, a runner-up 1% behind
     it (a tie no race to 2 repeats ends at drift sd >= 0.01), the rest slow and measured twice with
-    medians exp(+-sd) apart (the drift's pool). The candidate is predicted `candidate_ahead` x the
-    leader's measured speed, and is no grid neighbour of the leader (those are measured anyway)."""
+    medians exp(+-sd) apart (the drift's pool; only the first `pooled` of them when given, the
+    others once). The candidate is predicted `candidate_ahead` x the leader's measured speed, and
+    is no grid neighbour of the leader (those are measured anyway)."""
     ranked, model = _ranked()
     candidate = ranked[0]
     lead = next(p for p in ranked[1:] if candidate not in leader_neighbours(ranked, {}, p.case.id))
     runner = next(p for p in ranked[1:] if p not in (lead, candidate))
     speed = model.tokens_per_s(candidate) / candidate_ahead
     spread = (math.exp(-sd), math.exp(sd))
-    measured = {p.case.id: _measured(p.case.id, speed / 10, 2, spread) for p in ranked if p is not candidate}
+    slow = [p for p in ranked if p not in (candidate, lead, runner)]
+    twice = slow if pooled is None else slow[:pooled]
+    measured = {p.case.id: _measured(p.case.id, speed / 10, *((2, spread) if p in twice else (1,))) for p in slow}
     measured[lead.case.id] = _measured(lead.case.id, speed, 2)
     measured[runner.case.id] = _measured(runner.case.id, 0.99 * speed)
     return ranked, model, measured, candidate
@@ -94,6 +97,25 @@ def test_on_a_quiet_machine_the_same_candidate_is_run():
     ranked, model, measured, candidate = _final_tie(sd=0.02, candidate_ahead=0.94)
     planned = plan_round(ranked, measured, model, budget_gib=None, max_repeats=2)
     assert (candidate.case, 1) in planned
+
+
+def test_a_drift_of_too_few_degrees_of_freedom_does_not_bound_the_exploring():
+    """The same final tie at drift sd 0.3, but the drift pooled from fewer cases: at 2 degrees of
+    freedom (the fewest a tie may be final on, as many as the leader's own three controls give)
+    the bound does not fire and the candidate is run; at MIN_BOUND_DOF it does. A loaded held-out
+    run stopped after 10 runs, 63% behind the grid's best, on a drift of 2 dof (docs/autotune.md)."""
+    from fsdp_bench.analysis.tune import tuning_drift
+    from fsdp_bench.analysis.tune_ties import MIN_BOUND_DOF
+
+    def planned_and_dof(pooled: int):
+        ranked, model, measured, candidate = _final_tie(sd=0.3, candidate_ahead=1.0, pooled=pooled)
+        return candidate, plan_round(ranked, measured, model, budget_gib=None, max_repeats=2), measured
+
+    candidate, planned, measured = planned_and_dof(pooled=1)  # the leader's dof and one slow case's
+    assert tuning_drift(measured).dof == 2 < MIN_BOUND_DOF and tuning_drift(measured).enough
+    assert (candidate.case, 1) in planned
+    _, planned, measured = planned_and_dof(pooled=MIN_BOUND_DOF - 1)
+    assert tuning_drift(measured).dof == MIN_BOUND_DOF and planned == []
 
 
 def test_a_candidate_that_could_beat_the_leader_beyond_the_drift_is_still_run():
