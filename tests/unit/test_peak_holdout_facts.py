@@ -10,7 +10,10 @@ re-scored again by the same model. Last, the second folder got seeds 200015-2000
 re-scored with DDP's recorded ready order (estimator re-run on the DDP rows, then the model's
 shapes-derived order), the second again with seeds 200017-200022. docs/peak_holdout_200k_real2/
 (from seed 200023) was measured after every fix, at the final model and estimator: the clean
-out-of-sample figure for them; its rescored.json only merges its seed files."""
+out-of-sample figure for them; its rescored.json only merged its seed files. Then all three were
+re-scored once more with the estimator counting gloo's reduce-scatter copy (--reestimate
+fsdp2,fsdp2_no_reshard; the peak model unchanged), which changed four estimates, of seeds 200002 and
+200028, whose misses had been read: the third folder's estimator figure is no longer a clean one."""
 
 from __future__ import annotations
 
