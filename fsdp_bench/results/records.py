@@ -340,6 +340,7 @@ class PeakEstimate(TypedDict, total=False):
     probe_peak_bytes: Number
     ddp_bucket_bytes: Number
     world_size: int
+    collectives: str  # what the case's collectives allocate, as counted (gloo on real ranks, else fake)
     tracker: str
     build_s: Number
     estimate_s: Number

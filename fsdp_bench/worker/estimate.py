@@ -70,7 +70,13 @@ def estimate_peak(case: Case) -> dict[str, Any]:
     started = time.perf_counter()
     buckets: dict[int, Any] = {}  # DDP's gradient buckets by index, as its comm hook sees them
     ready: list[int] = []  # DDP's parameters in the order their gradients became ready
-    with _simulated_world(case), FakeTensorMode(allow_non_fake_inputs=True), _fake_step_patches(buckets, ready):
+    collectives = _collectives_of(case)
+    with (
+        _simulated_world(case),
+        FakeTensorMode(allow_non_fake_inputs=True),
+        _fake_step_patches(buckets, ready),
+        _gloo_reduce_scatter_copy(collectives == GLOO_COLLECTIVES),
+    ):
         if catalog_strategy(case.strategy).rebuilds_buckets:
             ready += ddp_ready_order(case)
         setup = build_rank(case, device=torch.device("cpu"), rank=0, world_size=case.nproc)
@@ -87,11 +93,60 @@ def estimate_peak(case: Case) -> dict[str, Any]:
         "probe_peak_bytes": probe_peak,
         "ddp_bucket_bytes": sum(t.untyped_storage().nbytes() for t in buckets.values()),
         "world_size": case.nproc,
+        "collectives": collectives,
         "tracker": tracker,
         "build_s": built_s,
         "estimate_s": time.perf_counter() - started,
         "method": METHOD,
     }
+
+
+GLOO_COLLECTIVES = "gloo: each reduce-scatter holds a copy of its whole input"
+FAKE_COLLECTIVES = "the fake process group: collectives allocate nothing"
+
+
+def _collectives_of(case: Case) -> str:
+    """What the case's collectives allocate, as the estimate counts it: a case on real ranks of
+    the CPU runs gloo, a simulated one the fake process group (as the estimator itself does)."""
+    from fsdp_bench.worker.setup import process_group_backend
+
+    offload = catalog_strategy(case.strategy).offload
+    real_gloo = not case.simulate and case.nproc > 1 and process_group_backend(case.device, offload=offload) == "gloo"
+    return GLOO_COLLECTIVES if real_gloo else FAKE_COLLECTIVES
+
+
+@contextlib.contextmanager
+def _gloo_reduce_scatter_copy(on: bool):
+    """Inside (when `on`): every reduce-scatter allocates what gloo's does beside its input and
+    output. torch's ProcessGroupGloo has no reduce-scatter of its own: reduce_scatter_tensor_coalesced
+    clones the whole input on the calling thread, all-reduces the clone and copies the rank's chunk
+    out, the clone alive until the work is waited on. MemTracker on a real gloo rank counts it (a
+    4 MiB reduce-scatter between 2 gloo ranks peaks 4 MiB above its input and output; on the fake
+    process group, at them), and in FSDP2's backward it is one FSDP group's unsharded gradients
+    again, beside its reduce-scatter input. NCCL has a reduce-scatter of its own, without the copy;
+    gloo's all-gather copies nothing the tracker sees (the same 2-rank check). FSDP2 calls reduce_scatter_single synchronously, so
+    the copy is freed as the call returns, as gloo's is when the waited work is dropped."""
+    import torch.distributed as dist
+
+    if not on:
+        yield
+        return
+    # the name FSDP2 calls: reduce_scatter_single where torch has it (2.13), reduce_scatter_tensor in 2.11
+    name = "reduce_scatter_single" if hasattr(dist, "reduce_scatter_single") else "reduce_scatter_tensor"
+    original = getattr(dist, name)
+
+    def reduce_scatter(output, input, *args, **kwargs):
+        copy = input.clone()  # held across the collective, as gloo holds its buffer
+        try:
+            return original(output, input, *args, **kwargs)
+        finally:
+            del copy
+
+    setattr(dist, name, reduce_scatter)
+    try:
+        yield
+    finally:
+        setattr(dist, name, original)
 
 
 def _tracked_step(setup, step: int, *tensors) -> tuple[int, dict[str, int], str]:

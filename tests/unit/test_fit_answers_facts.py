@@ -1,6 +1,7 @@
 """docs/beyond-one-machine.md's sentences on `fit`'s answers for held-out generated configs (issue
 35: no answer over its budget) are the committed runs': docs/fit_answers_holdout.json and
-docs/fit_answers_holdout_200015.json, each written by scripts/measure_fit_answers.py --seeds ... --out."""
+docs/fit_answers_holdout_<first seed>.json, each written by scripts/measure_fit_answers.py --seeds ... --out,
+and the totals over all of them."""
 
 from __future__ import annotations
 
@@ -13,7 +14,10 @@ from fsdp_bench.plan.generated_configs import FRESH_HOLDOUT_SEEDS
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN = ROOT / "docs" / "fit_answers_holdout.json"
-RUNS = [RUN, ROOT / "docs" / "fit_answers_holdout_200015.json"]
+RUNS = [RUN] + [
+    ROOT / "docs" / f"fit_answers_holdout_{s}.json"
+    for s in (200004, 200007, 200010, 200013, 200015, 200018, 200021, 200024, 200027)
+]
 
 
 def _run(path: Path = RUN) -> dict:
@@ -45,6 +49,20 @@ def test_the_docs_state_the_committed_figures(path):
     assert f"the fullest at {s['most_used_pct']:.1f}%" in doc
     assert f"the least used at {s['least_used_pct']:.1f}%" in doc
     assert f"{s['under_85_pct']} leave more than 15% unused" in doc
+
+
+def test_the_docs_state_the_totals_over_every_committed_run():
+    runs, doc = [_run(p) for p in RUNS], " ".join((ROOT / "docs" / "beyond-one-machine.md").read_text().split())
+    assert sorted(p.name for p in RUNS) == sorted(p.name for p in (ROOT / "docs").glob("fit_answers_holdout*.json"))
+    summaries = [r["summary"] for r in runs]
+    configs = {a["model"] for r in runs for a in r["answers"]}
+    most, least = max(s["most_used_pct"] for s in summaries), min(s["least_used_pct"] for s in summaries)
+    total = sum(s["answers"] for s in summaries)
+    over, under = sum(s["over_budget"] for s in summaries), sum(s["under_85_pct"] for s in summaries)
+    assert (
+        f"{len(configs)} configs): {total} answers, {over} over its budget, the fullest at {most:.1f}%, "
+        f"the least used at {least:.1f}%; {under} leave more than 15% unused"
+    ) in doc
 
 
 def test_the_unused_budget_figures_are_the_answers():

@@ -9,8 +9,10 @@ simulated-only seeds their real-rank rows and the second folder got more seeds; 
 re-scored again by the same model. Last, the second folder got seeds 200015-200016 and both were
 re-scored with DDP's recorded ready order (estimator re-run on the DDP rows, then the model's
 shapes-derived order), the second again with seeds 200017-200022. docs/peak_holdout_200k_real2/
-(from seed 200023) was measured after every fix but the last (the MLP backward's moment, found on
-dev seeds after seed 200029's miss was read); all three were re-scored with it."""
+(from seed 200023) was measured after every fix but the last two: the MLP backward's moment (found on
+dev seeds after seed 200029's miss was read) and the estimator counting gloo's reduce-scatter copy
+(--reestimate fsdp2,fsdp2_no_reshard, which changed four estimates, of seeds 200002 and 200028, whose
+misses had been read); all three were re-scored with both."""
 
 from __future__ import annotations
 
