@@ -124,8 +124,9 @@ def _gloo_reduce_scatter_copy(on: bool):
     4 MiB reduce-scatter between 2 gloo ranks peaks 4 MiB above its input and output; on the fake
     process group, at them), and in FSDP2's backward it is one FSDP group's unsharded gradients
     again, beside its reduce-scatter input. NCCL has a reduce-scatter of its own, without the copy;
-    gloo's all-gather copies nothing the tracker sees (the same 2-rank check). FSDP2 calls reduce_scatter_single synchronously, so
-    the copy is freed as the call returns, as gloo's is when the waited work is dropped."""
+    gloo's all-gather copies nothing the tracker sees (the same 2-rank check). FSDP2 calls its
+    reduce-scatter synchronously, so the copy is freed as the call returns, as gloo's is when the
+    waited work is dropped."""
     import torch.distributed as dist
 
     if not on:
