@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 RUN = ROOT / "docs" / "fit_answers_holdout.json"
 RUNS = [RUN] + [
     ROOT / "docs" / f"fit_answers_holdout_{s}.json"
-    for s in (200004, 200007, 200010, 200013, 200015, 200018, 200021, 200024, 200027)
+    for s in (200004, 200007, 200010, 200013, 200015, 200018, 200021, 200024, 200027, 200030)
 ]
 
 
