@@ -143,12 +143,15 @@ def comm_volume(
     *,
     world_size: int,
     grad_accum: int = 1,
+    grad_sync: str = "every",
     mesh: tuple[int, int] | None = None,
     dtype_bytes: int = 4,
 ) -> CommVolume:
     """Per-optimizer-step collective volume of one rank.
 
-    Every micro-step synchronizes gradients (this suite's training step does not use no_sync).
+    With `grad_sync` "every" each micro-step synchronizes gradients; with "last" (no_sync, FSDP2's
+    set_requires_gradient_sync) only the last one reduces them, so the reductions count once per
+    step while the gathers, which forward and backward need each micro-step, still count per micro-step.
     FSDP gathers each unit in forward and, when it reshards after forward, again in backward;
     FSDP1 keeps the root unit unsharded between forward and backward, FSDP2 (torch 2.13)
     regathers it too, as the profiler trace shows. Each unit's gradient is reduce-scattered once,
@@ -159,11 +162,12 @@ def comm_volume(
     if strategy not in STRATEGIES:
         raise ValueError(f"no communication model for strategy {strategy!r}: not in the catalog")
     row = STRATEGIES[strategy]
+    reductions = 1 if grad_sync == "last" else grad_accum
     if not row.shards_parameters:
         numel = sum(padded_numel(row.layout, u, 1, dtype_bytes) for u in units)
         biggest = max((u.numel for u in units), default=0)
         return CommVolume(
-            all_reduce_bytes=grad_accum * numel * dtype_bytes,
+            all_reduce_bytes=reductions * numel * dtype_bytes,
             all_reduce_group=world_size,
             largest_unit_bytes=biggest * dtype_bytes,
         )
@@ -176,8 +180,8 @@ def comm_volume(
     reduced = sum(p // shard for p in padded) if replicate > 1 else 0
     return CommVolume(
         all_gather_bytes=grad_accum * gathered * dtype_bytes,
-        reduce_scatter_bytes=grad_accum * scattered * dtype_bytes,
-        all_reduce_bytes=grad_accum * reduced * dtype_bytes,
+        reduce_scatter_bytes=reductions * scattered * dtype_bytes,
+        all_reduce_bytes=reductions * reduced * dtype_bytes,
         shard_group=shard,
         all_reduce_group=replicate if replicate > 1 else 1,
         largest_unit_bytes=max(padded, default=0) * dtype_bytes,

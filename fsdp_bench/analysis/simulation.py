@@ -54,7 +54,9 @@ def simulation_summary(case: Case, record: RankRecord) -> dict[str, Any]:
     mesh = None
     if catalog_strategy(case.strategy).hybrid:
         mesh = hybrid_mesh_shape(case.mesh, world_size=case.nproc, ranks_per_node=min(case.nproc, GPUS_PER_NODE))
-    volume = comm_volume(case.strategy, units, world_size=case.nproc, grad_accum=case.grad_accum, mesh=mesh)
+    volume = comm_volume(
+        case.strategy, units, world_size=case.nproc, grad_accum=case.grad_accum, grad_sync=case.grad_sync, mesh=mesh
+    )
     times = sorted(record.get("step_times_s") or [])
     compute_s = times[len(times) // 2] if times else None
     metrics: Metrics = {

@@ -61,13 +61,19 @@ def predict_case(case: Case) -> Prediction:
     (issue 40 item 2): activation checkpointing in the peak (analysis.fit) and in the FLOPs
     (forward twice, analysis.duration.RECOMPUTE); reshard-after-forward is a strategy row (its
     regathers in the wire bytes, its gathered units in the peak); forward prefetch in the peak
-    (`prefetch_bytes`), its time effect measured, not predicted (NEIGHBOUR_AXES)."""
+    (`prefetch_bytes`), its time effect measured, not predicted (NEIGHBOUR_AXES). Under `grad_sync`
+    "last" the reductions count once per step (comm_volume)."""
     flavor = flavor_for(case.model)
     mesh = parse_mesh(case.mesh) if case.mesh and catalog_strategy(case.strategy).hybrid else None
     peak = predict_case_peak(case, mesh=mesh)["peak_bytes"] + prefetch_bytes(case)
     tokens = case.batch_size * case.grad_accum * case.seq_len
     volume = comm_volume(
-        case.strategy, model_units(flavor), world_size=case.nproc, grad_accum=case.grad_accum, mesh=mesh
+        case.strategy,
+        model_units(flavor),
+        world_size=case.nproc,
+        grad_accum=case.grad_accum,
+        grad_sync=case.grad_sync,
+        mesh=mesh,
     )
     return Prediction(
         case=case,

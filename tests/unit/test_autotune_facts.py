@@ -5,12 +5,17 @@ the truth's cases, and the numbers docs/autotune.md and the README state are rea
 
 from __future__ import annotations
 
+import csv
 import importlib.util
 import json
 import re
+import statistics
 from pathlib import Path
 
 import pytest
+
+from fsdp_bench.analysis.duration import local_params
+from fsdp_bench.plan.case import Case
 
 ROOT = Path(__file__).resolve().parents[2]
 FOLDER = ROOT / "results" / "reference" / "cpu-autotune"
@@ -164,6 +169,7 @@ def test_the_docs_state_the_race_rules_replays_before_and_after():
         ("gpt2_small_odd-96-bound-dof-replays.txt", 10),
         ("bound-dof-200-replays.txt", 8),
         ("variants-96-replays.txt", 8),
+        ("optimizer-term-96-replays.txt", 27),
     ],
 )
 def test_the_docs_table_states_the_exploration_bounds_replays_as_printed(name, lines):
@@ -244,3 +250,56 @@ def test_the_docs_state_the_wrong_single_winners_of_the_200_replays():
     wrong = [int(re.search(r"single winner outside noise (\d+)", line)[1]) for line in lines if line[:1].isdigit()]
     assert wrong == [2, 0, 0, 0, 2, 0, 0, 0]  # gpt_tiny at sd 0.33, at 2 and at 4 dof
     assert "In 2 of the 200 gpt_tiny replays at sd 0.33, at 2 and at 4 dof alike" in " ".join(DOCS.split())
+
+
+def test_the_docs_state_the_optimizer_terms_prior_as_the_quiet_sweep_measured():
+    """The optimizer term's prior (docs/autotune.md, tried and rejected): the median over the quiet
+    CPU sweep's cases of the step parts' optimizer time over the rank's parameters, and its ranges."""
+    sweep = ROOT / "results" / "reference" / "cpu-sweeps" / "quiet-plain" / "comparison.csv"
+    rows = [r for r in csv.DictReader(sweep.open()) if r["part_optimizer_s_per_step"]]
+    assert len(rows) == 24
+
+    def params(r: dict) -> int:
+        return local_params(Case(strategy=r["strategy"], model=r["model"], nproc=int(r["nproc"])))
+
+    per_param = statistics.median(float(r["part_optimizer_s_per_step"]) / params(r) for r in rows)
+    text = " ".join(DOCS.split())
+    assert f"Its prior, {per_param:.1e} s per parameter".replace("e-08", "e-8") in text
+    groups = {
+        "for fsdp1's sharded strategies": ("fsdp1_full_shard", "fsdp1_shard_grad_op"),
+        "for ddp and fsdp1_no_shard": ("ddp", "fsdp1_no_shard"),
+        "for fsdp2's": ("fsdp2", "fsdp2_no_reshard"),
+    }
+    for words, strategies in groups.items():
+        ms = [1000 * float(r["part_optimizer_s_per_step"]) for r in rows if r["strategy"] in strategies]
+        counts = {params(r) for r in rows if r["strategy"] in strategies}
+        assert len(counts) == 1 and len(ms) == 8
+        assert f"{min(ms):.1f}-{max(ms):.1f} ms {words} ({counts.pop():,}" in text
+
+
+def test_the_docs_table_states_the_optimizer_terms_step_model_errors_as_printed():
+    """The step model fitted on all of each truth's cases, before and with the optimizer term:
+    every summary the file prints is a row of the docs table."""
+    rows, label = [], None
+    for line in (FOLDER / "optimizer-term-step-model-errors.txt").read_text().splitlines():
+        if line.startswith("## "):
+            label = line[3:].split(":")[0]
+        elif m := re.match(r"median \|error\| ([\d.]+)%, mean \|log error\| [\d.]+, max (\d+)%", line):
+            err = m.groups()
+        elif m := re.match(
+            r"accum pairs (\d+): measured accum 2 faster in (\d+); predicted accum 2 faster in (\d+), "
+            r"predicted equal in (\d+); ordered as measured in (\d+)",
+            line,
+        ):
+            pairs = m.groups()
+        elif m := re.match(
+            r"predicted accum2/accum1 tokens/s ratio: min (\S+) median (\S+) max (\S+); measured median (\S+)", line
+        ):
+            lo, mid, hi, measured = m.groups()
+            rows.append(
+                f"| {label} | {err[0]}% | {err[1]}% | {pairs[1]} of {pairs[0]} | {pairs[2]} | {pairs[3]} | {pairs[4]} "
+                f"| {mid} ({lo}-{hi}) | {measured} |"
+            )
+    assert len(rows) == 6
+    for row in rows:
+        assert row in DOCS.splitlines(), row
