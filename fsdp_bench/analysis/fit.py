@@ -122,6 +122,7 @@ def predict_peak_bytes(
     buckets_from_start: bool | None = None,
     grad_sync: str = "every",
     loss: str = "full",
+    gloo: bool = False,
 ) -> PeakPrediction:
     """The peak of one rank, from its parts, and the phase of the step where it falls. Top of
     backward: own shards, AdamW state, DDP's buckets, gathered units, activations, the loss's two
@@ -130,16 +131,15 @@ def predict_peak_bytes(
     `act_bytes_per_sample` (a calibration) replaces the counted activations, loss included; bf16/fp16
     `precision` keeps activations and gathered parameters at 2 bytes (DDP: autocast, fp32 states).
     `buckets_from_start`: DDP's buckets held from the start (default: not on CPU); `grad_sync` "last":
-    reduce at the last micro-step only (`accumulated_gradient_bytes`); `loss` as --bench-loss."""
+    reduce at the last micro-step only (`accumulated_gradient_bytes`); `loss` as --bench-loss; `gloo`: real gloo ranks."""
     units = model_units(flavor)
     states = allocated_model_state_bytes(strategy, units, world_size, mesh=mesh)
     row, compute_bytes = catalog_strategy(strategy), precision_row(precision).bytes
     acts = estimate_activations(
         flavor, batch_size, seq_len, act_ckpt=act_ckpt, dtype_bytes=compute_bytes, autocast=row.autocasts, loss=loss
     )
-    act, loss_temp = acts.total + acts.recompute, acts.loss_temp
-    if act_bytes_per_sample is not None:
-        act, loss_temp = act_bytes_per_sample * batch_size, 0
+    counted = (acts.total + acts.recompute, acts.loss_temp)
+    act, loss_temp = counted if act_bytes_per_sample is None else (act_bytes_per_sample * batch_size, 0)
     temp = optimizer_temp_bytes(strategy, units, world_size, impl=optimizer_impl, device=device, mesh=mesh)
     parts = {
         **{key: states[key] for key in ("params", "grads", "optimizer")},
@@ -160,7 +160,7 @@ def predict_peak_bytes(
     phases = phase_bytes(parts, units, buckets_at_top=at_top, deferred=deferred, **head)
     if acts.per_layer and act_bytes_per_sample is None:
         moment_args = (strategy, units, world_size, acts, grad_accum, mesh, compute_bytes)
-        moments = {"tied_head_numel": tied, "deferred": deferred, "buckets_at_top": at_top}
+        moments = {"tied_head_numel": tied, "deferred": deferred, "buckets_at_top": at_top, "gloo": gloo}
         phases = with_block_moments(phases, parts, *moment_args, **moments)
     phase = max(phases, key=phases.get)
     sizes = {"model_state_bytes": states["total"], "gathered_bytes": parts["gathered"], "activation_bytes": act}
@@ -172,11 +172,13 @@ def predict_case_peak(
 ) -> PeakPrediction:
     """predict_peak_bytes for one case: its strategy, model, batch, sequence, accumulation,
     optimizer, device, activation checkpointing, precision and loss, at `world_size` (default: its
-    ranks) and the hybrid `mesh` the caller resolved."""
+    ranks) and the hybrid `mesh` the caller resolved. A case on real CPU ranks runs gloo; a
+    simulated one the fake process group, whose collectives allocate nothing."""
+    world = world_size or case.nproc
     return predict_peak_bytes(
         case.strategy,
         flavor_for(case.model),
-        world_size or case.nproc,
+        world,
         case.batch_size,
         seq_len=case.seq_len,
         mesh=mesh,
@@ -187,6 +189,7 @@ def predict_case_peak(
         precision=case.precision,
         grad_sync=case.grad_sync,
         loss=case.loss,
+        gloo=case.device == "cpu" and not case.simulate and world > 1,
     )
 
 

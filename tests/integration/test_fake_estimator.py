@@ -184,7 +184,12 @@ def test_estimate_of_a_real_gloo_rank_counts_the_reduce_scatter_copy(tmp_path):
     case = Case(strategy="fsdp2", nproc=2, model=model, batch_size=2, seq_len=32, steps=2, warmup=1)
     result = run_case(case, tmp_path, timeout_s=300)
     assert result["status"] == "ok", result.get("reason", "") + result.get("log_tail", "")[-2000:]
-    measured = next(r for r in result["ranks"] if r["rank"] == 0)["memory"]["peak_allocated_bytes"]
+    rank0 = next(r for r in result["ranks"] if r["rank"] == 0)
+    measured = rank0["memory"]["peak_allocated_bytes"]
+    # the peak model counts the same copy at the root's reduce-scatter, backward's last moment
+    # (peak_moments._root_reduce_scatter_bytes, found on dev seed 16): -2.68 % here without it
+    predicted = rank0["prediction"]["peak_bytes"]
+    assert abs(predicted - measured) <= 0.001 * measured, (predicted, measured)
     estimate = estimate_peak(case)
     assert estimate["collectives"] == GLOO_COLLECTIVES
     assert abs(estimate["probe_peak_bytes"] - measured) <= 0.001 * measured, (estimate["probe_peak_bytes"], measured)
