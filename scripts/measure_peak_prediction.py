@@ -92,7 +92,7 @@ def measured_row(result: dict) -> dict | None:
         optimizer_impl=case.get("optimizer_impl", "auto"),
         device=case["device"],
         grad_sync=case.get("grad_sync", "every"),
-        gloo=case["device"] == "cpu" and not case.get("simulate") and case["nproc"] > 1,
+        gloo=Case.from_dict(case).runs_gloo(),
     )
     return {
         "case": result["case_id"],

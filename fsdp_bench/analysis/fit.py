@@ -172,13 +172,11 @@ def predict_case_peak(
 ) -> PeakPrediction:
     """predict_peak_bytes for one case: its strategy, model, batch, sequence, accumulation,
     optimizer, device, activation checkpointing, precision and loss, at `world_size` (default: its
-    ranks) and the hybrid `mesh` the caller resolved. A case on real CPU ranks runs gloo; a
-    simulated one the fake process group, whose collectives allocate nothing."""
-    world = world_size or case.nproc
+    ranks) and the hybrid `mesh` the caller resolved; gloo's copies where it runs gloo (Case.runs_gloo)."""
     return predict_peak_bytes(
         case.strategy,
         flavor_for(case.model),
-        world,
+        world_size or case.nproc,
         case.batch_size,
         seq_len=case.seq_len,
         mesh=mesh,
@@ -189,7 +187,7 @@ def predict_case_peak(
         precision=case.precision,
         grad_sync=case.grad_sync,
         loss=case.loss,
-        gloo=case.device == "cpu" and not case.simulate and world > 1,
+        gloo=case.runs_gloo(world_size),
     )
 
 

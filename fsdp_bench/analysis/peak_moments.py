@@ -79,9 +79,8 @@ def _root_reduce_scatter_bytes(units: Sequence[Unit], root: int, shard: int, *, 
     on dev seed 16 (an untied Mistral-style config, vocabulary 2,089, hidden 120) at 3 real ranks:
     'TEMP' the 2,007,840 B input twice and the 669,280 B output, 'UNSHARDED_GRAD' the 1,002,720 B
     head, 568 B over this moment; the model without it -2.97 % (-7.11 % at 2 ranks)."""
-    head = max((math.prod(s) for u in units if u.is_root for s in u.shapes if len(s) == 2), default=0)
     copies = 2 if gloo else 1
-    return head * 4 + copies * root + (root // shard if accumulating else 0)
+    return _head_numel(units) * 4 + copies * root + (root // shard if accumulating else 0)
 
 
 def _root_pre_backward_bytes(root: int, acts: Activations) -> int:
@@ -220,18 +219,25 @@ def _ddp_deferred_head_bytes(
     and 'TEMP' the activations less the 192,768 B log-probabilities: this moment is 100 B under
     it (-3.79 % counting the bucket at the 1 MiB cap, no new gradient and the log-probabilities);
     dev seed 0 (untied gemma, first bucket 1,063,440 B) 2,248 B under (+0.11 % before)."""
-    head = max((math.prod(s) for u in units if u.is_root for s in u.shapes if len(s) == 2), default=0)
     kept = parts["params"] + parts["optimizer"] + parts["accumulated_grads"]
-    return kept + first_bucket + head * dtype_bytes + parts["activations"] - logprobs
+    return kept + first_bucket + _head_numel(units) * dtype_bytes + parts["activations"] - logprobs
+
+
+def _head_numel(units: Sequence[Unit]) -> int:
+    """The head's vocab matrix: the root's largest 2-D parameter (0 without a root)."""
+    return max((math.prod(s) for u in units if u.is_root for s in u.shapes if len(s) == 2), default=0)
+
+
+def _largest_numel(unit: Unit) -> int:
+    """The unit's largest parameter (a Llama-style block's: an MLP projection)."""
+    return max((math.prod(s) for s in unit.shapes), default=0)
 
 
 def _head_grad_numel(units: Sequence[Unit]) -> int:
-    """The head's gradients, made before the blocks' backward: the vocab matrix (the root's
-    largest 2-D parameter; tied or not, its gradient is alive by then) and the root's 1-D ones."""
+    """The head's gradients, made before the blocks' backward: the vocab matrix (tied or not, its
+    gradient is alive by then) and the root's 1-D ones."""
     root_shapes = next((u.shapes for u in units if u.is_root), ())
-    return max((math.prod(s) for s in root_shapes if len(s) == 2), default=0) + sum(
-        math.prod(s) for s in root_shapes if len(s) == 1
-    )
+    return _head_numel(units) + sum(math.prod(s) for s in root_shapes if len(s) == 1)
 
 
 def _ddp_block_backward_bytes(
@@ -276,7 +282,7 @@ def _ddp_block_backward_bytes(
         if grad_accum == 1:  # every gradient of the block and those above, every activation (as measured)
             peak = max(peak, kept + at_end + made * dtype_bytes + below)
         else:
-            largest = max((math.prod(s) for s in blocks[k].shapes), default=0)
+            largest = _largest_numel(blocks[k])
             grads = parts["accumulated_grads"] + (tied_head_numel + largest) * dtype_bytes
             peak = max(peak, kept + grads + max(at_first + below, at_end + below - acts.mlp_per_layer))
         below -= acts.per_layer[k]
@@ -368,7 +374,7 @@ def _mlp_backward_bytes(block: Unit, acts: Activations, dtype_bytes: int, deferr
     0 where the MLP's saved tensors are not counted apart (not Llama-style)."""
     if not acts.mlp_per_layer:
         return 0
-    largest = 0 if deferred else max((math.prod(s) for s in block.shapes), default=0)
+    largest = 0 if deferred else _largest_numel(block)
     return largest * dtype_bytes + acts.mlp_per_layer // 2
 
 
@@ -402,7 +408,7 @@ def _gradient_bytes(
     # accumulation 2 reduced last; MemTracker's last-micro-step backward peak at the last block's
     # down projection: GRAD stayed at the accumulated 4,586,112 B, the down projection's new
     # 258,624 B gradient a temporary beside it)
-    return others, max((math.prod(s) for s in block.shapes), default=0) * dtype_bytes
+    return others, _largest_numel(block) * dtype_bytes
 
 
 def _block_forward_bytes(root: int, full: Sequence[int], acts: Activations, *, reshard: bool) -> int:

@@ -130,6 +130,12 @@ class Case:
         """Tokens consumed by one optimizer step across all ranks."""
         return self.global_batch_size * self.seq_len
 
+    def runs_gloo(self, world_size: int | None = None) -> bool:
+        """Whether its collectives run on gloo between real ranks (CPU, not simulated, at
+        `world_size`, default its ranks): gloo's reduce-scatter copies its whole input, which the
+        peak model and the estimator count; a simulated rank's fake process group allocates nothing."""
+        return self.device != "cuda" and not self.simulate and (world_size or self.nproc) > 1
+
     @property
     def update_norm_steps(self) -> range:
         """The steps that get an update norm (worker.update_norms): the warmup steps, never a

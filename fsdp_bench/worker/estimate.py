@@ -108,11 +108,7 @@ FAKE_COLLECTIVES = "the fake process group: collectives allocate nothing"
 def _collectives_of(case: Case) -> str:
     """What the case's collectives allocate, as the estimate counts it: a case on real ranks of
     the CPU runs gloo, a simulated one the fake process group (as the estimator itself does)."""
-    from fsdp_bench.worker.setup import process_group_backend
-
-    offload = catalog_strategy(case.strategy).offload
-    real_gloo = not case.simulate and case.nproc > 1 and process_group_backend(case.device, offload=offload) == "gloo"
-    return GLOO_COLLECTIVES if real_gloo else FAKE_COLLECTIVES
+    return GLOO_COLLECTIVES if case.runs_gloo() else FAKE_COLLECTIVES
 
 
 @contextlib.contextmanager
