@@ -9,6 +9,7 @@ during each run.
         [--repeats 2] [--strategies ...] [--batch-sizes 2,4] [--grad-accum 1,2]
         [--burn N] [--out FILE.json] [--results-dir DIR] [-- extra --bench-* options]
     python scripts/measure_autotune.py --truth-only --out FILE.json [--resume RUN] ...  (the ground truth alone)
+    python scripts/measure_autotune.py --truth-only --rescore FILE.json --results-dir DIR --out NEW.json
     python scripts/measure_autotune.py --truth FILE.json [--burn N] --out ROWS.json  (the tuner judged against it)
 
 CPU, 2 gloo ranks, seq len 32. Costs are case-seconds (the runner's wall time per case, summed
@@ -33,6 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from fsdp_bench.analysis.repeats import merge_repeats  # noqa: E402
 from fsdp_bench.launch.tune import runs_by_purpose  # noqa: E402
 from fsdp_bench.report.recommend import speeds_overlap  # noqa: E402
 from fsdp_bench.results.io import write_json_atomic  # noqa: E402
@@ -85,11 +87,21 @@ def _run(
     return made[-1], load.summary(), time.monotonic() - start
 
 
+def remerged(path: Path) -> dict:
+    """A case's result merged again from its repeat files with this code's merge_repeats (the
+    file itself when it has fewer than two): a truth is judged by the current rule, whichever
+    code wrote its folder."""
+    files = sorted(path.with_suffix("").glob("repeat-*.json"), key=lambda f: int(f.stem.split("-")[-1]))
+    if len(files) < 2:
+        return json.loads(path.read_text())
+    return merge_repeats([json.loads(f.read_text()) for f in files])
+
+
 def truth_cases(run: Path) -> list[dict]:
     """Every ground-truth case of a run folder: id, status, case-seconds, repeats, the metrics judged."""
     rows = []
     for path in sorted((run / "cases").glob("*.json")):
-        result = json.loads(path.read_text())
+        result = remerged(path)
         metrics = result.get("metrics") or {}
         rows.append(
             {
@@ -221,6 +233,13 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="with --truth-only: finish this ground truth's run folder (stopped early) instead of starting one",
     )
+    parser.add_argument(
+        "--rescore",
+        type=Path,
+        default=None,
+        help="with --truth-only: this --truth-only file's cases read again from its run folders (under "
+        "--results-dir) with this code's merge of repeats; its load, wall time and command kept",
+    )
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--results-dir", type=Path, default=Path("results/autotune"))
     return parser
@@ -234,6 +253,16 @@ def main() -> None:
         raise SystemExit("measure_autotune: --resume needs --truth-only and a run folder (with cases/)")
     if args.repeats < 1 or args.burn < 0:
         raise SystemExit("measure_autotune: --repeats must be at least 1 and --burn at least 0")
+    if args.rescore is not None:
+        if not args.truth_only or args.out is None:
+            raise SystemExit("measure_autotune: --rescore needs --truth-only and --out")
+        data = _read_truth(args.rescore)
+        for truth in data["truths"]:
+            if not (args.results_dir / truth["run"] / "cases").is_dir():
+                raise SystemExit(f"measure_autotune: --rescore: no run folder {args.results_dir / truth['run']}")
+            truth["cases"] = truth_cases(args.results_dir / truth["run"])
+        write_json_atomic(args.out, data, shape=AutotuneTruthRun, overwrite=True)
+        return
     kept = _read_truth(args.truth) if args.truth is not None else None
     grid = [*FIXED, "--bench-batch-sizes", args.batch_sizes, "--bench-grad-accum", args.grad_accum]
     grid += ["--bench-strategies", args.strategies] if args.strategies else []

@@ -52,6 +52,20 @@ def test_merge_pools_the_step_times_and_measures_the_spread():
     assert merged["duration_s"] == 10.0 and "repeat" not in merged
 
 
+def test_each_repeat_weighs_alike_however_many_steps_it_measured():
+    """A time-capped loop measures more steps on a quiet machine: gpt2_small_odd ddp bs4 accum 2
+    measured 50 steps at 0.0243 s in one repeat and 11 at 0.1448 s in the other, and the pooled
+    median (0.0321 s) was the quiet repeat's alone."""
+    quiet, loaded = [0.0243] * 50, [0.1448] * 11
+    merged = merge_repeats([_repeat(1, quiet), _repeat(2, loaded)])
+    m = merged["metrics"]
+    assert m["steps_measured"] == 61
+    assert m["step_time_s_median"] == pytest.approx((0.0243 + 0.1448) / 2)  # 11 steps from each
+    assert pooled_step_times(merged) == quiet + loaded  # the raw record keeps every step
+    alike = merge_repeats([_repeat(1, [1.0, 3.0] * 5), _repeat(2, [2.0] * 10)])
+    assert alike["metrics"]["step_time_s_median"] == 2.0
+
+
 def test_a_failed_repeat_fails_the_case_and_says_which():
     merged = merge_repeats([_repeat(1, [1.0, 1.0]), _repeat(2, [], status="failed")])
     assert merged["status"] == "failed"

@@ -124,6 +124,37 @@ def test_the_ground_truth_is_read_from_a_run_folders_case_files(tmp_path):
     assert b == {"case_id": "b", "status": "oom", "duration_s": 0, "repeats": 1}
 
 
+def _repeat_file(n: int, times: list[float]) -> dict:
+    case = {"strategy": "ddp", "model": "gpt_tiny", "nproc": 1, "batch_size": 2, "grad_accum": 1, "seq_len": 32}
+    case["steps"], case["warmup"] = len(times), 1
+    ranks = [{"rank": 0, "step_times_s": times}]
+    return {"case_id": "a", "case": case, "status": "ok", "repeat": n, "duration_s": 5.0, "ranks": ranks}
+
+
+def test_rescore_merges_a_truths_repeats_again_and_keeps_its_load(monkeypatch, tmp_path):
+    """A truth whose folder was written when pooled steps outvoted a loaded repeat (50 quiet steps
+    against 11): --rescore reads its repeat files again, each repeat weighted alike."""
+    cases = tmp_path / "results" / "truth-run" / "cases"
+    (cases / "a").mkdir(parents=True)
+    quiet, loaded = _repeat_file(1, [0.0243] * 50), _repeat_file(2, [0.1448] * 11)
+    for n, data in ((1, quiet), (2, loaded)):
+        (cases / "a" / f"repeat-{n}.json").write_text(json.dumps(data))
+    pooled = {**quiet, "repeats": [{"repeat": 1}, {"repeat": 2}], "metrics": {"step_time_s_median": 0.0243}}
+    (cases / "a.json").write_text(json.dumps(pooled))
+    kept = tmp_path / "truth.json"
+    kept.write_text(json.dumps({"command": ["x"], "burn": 0, "repeats": 2, "options": [], "truths": [TRUTH]}))
+    out = tmp_path / "rescored.json"
+    args = ["--truth-only", "--rescore", str(kept), "--results-dir", str(tmp_path / "results"), "--out", str(out)]
+    monkeypatch.setattr(sys, "argv", [str(SCRIPT), *args])
+    measure_autotune.main()
+    (truth,) = json.loads(out.read_text())["truths"]
+    assert truth["load"] == TRUTH["load"] and truth["wall_s"] == TRUTH["wall_s"]
+    (case,) = truth["cases"]
+    assert case["step_time_s_median"] == pytest.approx((0.0243 + 0.1448) / 2) and case["repeats"] == 2
+    missing = _main(monkeypatch, "--truth-only", "--rescore", str(kept), "--out", str(out))
+    assert missing.startswith("measure_autotune: --rescore: no run folder") and "\n" not in missing
+
+
 def _main(monkeypatch, *args: str) -> str:
     """The script's main() in this process; its SystemExit message (main exits on bad input)."""
     monkeypatch.setattr(sys, "argv", [str(SCRIPT), *args])

@@ -20,6 +20,11 @@ def test_each_rank_reports_its_median_peak_and_every_step():
     assert pooled[1]["step_times_s"] == [0.1, 0.1, 0.2]
 
 
+def test_a_repeat_with_more_steps_gives_as_many_as_the_fewest_evenly_spaced():
+    results = [_repeat([1, 1], [0.1, 0.2, 0.3, 0.4, 0.5, 0.6]), _repeat([1, 1], (0.9, 0.8))]
+    assert _pooled_ranks(results)[0]["step_times_s"] == [0.1, 0.4, 0.9, 0.8]
+
+
 def test_a_missing_peak_keeps_the_first_repeats_record():
     results = [_repeat([100, 200]), {"status": "ok", "ranks": [{"rank": 0, "memory": {}}, {"rank": 1, "memory": {}}]}]
     assert [r["memory"]["peak_allocated_bytes"] for r in _pooled_ranks(results)] == [100, 200]
