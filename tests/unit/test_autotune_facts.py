@@ -16,6 +16,8 @@ import pytest
 
 from fsdp_bench.analysis.duration import local_params
 from fsdp_bench.plan.case import Case
+from fsdp_bench.report.recommend import speeds_overlap
+from fsdp_bench.results.metrics import M
 
 ROOT = Path(__file__).resolve().parents[2]
 FOLDER = ROOT / "results" / "reference" / "cpu-autotune"
@@ -32,8 +34,9 @@ def _truth(grid: str) -> dict:
 
 
 def _runs(grid: str) -> list[Path]:
-    """The grid's judged tuner runs: each version's three runs, and for gpt_tiny the rejected bar's one."""
-    return sorted(FOLDER.glob(f"{grid}-96-tune-*burn2-*.json"))
+    """The grid's judged tuner runs: each version's three loaded runs, a quiet run where one was
+    made, and for gpt_tiny the rejected bar's one."""
+    return sorted(FOLDER.glob(f"{grid}-96-tune-*.json"))
 
 
 # Each tuner version's three loaded runs: (grid, the files' name before "-runN", its README row's start)
@@ -41,6 +44,7 @@ RUN_SETS = [
     ("gpt_tiny", "gpt_tiny-96-tune-burn2", "| `gpt_tiny`, **96 cases** (x batch"),
     ("gpt_tiny", "gpt_tiny-96-tune-tie-rule-burn2", "| `gpt_tiny`, **96 cases**, race rule"),
     ("gpt2_small_odd", "gpt2_small_odd-96-tune-bound-burn2", None),  # no README row: docs/autotune.md only
+    ("llama_odd_vocab", "llama_odd_vocab-96-tune-burn2", "| `llama_odd_vocab`, **96 cases**, the same truth"),
 ]
 # Loaded runs that missed: neither the pick within the truth's noise nor the best in the answer
 # (measured tie or named unmeasured). docs/autotune.md says so and why; they claimed no single winner.
@@ -303,3 +307,77 @@ def test_the_docs_table_states_the_optimizer_terms_step_model_errors_as_printed(
     assert len(rows) == 6
     for row in rows:
         assert row in DOCS.splitlines(), row
+
+
+def _short(case_id: str) -> str:
+    """ddp-...-bs8-ga1-opt_after-sl32 as the docs write it: "ddp bs8 accum 1"."""
+    parts = case_id.split("-")
+    return f"{parts[0]} {parts[-4]} accum {parts[-3].removeprefix('ga')}"
+
+
+def _ranked(truth: dict) -> tuple[list[dict], list[dict]]:
+    """A truth's ok cases fastest first, and those within its best's noise (the judge's rule)."""
+    ok = [r for r in truth["cases"] if r["status"] == "ok" and r.get(M.params_changed) is not False]
+    ranked = sorted(ok, key=lambda r: -r[M.tokens_per_s_per_device])
+    return ranked, [r for r in ranked if speeds_overlap(ranked[0], r)]
+
+
+def test_the_docs_state_the_fresh_hugging_face_truths_best_and_its_tie():
+    (truth,) = _truth("llama_odd_vocab")["truths"]
+    ranked, tied = _ranked(truth)
+    assert [_short(r["case_id"]) for r in tied] == ["ddp bs8 accum 1", "ddp bs8 accum 2"]
+    best, other, outside = ranked[:3]
+    assert outside not in tied and not outside["case_id"].endswith("-ac")
+    text = " ".join(DOCS.split())
+    assert f"Its best: ddp bs8 accum 1 ({best[M.tokens_per_s_per_device]:,.0f} tokens/s/device)" in text
+    assert f"Only ddp bs8 accum 2 ({other[M.tokens_per_s_per_device]:,.0f}; its repeats' medians " in text
+    assert f"{other[M.repeat_spread_pct]:.0f}% apart) is within its noise" in text
+    assert f"{_short(outside['case_id'])} ({outside[M.tokens_per_s_per_device]:,.0f}), is outside" in text
+    quiet = json.loads((FOLDER / "llama_odd_vocab-96-tune-quiet-run1.json").read_text())["rows"][0]
+    assert {quiet["pick"], *quiet["tied"]} == {r["case_id"] for r in tied}  # "exactly the truth's tie of 2"
+    assert quiet["ratio"] <= 0.10 and not quiet["single_winner"]
+
+
+def test_the_docs_state_the_merged_again_hugging_face_truth_and_its_runs_judged_again():
+    """The gpt2_small_odd truth merged again with each repeat weighing alike (--rescore): its best,
+    its tie, and each loaded run of the table above judged against it, as the docs say."""
+    data = json.loads((FOLDER / "gpt2_small_odd-96-truth-repeats2-rescored.json").read_text())
+    (truth,) = data["truths"]
+    assert truth["load"] == _truth("gpt2_small_odd")["truths"][0]["load"]
+    ranked, tied = _ranked(truth)
+    text = " ".join(DOCS.split())
+    assert f"Its best is now {_short(ranked[0]['case_id'])} ({ranked[0][M.tokens_per_s_per_device]:,.0f}" in text
+    assert f"with {len(tied)} configurations within its noise" in text
+    runs = [*_set_rows("gpt2_small_odd-96-tune-bound-burn2"), *_set_rows("gpt2_small_odd-96-before-bound-burn2")]
+    answers = [
+        {"pick": r["pick"], "tied": r["tied"], "stopped": "", "cost": {"spent_case_s": 1}, "measured": []} for r in runs
+    ]
+    again = [measure_autotune.judge(truth, answer) for answer in answers]
+    assert [(a["within_noise"], a["tied_set_holds_best"]) for a in again] == [
+        (True, False),
+        (True, True),
+        (False, False),
+        (True, False),
+    ]
+    gaps = [f"gap {a['gap_pct']:.1f}%" for a in again]
+    for words, gap in zip(("run 1 is now within noise", "its pick", "run 3 is still outside", "within noise"), gaps):
+        assert f"{words} ({gap})" in text or f"({words}, {gap})" in text, (words, gap)
+
+
+@pytest.mark.parametrize(
+    ("name", "words"),
+    [
+        (
+            "gpt2_small_odd-96-rescored-replays.txt",
+            "it picks within noise in {w} of 50 at added drift 0, 0.15 and 0.33",
+        ),
+        ("llama_odd_vocab-96-replays.txt", "within noise in {w} of 50 at added drift 0, 0.15 and 0.33"),
+    ],
+)
+def test_the_docs_state_the_replays_judged_by_the_merged_truths(name, words):
+    rows = _replays(name)
+    assert len(rows) == 3
+    text = " ".join(DOCS.split())
+    within = [r[3] for r in rows]
+    assert words.format(w=f"{within[0]}, {within[1]} and {within[2]}") in text
+    assert "cost median " + ", ".join(f"{r[0]}%" for r in rows[:2]) + f" and {rows[2][0]}%" in text
