@@ -41,8 +41,9 @@ def _runs(grid: str) -> list[Path]:
 
 # Each tuner version's three loaded runs: (grid, the files' name before "-runN", its README row's start)
 RUN_SETS = [
-    ("gpt_tiny", "gpt_tiny-96-tune-burn2", "| `gpt_tiny`, **96 cases** (x batch"),
-    ("gpt_tiny", "gpt_tiny-96-tune-tie-rule-burn2", "| `gpt_tiny`, **96 cases**, race rule"),
+    ("gpt_tiny", "gpt_tiny-96-tune-burn2", None),  # earlier tuners: docs/autotune.md only
+    ("gpt_tiny", "gpt_tiny-96-tune-tie-rule-burn2", None),
+    ("gpt_tiny-quiet", "gpt_tiny-quiet-96-tune-burn2", "| `gpt_tiny`, **96 cases**, the same truth"),
     ("gpt2_small_odd", "gpt2_small_odd-96-tune-bound-burn2", None),  # no README row: docs/autotune.md only
     ("llama_odd_vocab", "llama_odd_vocab-96-tune-burn2", "| `llama_odd_vocab`, **96 cases**, the same truth"),
 ]
@@ -338,6 +339,20 @@ def test_the_docs_state_the_fresh_hugging_face_truths_best_and_its_tie():
     assert quiet["ratio"] <= 0.10 and not quiet["single_winner"]
 
 
+def test_the_docs_state_the_quiet_gpt_tiny_truths_best_and_its_tie():
+    (truth,) = _truth("gpt_tiny-quiet")["truths"]
+    ranked, tied = _ranked(truth)
+    assert [_short(r["case_id"]) for r in tied] == ["ddp bs8 accum 2", "ddp bs8 accum 1"]
+    best, other, outside = ranked[:3]
+    assert outside["case_id"] == best["case_id"] + "-ac"  # the best with activation checkpointing
+    text = " ".join(DOCS.split())
+    assert f"Its best is ddp bs8 accum 2 ({best[M.tokens_per_s_per_device]:,.0f} tokens/s/device)" in text
+    assert f"only ddp bs8 accum 1 ({other[M.tokens_per_s_per_device]:,.0f}) is within its noise" in text
+    assert f"with activation checkpointing ({outside[M.tokens_per_s_per_device]:,.0f}), outside" in text
+    quiet = json.loads((FOLDER / "gpt_tiny-quiet-96-tune-quiet-run1.json").read_text())["rows"][0]
+    assert quiet["within_noise"] and quiet["tied_set_holds_best"] and quiet["ratio"] <= 0.10
+
+
 def test_the_docs_state_the_merged_again_hugging_face_truth_and_its_runs_judged_again():
     """The gpt2_small_odd truth merged again with each repeat weighing alike (--rescore): its best,
     its tie, and each loaded run of the table above judged against it, as the docs say."""
@@ -372,6 +387,7 @@ def test_the_docs_state_the_merged_again_hugging_face_truth_and_its_runs_judged_
             "it picks within noise in {w} of 50 at added drift 0, 0.15 and 0.33",
         ),
         ("llama_odd_vocab-96-replays.txt", "within noise in {w} of 50 at added drift 0, 0.15 and 0.33"),
+        ("gpt_tiny-quiet-96-replays.txt", "within noise in {w} of 50 at added drift 0, 0.15 and 0.33"),
     ],
 )
 def test_the_docs_state_the_replays_judged_by_the_merged_truths(name, words):
