@@ -50,17 +50,16 @@ def equal_weight_indices(count: int, keep: int) -> list[int]:
     return [k * count // keep for k in range(keep)] if keep < count else list(range(count))
 
 
-def _pooled_ranks(results: Sequence[CaseResult]) -> list[RankRecord]:
-    """The first repeat's rank records, each rank's step times those of every repeat in turn (as
-    many from each as the repeat with the fewest measured: `equal_weight_indices`) and its peaks
+def _pooled_ranks(results: Sequence[CaseResult], keep: int) -> list[RankRecord]:
+    """The first repeat's rank records, each rank's step times those of every repeat in turn (at
+    most `keep` from each, the fewest any repeat measured: `equal_weight_indices`) and its peaks
     the median over the repeats."""
     pooled = []
-    keep = min((n for n in map(len, map(repeat_step_times, results)) if n), default=0)
     for i, rank in enumerate(results[0].get("ranks") or []):
         times = []
         for r in results:
             own = r["ranks"][i].get("step_times_s") or []
-            times += [own[k] for k in equal_weight_indices(len(own), keep or len(own))]
+            times += [own[k] for k in equal_weight_indices(len(own), keep)]
         memory = dict(rank.get("memory") or {})
         for key in _PEAK_KEYS:
             values = [(r["ranks"][i].get("memory") or {}).get(key) for r in results]
@@ -97,7 +96,8 @@ def merge_repeats(results: Sequence[CaseResult], planned: int | None = None) -> 
     same_ranks = len({len(r.get("ranks") or []) for r in results}) == 1
     if same_ranks and all(merged["step_times_s_by_repeat"]):
         case = Case.from_dict(results[0]["case"])
-        metrics = case_metrics(case, _pooled_ranks(results), results[0].get("simulation"))
+        keep = min(map(len, merged["step_times_s_by_repeat"]))
+        metrics = case_metrics(case, _pooled_ranks(results, keep), results[0].get("simulation"))
         medians = [statistics.median(t) for t in merged["step_times_s_by_repeat"]]
         metrics[M.repeats] = len(results)
         metrics[M.steps_measured] = sum(map(len, merged["step_times_s_by_repeat"]))  # not only those pooled
