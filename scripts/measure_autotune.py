@@ -38,6 +38,7 @@ from fsdp_bench.analysis.repeats import merge_repeats  # noqa: E402
 from fsdp_bench.launch.tune import runs_by_purpose  # noqa: E402
 from fsdp_bench.report.recommend import speeds_overlap  # noqa: E402
 from fsdp_bench.results.io import write_json_atomic  # noqa: E402
+from fsdp_bench.results.layout import RunLayout  # noqa: E402
 from fsdp_bench.results.metrics import M  # noqa: E402
 from fsdp_bench.results.script_records import TRUTH_METRICS, AutotuneMeasurement, AutotuneTruthRun  # noqa: E402
 
@@ -87,21 +88,26 @@ def _run(
     return made[-1], load.summary(), time.monotonic() - start
 
 
-def remerged(path: Path) -> dict:
-    """A case's result merged again from its repeat files with this code's merge_repeats (the
-    file itself when it has fewer than two): a truth is judged by the current rule, whichever
+def remerged_results(run: Path) -> list[dict]:
+    """Every case result of a run folder, merged again from the repeat files its merge named with
+    this code's merge_repeats (a case as written when it has fewer than two, or they are not all
+    there: a folder rebuilt from a truth file): a truth is judged by the current rule, whichever
     code wrote its folder."""
-    files = sorted(path.with_suffix("").glob("repeat-*.json"), key=lambda f: int(f.stem.split("-")[-1]))
-    if len(files) < 2:
-        return json.loads(path.read_text())
-    return merge_repeats([json.loads(f.read_text()) for f in files])
+    layout, results = RunLayout(run), []
+    for path in layout.result_files():
+        result = json.loads(path.read_text())
+        summaries = result.get(M.repeats) or []
+        files = [layout.result_file(result["case_id"], repeat=s.get("repeat", n)) for n, s in enumerate(summaries, 1)]
+        if len(files) > 1 and all(f.is_file() for f in files):
+            result = merge_repeats([json.loads(f.read_text()) for f in files])
+        results.append(result)
+    return results
 
 
 def truth_cases(run: Path) -> list[dict]:
     """Every ground-truth case of a run folder: id, status, case-seconds, repeats, the metrics judged."""
     rows = []
-    for path in sorted((run / "cases").glob("*.json")):
-        result = remerged(path)
+    for result in remerged_results(run):
         metrics = result.get("metrics") or {}
         rows.append(
             {

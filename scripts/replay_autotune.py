@@ -40,7 +40,7 @@ from fsdp_bench.report.recommend import speeds_overlap  # noqa: E402
 from fsdp_bench.results.layout import RunLayout  # noqa: E402
 from fsdp_bench.results.metrics import M  # noqa: E402
 from fsdp_bench.results.script_records import TRUTH_METRICS  # noqa: E402
-from scripts.measure_autotune import remerged  # noqa: E402
+from scripts.measure_autotune import remerged_results  # noqa: E402
 
 
 class ReplaySession:
@@ -101,7 +101,7 @@ def _row(result: dict) -> dict:
 
 def replay(run: Path, repeats: int, seeds: int, drift_sd_log: float = 0.0) -> list[dict]:
     """One judged answer per seed."""
-    truth = {r["case_id"]: r for r in map(remerged, sorted((run / "cases").glob("*.json")))}
+    truth = {r["case_id"]: r for r in remerged_results(run)}
     if not truth:
         raise SystemExit(f"replay_autotune: {run} holds no case results")
     ok = {k: r for k, r in truth.items() if r["status"] == "ok" and r["metrics"].get(M.params_changed) is not False}
