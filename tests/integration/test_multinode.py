@@ -143,6 +143,8 @@ def test_two_launchers_on_localhost_run_each_case_across_both_nodes(tmp_path):
         "1",
         "--bench-timeout",
         "240",
+        "--bench-target-ci-pct",  # exactly the steps asked: adaptive measurement is not what this tests
+        "0",
         "--bench-nnodes",
         "2",
         "--bench-rdzv-endpoint",
@@ -226,6 +228,8 @@ def test_repeats_across_two_nodes_each_meet_in_their_own_rendezvous(tmp_path):
         "1",
         "--bench-timeout",
         "240",
+        "--bench-target-ci-pct",  # exactly the steps asked: adaptive measurement is not what this tests
+        "0",
         "--bench-repeats",
         "2",
         "--bench-nnodes",
