@@ -1,8 +1,14 @@
-"""A real sweep through the pytest plugin: 2 gloo ranks per case, each case its own torchrun."""
+"""A real sweep through the pytest plugin: 2 gloo ranks per case, each case its own torchrun.
+
+The same sweep answers issue 36's questions on real cases (it used to run a sweep of its own, 23 s
+of the suite): every ok case carries its parts, summing to its probe step; the terminal's
+recommendation ends with the runner-up's reason, the same as the CSV's numbers give; report.md has
+its Why section and the breakdown chart is drawn."""
 
 import csv
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -14,6 +20,7 @@ from tests.sweep_helpers import TINY, load_results, only_run
 pytestmark = pytest.mark.slow
 
 STRATEGIES = "ddp,fsdp1_full_shard,fsdp2"
+PARTS = ("compute", "comm_exposed", "optimizer", "data", "host")
 
 
 @pytest.fixture(scope="module")
@@ -120,3 +127,27 @@ def test_each_cases_time_is_split_and_the_sharding_it_ran_is_in_the_table(sweep)
     report = (run / "report.md").read_text()
     assert "## Where the sweep's time went" in report and "| total (9 cases) |" in report
     assert "time in cases:" in proc.stdout and "launch" in proc.stdout.split("time in cases:")[1]
+
+
+def test_parts_reason_and_chart(sweep):
+    pd = pytest.importorskip("pandas")
+    from fsdp_bench.report.recommend import recommendation_lines
+
+    root, proc = sweep
+    df = pd.read_csv(only_run(root / "results") / "comparison.csv")
+    assert (df["status"] == "ok").all() and len(df) == 9
+    total = sum(df[f"part_{p}_s_per_step"] for p in PARTS)
+    assert ((total - df["probe_step_s"]).abs() <= 0.01 * df["probe_step_s"]).all(), df.to_dict("records")
+    # the terminal's short answer, then the reason on a line of its own (issue 39 keeps the answer short)
+    lines = proc.stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("Recommendation ("))
+    why = lines[at + 1]
+    # the runner-up may do other work per step (batch x accum): then its time per 1,000 tokens
+    assert why.startswith("Why") and re.search(r" slower per (step|1,000 tokens per device) than ", why), lines[at:]
+    assert why.split(": ", 1)[1] in recommendation_lines(df)[0]  # report.md's line gives the same reason
+    report = (only_run(root / "results") / "report.md").read_text()
+    assert "\n## Why\n" in report and " slower per step than " in report.split("\n## Why\n", 1)[1]
+    # a reason for every case but the fastest of its compare group (the same work per step)
+    reasons = df["why_vs_best"].fillna("").str.contains(" slower per step than ").sum()
+    assert reasons == len(df) - df["compare_group"].nunique() > 0, df[["case_id", "compare_group", "why_vs_best"]]
+    assert (only_run(root / "results") / "step_time_breakdown.png").read_bytes()[:4] == b"\x89PNG"
