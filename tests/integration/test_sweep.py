@@ -14,13 +14,13 @@ import sys
 
 import pytest
 
+from fsdp_bench.analysis.attribution import PARTS
 from tests.conftest import PROJECT_ROOT
 from tests.sweep_helpers import TINY, load_results, only_run
 
 pytestmark = pytest.mark.slow
 
 STRATEGIES = "ddp,fsdp1_full_shard,fsdp2"
-PARTS = ("compute", "comm_exposed", "optimizer", "data", "host")
 
 
 @pytest.fixture(scope="module")
@@ -134,7 +134,8 @@ def test_parts_reason_and_chart(sweep):
     from fsdp_bench.report.recommend import recommendation_lines
 
     root, proc = sweep
-    df = pd.read_csv(only_run(root / "results") / "comparison.csv")
+    run = only_run(root / "results")
+    df = pd.read_csv(run / "comparison.csv")
     assert (df["status"] == "ok").all() and len(df) == 9
     total = sum(df[f"part_{p}_s_per_step"] for p in PARTS)
     assert ((total - df["probe_step_s"]).abs() <= 0.01 * df["probe_step_s"]).all(), df.to_dict("records")
@@ -145,9 +146,9 @@ def test_parts_reason_and_chart(sweep):
     # the runner-up may do other work per step (batch x accum): then its time per 1,000 tokens
     assert why.startswith("Why") and re.search(r" slower per (step|1,000 tokens per device) than ", why), lines[at:]
     assert why.split(": ", 1)[1] in recommendation_lines(df)[0]  # report.md's line gives the same reason
-    report = (only_run(root / "results") / "report.md").read_text()
+    report = (run / "report.md").read_text()
     assert "\n## Why\n" in report and " slower per step than " in report.split("\n## Why\n", 1)[1]
     # a reason for every case but the fastest of its compare group (the same work per step)
     reasons = df["why_vs_best"].fillna("").str.contains(" slower per step than ").sum()
     assert reasons == len(df) - df["compare_group"].nunique() > 0, df[["case_id", "compare_group", "why_vs_best"]]
-    assert (only_run(root / "results") / "step_time_breakdown.png").read_bytes()[:4] == b"\x89PNG"
+    assert (run / "step_time_breakdown.png").read_bytes()[:4] == b"\x89PNG"
