@@ -292,7 +292,7 @@ def _probe_breakdown(
 
     refusal = memtracker_refusal(model) if case.probes else PROBES_OFF
     if refusal is None:
-        tracked, refusal = guard.run("memtracker", lambda: track_step_memory(step, [model], optimizer))
+        tracked, refusal = guard.run("memtracker", lambda: track_step_memory(step, [model], optimizer, device=device))
     if refusal is None:
         record["memory"]["tracked_by_category_bytes"] = tracked["by_category_bytes"]
         record["memory"]["tracked_peak_bytes"] = tracked["peak_bytes"]
