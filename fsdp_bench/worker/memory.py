@@ -52,9 +52,19 @@ def reset_peak(device: torch.device) -> None:
 
 
 def track_step_memory(
-    step: Callable[[Callable[[str], None]], Any], modules: list[torch.nn.Module], optimizer: torch.optim.Optimizer
+    step: Callable[[Callable[[str], None]], Any],
+    modules: list[torch.nn.Module],
+    optimizer: torch.optim.Optimizer,
+    *,
+    device: torch.device,
 ) -> TrackedPeak:
-    """Run `step(on_phase)` once under MemTracker; the peak live tensor bytes, total and per category.
+    """Run `step(on_phase)` once under MemTracker; the peak live tensor bytes on `device` (the
+    rank's), total and per category.
+
+    MemTracker keeps one peak per device it saw, in the order it first saw them. A CUDA rank with
+    host tensors (CPU offload's sharded parameters, gradients and optimizer state, tracked before
+    anything on the GPU) has two: the first was the host's, so fsdp2_offload's H100 breakdown read
+    0 activations beside a 29.7 GB allocator peak. The rank's device is the one its peak is of.
 
     MemTracker refuses a second forward of a module in one session (gradient accumulation), so
     its per-module statistics are cleared after each backward; the global peak it keeps is not.
@@ -77,8 +87,7 @@ def track_step_memory(
             step(on_phase)
     finally:
         gc.enable()
-    snapshot = tracker.get_tracker_snapshot("peak")
-    per_device = next(iter(snapshot.values()), {})
+    per_device = tracker.get_tracker_snapshot("peak").get(torch.device(device), {})
     categories = {(k.name.lower() if hasattr(k, "name") else str(k)): v for k, v in per_device.items() if k != "Total"}
     return {"peak_bytes": per_device.get("Total", 0), "by_category_bytes": categories}
 

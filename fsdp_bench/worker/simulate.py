@@ -51,7 +51,9 @@ def simulated_peak(case: Case) -> int:
         setup = build_rank(case, device=torch.device("cpu"), rank=0, world_size=case.nproc)
         for step in range(2):
             setup.train_step(step)
-        tracked = track_step_memory(lambda on_phase: setup.train_step(2, on_phase), [setup.model], setup.optimizer)
+        tracked = track_step_memory(
+            lambda on_phase: setup.train_step(2, on_phase), [setup.model], setup.optimizer, device=setup.device
+        )
     return tracked["peak_bytes"]
 
 

@@ -61,3 +61,25 @@ def test_the_chunked_loss_lowers_the_measured_peak_where_the_vocabulary_dominate
     full = _simulated_rank0(case)["memory"]["peak_allocated_bytes"]
     chunked = _simulated_rank0(case.replace(loss="chunked"))["memory"]["peak_allocated_bytes"]
     assert chunked < 0.95 * full, (chunked, full)
+
+
+def test_the_flop_counter_counts_the_chunked_loss_as_the_full_one():
+    """Same matmuls, the head's backward ones run in forward: the counter (HFU, formula/counter)
+    must read the same FLOPs. The head-weight gradient is added slice by slice with `addmm_`,
+    which torch's counter table lacks: it read 4 T V H instead of 6 T V H."""
+    from fsdp_bench.worker.models.loss import chunked_cross_entropy
+    from fsdp_bench.worker.probes import count_step_flops
+
+    tokens, hidden_size, vocab = 64, 32, 100
+    hidden = torch.randn(1, tokens, hidden_size, requires_grad=True)
+    head = torch.nn.Linear(hidden_size, vocab, bias=False)
+    targets = torch.randint(0, vocab, (1, tokens))
+
+    def full():
+        logits = head(hidden)
+        torch.nn.functional.cross_entropy(logits.view(-1, vocab), targets.view(-1)).backward()
+
+    def chunked():
+        chunked_cross_entropy(hidden, head, targets, chunks=4).backward()
+
+    assert count_step_flops(full) == count_step_flops(chunked) == 6 * tokens * vocab * hidden_size

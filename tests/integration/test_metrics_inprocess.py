@@ -75,3 +75,30 @@ def test_update_norm_is_exact_over_many_elements_and_zero_without_a_step():
     exact = sum(float(((p.detach().double() - b.double()) ** 2).sum()) for p, b in zip(model.parameters(), before))
     assert norms.norms[0] == 0.0
     assert abs(norms.norms[1] - exact**0.5) <= 1e-9 * exact**0.5
+
+
+def test_the_breakdown_is_of_the_ranks_device_when_the_step_holds_tensors_on_another():
+    """MemTracker keeps a peak per device, in the order it first saw each. A CUDA rank with CPU
+    offload has its host-side shards tracked before anything on the GPU, and the breakdown read the
+    host's (fsdp2_offload on the H100: 0 activations beside a 29.7 GB allocator peak). Here the
+    other device is `meta`: a parameter there, tracked first, must not stand in for the rank's."""
+    import torch
+
+    from fsdp_bench.worker.memory import track_step_memory
+
+    elsewhere = torch.nn.Module()
+    elsewhere.weight = torch.nn.Parameter(torch.empty(1024, 1024, device="meta"))  # 4 MiB, seen first
+    model = torch.nn.Linear(64, 64)
+    optimizer = torch.optim.AdamW(model.parameters())
+
+    def step(on_phase):
+        model(torch.randn(32, 64)).square().sum().backward()
+        on_phase("after_backward")
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    tracked = track_step_memory(step, [elsewhere, model], optimizer, device=torch.device("cpu"))
+    categories = tracked["by_category_bytes"]
+    assert categories["param"] == (64 * 64 + 64) * 4  # the Linear's, not the meta parameter's
+    assert categories["grad"] == categories["param"] and categories["opt"] >= 2 * categories["param"]
+    assert tracked["peak_bytes"] == sum(categories.values()) < 2**20
