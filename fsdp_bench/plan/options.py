@@ -22,6 +22,7 @@ from fsdp_bench.plan.case import (
     LOSSES,
     OPTIMIZER_IMPLS,
     OPTIMIZER_TIMINGS,
+    PARTS_PROBE_STEPS,
     WRAP_POLICIES,
     Case,
     CaseError,
@@ -52,6 +53,10 @@ from fsdp_bench.plan.option_values import (  # the option table's value parsers
 from fsdp_bench.plan.suites import SUITES
 from fsdp_bench.plan.sweep import CPU_TARGET_CI_PCT, Sweep
 from fsdp_bench.results.layout import foreign_entries
+
+# Probe steps after the measured ones: the step parts' (worker.probes), then the FLOP counter's and
+# MemTracker's one each; --bench-no-probes skips them all.
+PROBE_STEPS = PARTS_PROBE_STEPS + 2
 
 OPTIONS: dict[str, tuple[str, Callable[[str, str], Any], str]] = {
     "strategies": (
@@ -172,9 +177,9 @@ OPTIONS: dict[str, tuple[str, Callable[[str, str], Any], str]] = {
     "no-probes": (
         "skip_probes",
         _switch,
-        "skip the 2 untimed probe steps after the measured ones: no FLOP "
-        "counter (MFU still from the formula), no measured model state, no memory breakdown, and on "
-        "CPU no peak memory; saves their time on big models",
+        f"skip the untimed probe steps after the measured ones (up to {PROBE_STEPS} per case): "
+        "no step parts (why), no FLOP counter (MFU still from the formula), no measured model state, no "
+        "memory breakdown, and on CPU no peak memory; saves their time on big models",
     ),
     "repeats": (
         "repeats",

@@ -90,7 +90,7 @@ METRICS: tuple[Metric, ...] = (
     _m("peak_reserved_gib", "GiB", "CUDA: max_memory_reserved over the measured steps (none on CPU)", LOWER,
        "peak reserved (GiB)", TABLE, LIVE, CHART),
     _m("peak_rss_gib", "GiB", "ru_maxrss of the rank process (whole run)", LOWER, "peak RSS (GiB)", TABLE, LIVE, CHART),
-    *(_m(f"breakdown_{part}_gib", "GiB", f"MemTracker on probe step 2, snapshot at its peak: {what}; rank with "
+    *(_m(f"breakdown_{part}_gib", "GiB", f"MemTracker's probe step, snapshot at its peak: {what}; rank with "
          "the largest total. FSDP1: absent, breakdown_null_reason says why", None, "", CHART)
       for part, what in (("params", "PARAM+BUFFER"), ("grads", "GRAD"), ("optimizer", "OPT"),
                          ("activations", "ACT"), ("other", "TEMP+OTH"))),
@@ -107,7 +107,7 @@ METRICS: tuple[Metric, ...] = (
     _m("model_state_prediction_error_pct", "%", "(predicted - measured) / measured model state, rank 0"),
     _m("flops_per_token", "FLOP", "formula 6N + 12·L·H·Q·T (fsdp_bench/analysis/flops.py): N = parameters that "
        "multiply activations, L layers, H query heads, Q head size, T = seq_len"),
-    _m("flops_per_token_counter", "FLOP", "torch.utils.flop_counter.FlopCounterMode over probe step 1 on rank 0 "
+    _m("flops_per_token_counter", "FLOP", "torch.utils.flop_counter.FlopCounterMode over the FLOP probe step on rank 0 "
        "/ that rank's tokens per step; every fused attention kernel counted with the grouped-query-aware "
        "formula (analysis.flops.sdpa_*_flops)"),
     _m("flop_formula_over_counter", "ratio", "formula / counter"),
@@ -129,14 +129,14 @@ METRICS: tuple[Metric, ...] = (
        "work around the step; needs nvidia-ml-py): not a busy measure, see gpu_busy_pct; null + "
        "gpu_util_null_reason otherwise", HIGHER, "NVML sampled util (%)", CHART),
     _m("gpu_busy_pct", "%", "share of the median timed step in which the GPU runs kernels, copies or memsets: "
-       "their union on the device timeline of one untimed torch.profiler probe step / the rank's median step "
+       "their union on the device timeline of the untimed torch.profiler probe steps / the rank's median step "
        "time (analysis.busy); the least busy rank; CUDA only, null + gpu_busy_null_reason on CPU or with "
        "--bench-no-probes", None, "GPU busy (%)", TABLE, LIVE, CHART),
     _m("gpu_idle_ms_per_step", "ms", "median timed step minus the GPU's busy time in it, same rank", None,
        "GPU idle (ms/step)", TABLE, LIVE),
     _m("host_bound", "bool", "gpu_busy_pct < analysis.busy.HOST_BOUND_BUSY_PCT (80): the GPU waits on the host "
        "for over a fifth of the step, so host overhead decides the step time", None, "host-bound", TABLE, LIVE),
-    *(_m(f"part_{part}_s_per_step", "s", f"the step taken apart: {what}, in the one untimed profiled probe step of "
+    *(_m(f"part_{part}_s_per_step", "s", f"the step taken apart: {what}, in the untimed profiled probe steps of "
          "the rank the others wait for (the most step time not waiting in a collective); the parts are "
          "disjoint and sum to "
          "probe_step_s (analysis.attribution)", LOWER, f"{short} (s/step)", *shows)

@@ -134,3 +134,41 @@ def test_docs_strategies_table_is_the_catalog():
     start = "<!-- strategies table: generated from fsdp_bench/plan/catalog.py"
     body = text.split(start, 1)[1].split("\n", 1)[1].split("<!-- end of strategies table -->", 1)[0]
     assert body.strip() == markdown_table(), "run: python -m fsdp_bench.plan.strategy_table, and paste its table"
+
+
+def test_the_probe_steps_are_documented_in_the_order_the_worker_runs_them():
+    """metrics.md once listed the FLOP counter as probe step 1 and a CUDA-only profiler step 3, and
+    --bench-no-probes' help said 2 steps, after the step-parts probe had come first on every device."""
+    from fsdp_bench.plan.case import PARTS_PROBE_STEPS
+    from fsdp_bench.plan.options import PROBE_STEPS, option_help
+
+    source = (ROOT / "fsdp_bench" / "worker" / "probes.py").read_text().split("def run_probes(", 1)[1]
+    order = [
+        source.index(f"{name}(case") for name in ("_probe_step_parts", "_probe_flops_and_state", "_probe_breakdown")
+    ]
+    assert order == sorted(order)
+    metrics = (ROOT / "docs" / "metrics.md").read_text()
+    assert f"| probe steps 1-{PARTS_PROBE_STEPS} after the measured steps" in metrics
+    assert f"| probe step {PARTS_PROBE_STEPS + 1} | `FlopCounterMode`" in metrics
+    assert f"| probe step {PARTS_PROBE_STEPS + 2} | `MemTracker`" in metrics
+    assert f"`--bench-no-probes` skips probe steps 1-{PROBE_STEPS}." in metrics
+    assert PROBE_STEPS == PARTS_PROBE_STEPS + 2
+    assert f"(up to {PROBE_STEPS} per case)" in option_help("no-probes")
+    assert f"after the measured ones (up to {PROBE_STEPS})" in (ROOT / "docs" / "options.md").read_text()
+
+
+def test_how_it_works_names_every_module_of_each_package():
+    """docs/how-it-works.md's layout table left out 34 modules (analysis/attribution, report/why,
+    plan/sweep, ...): a newcomer looking for where the step is taken apart found no row naming it."""
+    rows = {
+        line.split("|")[1].strip(): line.split("|")[2]
+        for line in (DOCS / "how-it-works.md").read_text().splitlines()
+        if line.startswith("| `fsdp_bench/")
+    }
+    missing = []
+    for package in ("results", "plan", "analysis", "launch", "worker", "report"):
+        names = [p.stem for p in (ROOT / "fsdp_bench" / package).glob("*.py") if not p.stem.startswith("__")]
+        names += [f"{p.name}/" for p in (ROOT / "fsdp_bench" / package).iterdir() if (p / "__init__.py").exists()]
+        row = rows[f"`fsdp_bench/{package}/`"]
+        missing += [f"{package}/{name}" for name in names if f"`{name}`" not in row and f"`{name}" not in row]
+    assert not missing, f"docs/how-it-works.md's table lacks {missing}"
