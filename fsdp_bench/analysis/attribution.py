@@ -32,6 +32,9 @@ PART_LABELS = {
     "data": "data loading",
     "host": "host time",
 }
+# A part that grew by more than this many times the whole gap is a trade between parts, not a
+# share of the gap (reason_text).
+TRADED_SHARE = 1.5
 COLLECTIVE_ORDER = ("all_gather", "reduce_scatter", "all_reduce", "broadcast", "all_to_all", "send_recv", "other")
 
 
@@ -137,9 +140,14 @@ def reason_text(
     named = [(p, d) for p, d in part_differences(faster, slower)[:2] if d > 0.1 * gap]
     named = named or part_differences(faster, slower)[:1]
     labels = {**PART_LABELS, "host": host_label}
+    # Parts that grew and shrank by far more than the gap (two cases within a hair of each other
+    # trading compute for host time) would read "20053% of the difference": the shares are left
+    # out and the part that shrank, named below, says what offset the growth.
+    traded = named[0][1] > TRADED_SHARE * gap
     said = [
-        f"{1e3 * d:,.1f} ms more {labels[p]} ({100 * d / gap:.0f}% of the difference: "
-        f"{1e3 * slower.get(p, 0.0):,.1f} against {1e3 * faster.get(p, 0.0):,.1f} ms)"
+        f"{1e3 * d:,.1f} ms more {labels[p]} ("
+        + ("" if traded else f"{100 * d / gap:.0f}% of the difference: ")
+        + f"{1e3 * slower.get(p, 0.0):,.1f} against {1e3 * faster.get(p, 0.0):,.1f} ms)"
         for p, d in named
     ]
     shrunk = part_differences(faster, slower)[-1]

@@ -87,6 +87,18 @@ def test_reason_names_the_part_that_grew_and_always_the_exposed_communication():
     assert "; offset by 5.0 ms less host time" in reason_text("b", "a", shifted, ddp)
 
 
+def test_two_cases_a_hair_apart_that_trade_parts_get_no_share_of_the_gap():
+    """Seen at the end of a default CPU sweep: 21.2 ms more compute read as "20053% of the
+    difference" of two cases 0.1 ms apart. The parts are given, and what offset them, not shares."""
+    faster = {"compute": 0.0138, "comm_exposed": 0.002, "optimizer": 0.002, "data": 0.0, "host": 0.0262}
+    slower = {**faster, "compute": 0.0350, "host": 0.0051}
+    text = reason_text("b", "a", slower, faster)
+    assert text.startswith("b is 0.1 ms slower per step than a: 21.2 ms more compute (35.0 against 13.8 ms)")
+    assert "% of the difference" not in text and "; offset by 21.1 ms less host time" in text
+    # below 1.5 times the gap a share still reads as one
+    assert "(140% of the difference" in reason_text("b", "a", {**faster, "compute": 0.0278, "host": 0.0222}, faster)
+
+
 def test_planted_causes_act_in_every_step_and_only_there():
     from fsdp_bench.plan.faults import check_spec, faults_for
 
