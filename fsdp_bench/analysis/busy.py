@@ -35,6 +35,9 @@ from fsdp_bench.results.readings import BusyProbe, GpuBusy
 HOST_BOUND_BUSY_PCT = 80.0
 
 NO_DEVICE_TIMELINE = "device is cpu: no device timeline (the busy share needs the profiler's CUDA kernel intervals)"
+# A CUDA rank whose profiler saw no kernel (CUPTI unavailable, as in some sandboxes): its host ops
+# are launches, not the step's work, so the CPU method would take the step apart wrongly.
+NO_CUDA_KERNELS = "the profiler recorded no CUDA kernel in the probe steps (CUPTI unavailable?): no device timeline"
 
 
 def device_busy(device: Iterable[Interval], steps: Iterable[Interval]) -> BusyProbe:

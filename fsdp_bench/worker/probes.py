@@ -330,7 +330,7 @@ def _probe_step_parts(
 
     It runs after the measured steps' peaks were read (worker.loop reads them before any probe),
     so the profiler's buffers never enter a reported peak; no trace file is written."""
-    from fsdp_bench.analysis.busy import NO_DEVICE_TIMELINE, busy_record
+    from fsdp_bench.analysis.busy import NO_CUDA_KERNELS, NO_DEVICE_TIMELINE, busy_record
     from fsdp_bench.worker.profiling import attribute_events, probe_step_events, time_plain_steps
 
     if not case.probes or case.simulate:
@@ -341,11 +341,12 @@ def _probe_step_parts(
 
     def parts_and_plain_steps() -> StepParts:
         plain = time_plain_steps(step, device_type=device.type)  # first: the moment nearest the timed loop
-        parts = attribute_events(probe_step_events(step, device_type=device.type))
+        parts = attribute_events(probe_step_events(step, device_type=device.type), device_type=device.type)
         parts["plain_step_s"] = plain
         return parts
 
     parts, reason = guard.run("step_parts", parts_and_plain_steps)
+    reason = reason or parts.get("null_reason")
     record["step_parts"] = parts if reason is None else {"null_reason": reason}
     if reason is None:
         record["step_parts"]["method"] = (
@@ -355,9 +356,7 @@ def _probe_step_parts(
         record["gpu_busy"] = {"pct": None, "null_reason": NO_DEVICE_TIMELINE}
         return
     probe = parts.pop("busy", None) if reason is None else None
-    busy = busy_record(
-        probe or {"null_reason": reason or "the probe step recorded no CUDA activity"}, record["step_times_s"]
-    )
+    busy = busy_record(probe or {"null_reason": reason or NO_CUDA_KERNELS}, record["step_times_s"])
     busy["method"] = (
         f"torch.profiler over {PARTS_PROBE_WINDOWS} untimed probe steps: union of kernel/memcpy/memset intervals / timed median"
     )

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from fsdp_bench.analysis.attribution import COLLECTIVE_ORDER
-from fsdp_bench.analysis.busy import device_busy
+from fsdp_bench.analysis.busy import NO_CUDA_KERNELS, device_busy
 from fsdp_bench.analysis.intervals import clip, exposed_length, total_length, union
 from fsdp_bench.plan.case import PARTS_PROBE_PLAIN_STEPS, PARTS_PROBE_WINDOWS, PROFILER_WARMUP_STEPS
 from fsdp_bench.results.readings import BusyProbe, ProfileSummary, StepParts
@@ -129,17 +129,20 @@ def _comm_threads(events: list[TraceEvent]) -> set[int]:
     }
 
 
-def attribute_events(events: Iterable[TraceEvent]) -> StepParts:
+def attribute_events(events: Iterable[TraceEvent], *, device_type: str = "cpu") -> StepParts:
     """The probe step taken apart (`analysis.attribution.step_parts`): compute, exposed
     communication by collective, optimizer, data and host time, summing to the step's window.
 
     Compute is what `summarize_events` calls compute (CUDA: non-collective kernels; CPU: `aten::`
-    ops off gloo's threads); the optimizer part is the `Optimizer.step` spans on the host on both."""
+    ops off gloo's threads); the optimizer part is the `Optimizer.step` spans on the host on both.
+    A CUDA rank's events without a kernel give a null with its reason, not the CPU method."""
     from fsdp_bench.analysis.attribution import step_parts
 
     events = list(events)
     steps = [(e.start_s, e.end_s) for e in events if e.name == STEP_MARKER and not e.on_device]
     on_gpu = any(e.on_device for e in events)
+    if device_type == "cuda" and not on_gpu:
+        return {"steps": 0, "null_reason": NO_CUDA_KERNELS}
     comm_threads = _comm_threads(events)
     by_kind: dict[str, list[tuple[float, float]]] = {}
     for e in events:

@@ -18,6 +18,7 @@ import pytest
 
 from fsdp_bench.analysis.busy import (
     HOST_BOUND_BUSY_PCT,
+    NO_CUDA_KERNELS,
     NO_DEVICE_TIMELINE,
     busy_record,
     busy_share,
@@ -25,7 +26,13 @@ from fsdp_bench.analysis.busy import (
     host_bound_text,
     is_host_bound,
 )
-from fsdp_bench.worker.profiling import STEP_MARKER, busy_from_events, load_trace_events, summarize_events
+from fsdp_bench.worker.profiling import (
+    STEP_MARKER,
+    attribute_events,
+    busy_from_events,
+    load_trace_events,
+    summarize_events,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 TRACE = ROOT / "tests/data/h100_busy/fsdp2-gpt_124m-ws1-bs4-sl1024-bf16-ac.rank0.trace.json.gz"
@@ -191,3 +198,14 @@ def test_load_trace_events_reads_gzip_and_a_cpu_trace_has_no_device_timeline(tmp
         json.dump({"traceEvents": [{"ph": "X", "cat": "user_annotation", "name": STEP_MARKER, "ts": 0, "dur": 5}]}, fh)
     assert busy_from_events(load_trace_events(path))["null_reason"].startswith("the trace has no device activity")
     assert "cpu" in NO_DEVICE_TIMELINE and "no device timeline" in NO_DEVICE_TIMELINE
+
+
+def test_a_cuda_rank_whose_profiler_saw_no_kernel_gets_no_parts_rather_than_the_cpu_method():
+    """Where CUPTI is unavailable the profiler records host ops only; a CUDA rank's host ops are
+    kernel launches, so the CPU method (aten ops as compute) would take its step apart wrongly."""
+    events = load_trace_events(TRACE)
+    parts = attribute_events(events, device_type="cuda")
+    assert parts["null_reason"] is None and parts["compute_s"] > 0 and "busy" in parts
+    host_only = [e for e in events if not e.on_device]
+    assert attribute_events(host_only, device_type="cuda") == {"steps": 0, "null_reason": NO_CUDA_KERNELS}
+    assert attribute_events(host_only)["null_reason"] is None  # a CPU rank: the CPU method stands
