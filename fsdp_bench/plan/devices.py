@@ -7,15 +7,19 @@ import os
 import subprocess
 from pathlib import Path
 
+NVIDIA_GPUS_DIR = Path("/proc/driver/nvidia/gpus")  # one entry per GPU the driver sees
+
 
 def count_cuda_devices() -> int:
     """Visible NVIDIA GPUs, read without importing torch or touching CUDA."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
         return len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"])
-    gpus = Path("/proc/driver/nvidia/gpus")
-    if gpus.is_dir():
-        return len(list(gpus.iterdir()))
+    # The driver's folder answers without a process; an empty one (a sandbox that shows the
+    # folder, not its GPUs) is no answer, so nvidia-smi is asked.
+    found = len(list(NVIDIA_GPUS_DIR.iterdir())) if NVIDIA_GPUS_DIR.is_dir() else 0
+    if found:
+        return found
     try:
         out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.TimeoutExpired):
