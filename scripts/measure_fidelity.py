@@ -31,11 +31,13 @@ from fsdp_bench.results.layout import create_run_dir  # noqa: E402
 BARE_INIT = "import torch, torch.distributed as d; d.init_process_group('gloo'); d.barrier(); d.destroy_process_group()"
 
 
-def torchrun(nproc: int, *args: str) -> float:
+def torchrun(nproc: int, *args: str, device: str) -> float:
     start = time.perf_counter()
     proc = subprocess.Popen(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc), *args],
-        env=build_env(),
+        # the suite's case environment (runner.py): on CUDA, OMP_NUM_THREADS is the cores per rank,
+        # not the CPU's 1, so the bare loop's host work runs with the threads the suite's has
+        env=build_env(device=device, ranks_per_node=nproc),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -92,7 +94,7 @@ def _measure(args: argparse.Namespace, case: Case) -> tuple[list[float], ...]:
         init_script.write_text(BARE_INIT)
         for i in range(args.repeats):
             out = Path(tmp) / f"bare-{i}.json"
-            torchrun(args.nproc, *_bare_loop_args(args, out))
+            torchrun(args.nproc, *_bare_loop_args(args, out), device=case.device)
             bare.append(statistics.median(json.loads(out.read_text())))
             result = run_case(case, create_run_dir(Path(tmp) / "runs"), timeout_s=1800)
             if result["status"] != "ok":
@@ -102,7 +104,7 @@ def _measure(args: argparse.Namespace, case: Case) -> tuple[list[float], ...]:
             overhead.append(total)
             sharding.append(shard)
             if not args.no_overhead:
-                bare_init.append(torchrun(args.nproc, str(init_script)))
+                bare_init.append(torchrun(args.nproc, str(init_script), device=case.device))
     return suite, bare, overhead, sharding, bare_init
 
 
