@@ -22,12 +22,21 @@ from torch.nn.parallel import DistributedDataParallel
 
 from fsdp_bench.worker.models.build import build_model, get_flavor
 
+# What a fidelity report compared against (scripts/gpu_reference names its reports with it): 2 is
+# the root resharded as the suite's, with the suite's OMP_NUM_THREADS (measure_fidelity.py); the
+# reports named without it were measured against version 1.
+BARE_LOOP_VERSION = 2
+
 
 def wrap(model: torch.nn.Module, strategy: str, low: torch.dtype | None, device: torch.device) -> torch.nn.Module:
     """DDP, or FSDP2 on every block then the root (with a bf16 policy when `low` is set)."""
     if strategy == "ddp":
         return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
-    policy = {"mp_policy": MixedPrecisionPolicy(param_dtype=low, reduce_dtype=low)} if low else {}
+    # reshard_after_forward=True on the root too, as the suite's fsdp2 row passes it: torch's default
+    # (None) keeps the root's parameters gathered after forward, less work than the suite's case
+    policy: dict = {"reshard_after_forward": True}
+    if low:
+        policy["mp_policy"] = MixedPrecisionPolicy(param_dtype=low, reduce_dtype=low)
     for block in model.blocks:
         fully_shard(block, **policy)
     fully_shard(model, **policy)

@@ -159,15 +159,19 @@ def summary_table(gpu_dir: Path) -> str:
 
 def fidelity_lines(gpu_dir: Path) -> str:
     """The suite-vs-bare-loop lines of every fidelity report (parts 4 and 6), with each paired
-    repeat's gap where the report has them."""
+    repeat's gap where the report has them, and the bare loop's version where its name has one
+    (`-bN`, scripts/bare_loop.py's BARE_LOOP_VERSION: a case measured against two versions reads
+    as two lines that say which)."""
     out = []
     for path in sorted(gpu_dir.glob("part*/fidelity-*.txt")):
         text = path.read_text()
         case = re.search(r"^case: (.+)$", text, re.M)
         ratio = re.search(r"suite median step time: .+$", text, re.M)
         pairs = re.search(r"^suite vs bare per paired repeat: (.+)$", text, re.M)
+        version = re.search(r"-b(\d+)$", path.stem)
         if case and ratio:
-            out.append(f"- {case[1]}: {ratio[0]}" + (f" (pairs: {pairs[1].strip()})" if pairs else ""))
+            against = f" (bare loop {version[1]})" if version else ""
+            out.append(f"- {case[1]}{against}: {ratio[0]}" + (f" (pairs: {pairs[1].strip()})" if pairs else ""))
     return "\n".join(out)
 
 

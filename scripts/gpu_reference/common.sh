@@ -125,6 +125,10 @@ measurement_version() {  # the worker loop's version (results.schema): what a re
   "$py" -c 'from fsdp_bench.results.schema import MEASUREMENT_VERSION; print(MEASUREMENT_VERSION)'
 }
 
+bare_loop_version() {  # what a fidelity report compared against: scripts/bare_loop.py's BARE_LOOP_VERSION
+  sed -n 's/^BARE_LOOP_VERSION = \([0-9][0-9]*\)$/\1/p' scripts/bare_loop.py
+}
+
 worker_hash() {  # 8 hex digits of the worker's source: a smoke per version of the code that measures
   find fsdp_bench/worker -name '*.py' | LC_ALL=C sort | xargs cat | sha1sum | cut -c1-8
 }
@@ -306,8 +310,9 @@ fi
 fidelity() {  # fidelity STRATEGY PRECISION BATCH: scripts/measure_fidelity.py, its report in the run folders
   local strategy=$1 precision=$2 batch=$3
   [[ -n $standin_mode ]] && batch=2
-  # the report names the measurement version of the suite's loop it compared (results.schema)
-  local name="fidelity-$strategy-$precision-bs$batch-m$(measurement_version)"
+  # the report names the measurement version of the suite's loop it compared (results.schema) and
+  # the bare loop's version (scripts/bare_loop.py; reports without it were measured against 1)
+  local name="fidelity-$strategy-$precision-bs$batch-m$(measurement_version)-b$(bare_loop_version)"
   if [[ -s $results/$part/$name.txt ]]; then  # a result is never overwritten: measured once per version
     [[ -n $dry_run ]] && printf '  %-26s done (%s)\n' "$name" "$results/$part/$name.txt"
     [[ -z $dry_run ]] && echo "== $name: done ($results/$part/$name.txt)"

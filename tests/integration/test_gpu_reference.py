@@ -98,15 +98,18 @@ def test_dry_run_gives_every_part_in_order_within_its_limits(dry_run):
 
 
 def test_a_slots_dry_run_counts_only_what_the_committed_results_lack():
-    """Against results/reference/NVIDIA-H100-80GB-HBM3 (the default without a GPU): part 4's
-    bf16 batch-8 pairs are committed at this measurement version (done), part 3 re-runs only the
-    six cases the first loop measured, and the next slot of 9 minutes is at most 8 of them
-    (a minute kept for the last part's stop)."""
+    """Against results/reference/NVIDIA-H100-80GB-HBM3 (the default without a GPU): part 5's
+    eager run is committed at this measurement version (done); part 4's bf16 batch-8 pairs were
+    measured against version 1 of the bare loop, so they are measured again against version 2;
+    part 3 re-runs only the six cases the first loop measured, and the next slot of 9 minutes is
+    at most 8 of them (a minute kept for the last part's stop)."""
     proc = bash(str(SCRIPT), "--dry-run", "--budget-min", "9", timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = table(proc.stdout)
     assert list(rows)[: len(QUEUE)] == QUEUE  # the queue's value order
-    assert rows["part4_fidelity"] == (0, 0.0, "done")
+    assert re.search(r"^  eager-vs-compiled-llama3_1b done \(2 case\(s\) ok", proc.stdout, re.M)
+    assert rows["part4_fidelity"][0] == 8 and rows["part4_fidelity"][2] == ""
+    assert re.search(r"^  fidelity-fsdp2-bf16-bs8-m\d+-b2 ", proc.stdout, re.M), proc.stdout
     assert rows["part3_gpt2_sweep"][0] == 6 and "(6 kept)" in proc.stdout
     slot = re.search(r"^next slot \(--budget-min 9\.0, 60 s kept for the last stop\): (.+)$", proc.stdout, re.M)
     planned = re.search(r"^  (\d+\.\d) min by the estimate; after it: (.+)$", proc.stdout, re.M)

@@ -21,3 +21,20 @@ def test_bf16_loss_gap_is_explained_as_precision():
 def test_fp32_loss_line_has_no_precision_excuse():
     lines = loss_agreement(build_table(load_run(GOLDEN_FP32)[0]))
     assert lines and not any("autocast" in line for line in lines), lines
+
+
+def test_fidelity_lines_say_which_bare_loop_a_report_was_measured_against(tmp_path):
+    """The bare loop changed (version 2: the root resharded as the suite's, the suite's threads);
+    a case measured against both versions reads as two lines that say which."""
+    from fsdp_bench.report.reference import fidelity_lines
+
+    old = STRATEGIES_BF16.parents[1] / "part4_fidelity" / "fidelity-fsdp2-bf16-bs8-m2.txt"
+    (tmp_path / "part4_fidelity").mkdir()
+    (tmp_path / "part4_fidelity" / old.name).write_text(old.read_text())
+    (tmp_path / "part4_fidelity" / "fidelity-fsdp2-bf16-bs8-m2-b2.txt").write_text(
+        old.read_text().replace("bare loop: 50.29 ms", "bare loop: 44.00 ms")
+    )
+    second, first = fidelity_lines(tmp_path).splitlines()  # by file name: "-b2.txt" sorts first
+    case = "fsdp2-gpt_124m-ws1-bs8-ga1-opt_after-sl1024-bf16"
+    assert first.startswith(f"- {case}: suite median step time: 43.30 ms   bare loop: 50.29 ms")
+    assert second.startswith(f"- {case} (bare loop 2): suite median step time: 43.30 ms   bare loop: 44.00 ms")
