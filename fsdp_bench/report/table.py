@@ -112,7 +112,7 @@ def build_table(results: Iterable[CaseResult]):
     """The comparison DataFrame: lead columns first, then every metric any case has."""
     import pandas as pd
 
-    from fsdp_bench.analysis.aggregate import loss_max_abs_dev_vs_ddp
+    from fsdp_bench.analysis.aggregate import loss_dev_onset_step_vs_ddp, loss_max_abs_dev_vs_ddp
     from fsdp_bench.report.why import add_why_vs_best
     from fsdp_bench.results.stats import mean_across_ranks
 
@@ -129,6 +129,8 @@ def build_table(results: Iterable[CaseResult]):
     }
     deviation = loss_max_abs_dev_vs_ddp(rows, curves)
     df[M.loss_max_abs_dev_vs_ddp] = [deviation.get(c) for c in df["case_id"]]
+    onset = loss_dev_onset_step_vs_ddp(rows, curves)
+    df[M.loss_dev_onset_step_vs_ddp] = pd.array([onset.get(c) for c in df["case_id"]], dtype="Int64")
     df = add_why_vs_best(add_ranking(df))
     lead = [c for c in LEAD_COLUMNS if c in df.columns]
     df = df[lead + [c for c in df.columns if c not in lead]]
