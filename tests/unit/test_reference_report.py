@@ -36,7 +36,7 @@ def test_fidelity_lines_say_which_bare_loop_a_report_was_measured_against(tmp_pa
     )
     second, first = fidelity_lines(tmp_path).splitlines()  # by file name: "-b2.txt" sorts first
     case = "fsdp2-gpt_124m-ws1-bs8-ga1-opt_after-sl1024-bf16"
-    assert first.startswith(f"- {case}: suite median step time: 43.30 ms   bare loop: 50.29 ms")
+    assert first.startswith(f"- {case} (bare loop 1): suite median step time: 43.30 ms   bare loop: 50.29 ms")
     assert second.startswith(f"- {case} (bare loop 2): suite median step time: 43.30 ms   bare loop: 44.00 ms")
 
 
