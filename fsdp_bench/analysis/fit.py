@@ -452,15 +452,18 @@ def _row_host_check(
 
 
 def calibrate_from_results(results: Iterable[CaseResult]) -> dict[str, float]:
-    """Activation bytes per sample by model, from ok cases' rank-0 MemTracker categories."""
+    """Activation bytes per sample by model, from ok cases' rank-0 MemTracker categories.
+
+    A record without activation bytes calibrates nothing: before the breakdown read the rank's own
+    device, a CUDA rank with CPU offload recorded the host's categories (the H100 fsdp2_offload
+    cases: 0 activations), which would have set the model's activations to 0."""
     found: dict[str, float] = {}
     for result in results:
         if result.get("status") != "ok":
             continue
         rank0 = next((r for r in result.get("ranks", []) if r.get("rank") == 0), None)
         cats = (rank0 or {}).get("memory", {}).get("tracked_by_category_bytes") or {}
-        if "act" in cats:
-            found.setdefault(
-                result["case"]["model"], (cats["act"] + cats.get("temp", 0)) / result["case"]["batch_size"]
-            )
+        activations = cats.get("act", 0) + cats.get("temp", 0)
+        if activations > 0:
+            found.setdefault(result["case"]["model"], activations / result["case"]["batch_size"])
     return found

@@ -51,3 +51,18 @@ def test_predicted_peak_against_the_gpu_allocator(path):
         assert -0.05 <= error <= 0.15, (measured, predicted)
     else:
         assert abs(error) <= 0.05, (measured, predicted)
+
+
+def test_calibration_skips_the_offload_records_that_hold_the_hosts_categories():
+    """The H100 GPT-2 sweep's fsdp2_offload records hold the host's MemTracker categories (0
+    activations: the breakdown read the first device MemTracker saw); read first, they set
+    gpt_124m's activations to 0. They are skipped; the other cases' figure stands."""
+    from fsdp_bench.analysis.fit import calibrate_from_results
+    from fsdp_bench.results.load import load_run
+
+    results = load_run(REFERENCE / "NVIDIA-H100-80GB-HBM3" / "part3_gpt2_sweep" / "gpt2-124m-sweep")[0]
+    offload_first = sorted(results, key=lambda r: "offload" not in r["case_id"])
+    assert "offload" in offload_first[0]["case_id"]
+    per_sample = calibrate_from_results(offload_first)["gpt_124m"]
+    others = calibrate_from_results([r for r in results if "offload" not in r["case_id"]])["gpt_124m"]
+    assert per_sample == others > 0.5 * 2**30  # GiB per sample of 1,024 tokens, bf16
