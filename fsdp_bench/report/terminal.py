@@ -35,6 +35,12 @@ def summary_body_lines(results: list[CaseResult]) -> list[str]:
                 f"best of {row['compare_group']}: {row['case_id']} ({row[M.tokens_per_s_per_device]:,.0f} tok/s/dev)"
             )
     untrained = df[(df["status"] == "ok") & (df["trained"] == False)] if "trained" in df else df.iloc[0:0]  # noqa: E712
+    simulated = untrained[untrained["simulate"] == True] if "simulate" in untrained else untrained.iloc[0:0]  # noqa: E712
+    if len(simulated):  # a fake process group: its communication is free, its memory is the answer
+        lines.append(
+            f"simulated, communication free (never ranked; see their memory): {', '.join(simulated['case_id'])}"
+        )
+    untrained = untrained.drop(simulated.index)
     if len(untrained):
         lines.append(f"not trained (never ranked): {', '.join(untrained['case_id'])}")
     spent = time_line(df)
