@@ -76,12 +76,12 @@ METRICS: tuple[Metric, ...] = (
     _m("loss_first", "loss", "rank-mean loss of the first step (warmup included)", None, "loss first", TABLE),
     _m("loss_last", "loss", "rank-mean loss of the last step", None, "loss last", TABLE),
     _m("loss_max_abs_dev_vs_ddp", "loss", "filled by the report: max over steps of abs(rank-mean loss minus the "
-       "DDP case with the same model, world size, batch, grad accum, seq_len, seed, lr); empty when there is "
-       "no such DDP case", LOWER),
+       "DDP case with the same model, world size, batch, grad accum, seq_len, seed, lr, precision); a diverged "
+       "(non-finite) loss is inf; empty when there is no such DDP case", LOWER),
     _m("loss_dev_onset_step_vs_ddp", "step", "filled by the report: the first step (1-based, warmup included) at "
-       "which abs(rank-mean loss minus the same DDP case's) passes 0.001 (analysis.aggregate.LOSS_MATCH_TOL); "
-       "empty when no step does or there is no such DDP case. Early: a sharding error; late: fp32 rounding "
-       "that training amplifies"),
+       "which abs(rank-mean loss minus the same DDP case's) passes rounding size, 1e-5 "
+       "(analysis.aggregate.LOSS_ROUNDING_TOL); empty when no step does or there is no such DDP case. A case "
+       "past 0.001 whose onset is after step 10 is read as fp32 rounding that training amplified"),
     _m("params_changed", "bool", "parameter fingerprint (sum, norm per local shard) differs after the measured "
        "steps, on every rank", None, "params changed", TABLE),
     _m("update_norm_min", "L2", "smallest per-step update norm over ranks and steps: 0 means some step did "

@@ -75,16 +75,19 @@ def collective_kind(name: str) -> str | None:
     return "other"
 
 
-def summarize_events(events: Iterable[TraceEvent]) -> ProfileSummary:
+def summarize_events(events: Iterable[TraceEvent], *, device_type: str) -> ProfileSummary:
     """Per-step seconds of communication (total, exposed, per collective), compute, optimizer
-    and host time, averaged over the profiled steps."""
+    and host time, averaged over the profiled steps. A CUDA rank's events without a kernel give
+    no summary (NO_CUDA_KERNELS), not the CPU method's."""
     events = list(events)
     steps = union((e.start_s, e.end_s) for e in events if e.name == STEP_MARKER and not e.on_device)
     if not steps:
         return {"steps_profiled": 0, "reason": f"no {STEP_MARKER!r} spans in the trace"}
+    on_gpu = any(e.on_device for e in events)
+    if device_type == "cuda" and not on_gpu:
+        return {"steps_profiled": 0, "reason": NO_CUDA_KERNELS}
     comm = [(e, collective_kind(e.name)) for e in events]
     comm = [(e, k) for e, k in comm if k is not None]
-    on_gpu = any(e.on_device for e in events)
     comm_threads = _comm_threads(events)
     if on_gpu:
         comm_iv = [(e.start_s, e.end_s) for e, _ in comm if e.on_device]
@@ -129,7 +132,7 @@ def _comm_threads(events: list[TraceEvent]) -> set[int]:
     }
 
 
-def attribute_events(events: Iterable[TraceEvent], *, device_type: str = "cpu") -> StepParts:
+def attribute_events(events: Iterable[TraceEvent], *, device_type: str) -> StepParts:
     """The probe step taken apart (`analysis.attribution.step_parts`): compute, exposed
     communication by collective, optimizer, data and host time, summing to the step's window.
 
@@ -240,7 +243,7 @@ def profile_steps(
         written = sorted(set(folder.glob(f"rank{rank}.*.pt.trace.json")) - before)
         if not written:
             return {"steps_profiled": 0, "reason": f"torch.profiler wrote no trace file in {folder}"}
-        summary = summarize_events(load_trace_events(written[-1]))
+        summary = summarize_events(load_trace_events(written[-1]), device_type=device_type)
     if trace_dir is not None:
         summary["trace_file"] = str(written[-1])
     return summary

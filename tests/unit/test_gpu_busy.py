@@ -119,7 +119,10 @@ def test_busy_time_per_step_is_the_union_of_the_steps_device_work():
         assert s["lower"] <= s["covered"] <= s["upper"]
         assert 19_000 < s["covered"] < 19_600
     # the --bench-profile summary reads the same reduction
-    assert summarize_events(load_trace_events(TRACE))["device_busy_s_per_step"] == busy["busy_s_per_step"]
+    assert (
+        summarize_events(load_trace_events(TRACE), device_type="cuda")["device_busy_s_per_step"]
+        == busy["busy_s_per_step"]
+    )
 
 
 def test_busy_share_of_the_timed_step_and_the_nvml_figure_outside_its_bounds():
@@ -208,4 +211,7 @@ def test_a_cuda_rank_whose_profiler_saw_no_kernel_gets_no_parts_rather_than_the_
     assert parts["null_reason"] is None and parts["compute_s"] > 0 and "busy" in parts
     host_only = [e for e in events if not e.on_device]
     assert attribute_events(host_only, device_type="cuda") == {"steps": 0, "null_reason": NO_CUDA_KERNELS}
-    assert attribute_events(host_only)["null_reason"] is None  # a CPU rank: the CPU method stands
+    assert attribute_events(host_only, device_type="cpu")["null_reason"] is None  # a CPU rank: the CPU method stands
+    # the same for --bench-profile's summary
+    assert summarize_events(host_only, device_type="cuda") == {"steps_profiled": 0, "reason": NO_CUDA_KERNELS}
+    assert summarize_events(events, device_type="cuda")["method"] == "cuda kernels"

@@ -115,7 +115,7 @@ def test_summarize_cpu_events_clips_to_steps_and_excludes_gloo_threads():
         TraceEvent("aten::mm", 21.0, 24.0, thread=1),
         TraceEvent("aten::mm", 40.0, 50.0, thread=1),  # outside every step: ignored
     ]
-    s = summarize_events(ev)
+    s = summarize_events(ev, device_type="cpu")
     assert s["steps_profiled"] == 2
     assert s["comm_total_s_per_step"] == pytest.approx((3 + 4) / 2)
     assert s["comm_exposed_s_per_step"] == pytest.approx((2 + 2) / 2)  # [5,7] and [24,26]
@@ -135,7 +135,7 @@ def test_summarize_gpu_events_uses_kernels_only():
         TraceEvent("ncclDevKernel_AllGather_RING_LL", 4.0, 8.0, on_device=True),
         TraceEvent("c10d::_allgather_base_", 0.5, 0.6, thread=1),
     ]
-    s = summarize_events(ev)
+    s = summarize_events(ev, device_type="cuda")
     assert s["compute_s_per_step"] == 4.0
     assert s["comm_total_s_per_step"] == 4.0
     assert s["comm_exposed_s_per_step"] == 3.0
@@ -143,7 +143,7 @@ def test_summarize_gpu_events_uses_kernels_only():
 
 
 def test_summarize_without_step_markers_says_why():
-    assert summarize_events([TraceEvent("aten::mm", 0, 1)])["steps_profiled"] == 0
+    assert summarize_events([TraceEvent("aten::mm", 0, 1)], device_type="cpu")["steps_profiled"] == 0
 
 
 P = 1_000_000
@@ -286,7 +286,7 @@ def test_load_trace_events_reads_chrome_trace_categories(tmp_path):
     }
     path = tmp_path / "rank0.1.pt.trace.json"
     path.write_text(json.dumps(trace))
-    s = summarize_events(load_trace_events(path))
+    s = summarize_events(load_trace_events(path), device_type="cpu")
     assert s["steps_profiled"] == 1
     assert s["comm_total_s_per_step"] == pytest.approx(0.4)
     assert s["comm_exposed_s_per_step"] == pytest.approx(0.2)
@@ -295,8 +295,8 @@ def test_load_trace_events_reads_chrome_trace_categories(tmp_path):
 
 def test_the_loss_drift_of_a_real_cpu_sweep_starts_late():
     """A default CPU sweep's batch-4, grad-accum-2 curves (tests/data/loss_drift_cpu): the sharded
-    cases match ddp to 1e-6 over their first 10 steps and pass 1e-3 at step 45 (fp32 rounding
-    that training amplified); fsdp1_no_shard never does."""
+    cases stay within rounding of ddp (2.4e-7) for 42 steps and pass 1e-5 at step 43, 1e-3 at 45
+    (fp32 rounding that training amplified); fsdp1_no_shard never parts from it."""
     import json
     from pathlib import Path
 
@@ -305,10 +305,7 @@ def test_the_loss_drift_of_a_real_cpu_sweep_starts_late():
     axes = {"model": "gpt_tiny", "nproc": 2, "batch_size": 4, "grad_accum": 2, "seq_len": 128, "seed": 0, "lr": 1e-3}
     rows = [{"case_id": c, "strategy": c.split("-")[0], **axes} for c in curves]
     onset = loss_dev_onset_step_vs_ddp(rows, curves)
-    ddp = curves["ddp-gpt_tiny-ws2-bs4-ga2-opt_after"]
-    for case_id, curve in curves.items():
-        assert max(abs(a - b) for a, b in zip(curve[:10], ddp)) < 1e-6, case_id
-    assert sorted(c.split("-")[0] for c, step in onset.items() if step == 45) == [
+    assert sorted(c.split("-")[0] for c, step in onset.items() if step == 43) == [
         "fsdp1_full_shard",
         "fsdp1_shard_grad_op",
         "fsdp2",
@@ -316,3 +313,16 @@ def test_the_loss_drift_of_a_real_cpu_sweep_starts_late():
     ]
     assert onset["fsdp1_no_shard-gpt_tiny-ws2-bs4-ga2-opt_after"] is None
     assert loss_max_abs_dev_vs_ddp(rows, curves)["fsdp2_no_reshard-gpt_tiny-ws2-bs4-ga2-opt_after"] > 0.016
+
+
+def test_a_small_early_gap_and_a_diverged_loss_are_not_rounding():
+    """A bug that moves the loss by 9e-4 from step 2 stays under the 1e-3 tolerance there, but it
+    is no rounding: its onset is step 2. A NaN loss (a diverged case) is as far off as can be; NaN
+    compares False and used to read as a match."""
+    axes = {"model": "m", "nproc": 2, "batch_size": 2, "grad_accum": 1, "seq_len": 8, "seed": 0, "lr": 1e-3}
+    rows = [{"case_id": c, "strategy": s, **axes} for c, s in (("d", "ddp"), ("small", "fsdp2"), ("nan", "fsdp2"))]
+    ddp = [3.0] * 12
+    curves = {"d": ddp, "small": [3.0] + [3.0009] * 9 + [3.01, 3.01], "nan": [3.0, 2.9, float("nan"), float("nan")]}
+    assert loss_dev_onset_step_vs_ddp(rows, curves) == {"d": None, "small": 2, "nan": 2}
+    deviation = loss_max_abs_dev_vs_ddp(rows, curves)
+    assert deviation["nan"] == float("inf") and deviation["small"] == pytest.approx(0.01)
