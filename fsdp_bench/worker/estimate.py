@@ -154,6 +154,8 @@ def _tracked_step(setup, step: int, *tensors) -> tuple[int, dict[str, int], str]
     sees each only when backward first writes into it (the measured CPU peak counts them from
     there), while a device allocator holds them from the start: passed as `tensors`, they are
     registered with the tracker before the step, so the forward's and backward's peaks count them."""
+    from fsdp_bench.worker.memory import peak_on
+
     tracker = _tracker(setup.model, setup.optimizer, *tensors)
     gc.collect()
     gc.disable()
@@ -162,9 +164,8 @@ def _tracked_step(setup, step: int, *tensors) -> tuple[int, dict[str, int], str]
             setup.train_step(step, on_phase=lambda phase: phase == "after_backward" and tracker.reset_mod_stats())
     finally:
         gc.enable()
-    per_device = next(iter(tracker.get_tracker_snapshot("peak").values()), {})
-    categories = {(k.name.lower() if hasattr(k, "name") else str(k)): v for k, v in per_device.items() if k != "Total"}
-    return int(per_device.get("Total", 0)), categories, type(tracker).__name__
+    peak, categories = peak_on(tracker, setup.device)
+    return peak, categories, type(tracker).__name__
 
 
 @contextlib.contextmanager

@@ -87,9 +87,23 @@ def track_step_memory(
             step(on_phase)
     finally:
         gc.enable()
-    per_device = tracker.get_tracker_snapshot("peak").get(torch.device(device), {})
+    peak, categories = peak_on(tracker, device)
+    return {"peak_bytes": peak, "by_category_bytes": categories}
+
+
+def peak_on(tracker, device: torch.device) -> tuple[int, dict[str, int]]:
+    """A MemTracker's peak on `device`: its total bytes and bytes per category (lower-case names).
+
+    Raises LookupError when the tracker saw other devices but not this one: a zero would read as
+    a measured empty peak (a probe records the error as its null reason instead)."""
+    snapshot = tracker.get_tracker_snapshot("peak")
+    per_device = snapshot.get(torch.device(device))
+    if per_device is None:
+        if snapshot:
+            raise LookupError(f"MemTracker saw {', '.join(map(str, snapshot))} but not {device}")
+        per_device = {}
     categories = {(k.name.lower() if hasattr(k, "name") else str(k)): v for k, v in per_device.items() if k != "Total"}
-    return {"peak_bytes": per_device.get("Total", 0), "by_category_bytes": categories}
+    return int(per_device.get("Total", 0)), categories
 
 
 # --- CUDA-only: timeline, allocator health, snapshots ---------------------------------------------
