@@ -165,8 +165,9 @@ class Case:
 # own start-up stays out of the trace). The worker runs them; the duration estimate counts them.
 PROFILED_STEPS = 2
 PROFILER_WARMUP_STEPS = 1
-# The step-parts probe (worker.profiling.probe_step_events, time_plain_steps): one profiled but
-# unmarked step, PARTS_PROBE_WINDOWS profiled windows, then PARTS_PROBE_PLAIN_STEPS without it.
+# The step-parts probe (worker.probes._probe_step_parts): PARTS_PROBE_PLAIN_STEPS timed without
+# the profiler first (time_plain_steps, the moment nearest the timed loop), then one profiled but
+# unmarked step and PARTS_PROBE_WINDOWS profiled windows (probe_step_events).
 PARTS_PROBE_WINDOWS = 2
 PARTS_PROBE_PLAIN_STEPS = 5
 PARTS_PROBE_STEPS = 1 + PARTS_PROBE_WINDOWS + PARTS_PROBE_PLAIN_STEPS

@@ -126,7 +126,11 @@ measurement_version() {  # the worker loop's version (results.schema): what a re
 }
 
 bare_loop_version() {  # what a fidelity report compared against: scripts/bare_loop.py's BARE_LOOP_VERSION
-  sed -n 's/^BARE_LOOP_VERSION = \([0-9][0-9]*\)$/\1/p' scripts/bare_loop.py
+  local v
+  v=$(sed -n 's/^BARE_LOOP_VERSION = \([0-9][0-9]*\)$/\1/p' scripts/bare_loop.py)
+  # a report named "-b" would read as done for any version: stop instead
+  [[ -n $v ]] || { echo "!! scripts/bare_loop.py has no 'BARE_LOOP_VERSION = N' line" >&2; return 1; }
+  echo "$v"
 }
 
 worker_hash() {  # 8 hex digits of the worker's source: a smoke per version of the code that measures
@@ -312,7 +316,9 @@ fidelity() {  # fidelity STRATEGY PRECISION BATCH: scripts/measure_fidelity.py, 
   [[ -n $standin_mode ]] && batch=2
   # the report names the measurement version of the suite's loop it compared (results.schema) and
   # the bare loop's version (scripts/bare_loop.py; reports without it were measured against 1)
-  local name="fidelity-$strategy-$precision-bs$batch-m$(measurement_version)-b$(bare_loop_version)"
+  local bare
+  bare=$(bare_loop_version) || { status=2; return 0; }
+  local name="fidelity-$strategy-$precision-bs$batch-m$(measurement_version)-b$bare"
   if [[ -s $results/$part/$name.txt ]]; then  # a result is never overwritten: measured once per version
     [[ -n $dry_run ]] && printf '  %-26s done (%s)\n' "$name" "$results/$part/$name.txt"
     [[ -z $dry_run ]] && echo "== $name: done ($results/$part/$name.txt)"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import stat
 
 import pytest
@@ -23,7 +22,7 @@ def machine(tmp_path, monkeypatch):
     gpus.mkdir()
     bin_dir.mkdir()
     monkeypatch.setattr(devices, "NVIDIA_GPUS_DIR", gpus)
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}/usr/bin{os.pathsep}/bin")
+    monkeypatch.setenv("PATH", str(bin_dir))  # alone: a GPU machine's own /usr/bin/nvidia-smi must not answer
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     return gpus, bin_dir
 
