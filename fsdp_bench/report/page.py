@@ -25,7 +25,7 @@ from fsdp_bench.report.document import (
 )
 from fsdp_bench.report.document import render_html as document_html
 from fsdp_bench.report.document import render_markdown as document_markdown
-from fsdp_bench.report.table import REPORT_COLUMNS, best_index, did_train
+from fsdp_bench.report.table import REPORT_COLUMNS, best_index, learned
 from fsdp_bench.results.metrics import M
 from fsdp_bench.results.records import Environment, TuneAnswer
 from fsdp_bench.results.schema import memory_unit
@@ -144,8 +144,9 @@ def prediction_table(df) -> PredictionTable | None:
     for _, r in found.iterrows():
         errors = []
         # A case that did not train runs a broken program (e.g. an optimizer with no state): its
-        # error is shown, but the prediction's worst error is judged on programs that train.
-        trained = did_train(r)
+        # error is shown, but the prediction's worst error is judged on programs that train (a
+        # simulated rank's too: its memory is real, only its communication is not).
+        trained = learned(r)
         for key, tol in ((M.peak_prediction_error_pct, PEAK_TOL), (M.model_state_prediction_error_pct, STATE_TOL)):
             err = r.get(key)
             missing = err is None or (isinstance(err, float) and math.isnan(err))

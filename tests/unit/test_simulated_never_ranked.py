@@ -23,6 +23,10 @@ def test_simulated_cases_are_not_ranked_and_the_terminal_says_why():
     lines = summary_body_lines(results)
     assert not any(line.startswith(("best of", "not trained")) for line in lines), lines
     assert any(line.startswith("simulated, communication free (never ranked; see their memory): ") for line in lines)
+    # their memory is real: the peak prediction is judged on them
+    from fsdp_bench.report.page import prediction_section
+
+    assert any(line.startswith("Worst peak prediction error: ") for line in prediction_section(df))
 
 
 def test_a_real_rank_that_trained_is_still_ranked():
