@@ -286,6 +286,14 @@ def trained_rows(df):
     return df[df["trained"] == True] if "trained" in df else ok_rows(df)  # noqa: E712
 
 
+def unranked(df):
+    """The finished cases never ranked (not among `trained_rows`), as (simulated ones, whose
+    communication is free; the others, which did not train)."""
+    out = ok_rows(df).loc[lambda d: ~d.index.isin(trained_rows(df).index)]
+    simulated = out[out["simulate"] == True] if "simulate" in out else out.iloc[0:0]  # noqa: E712
+    return simulated, out.drop(simulated.index)
+
+
 def left_out(df, column: str | None = None) -> str:
     """Why cases are not among `trained_rows(df)` (and, with `column`, why trained ones lack it):
     "" when none is, else e.g. "left out: 1 did not train (id); 2 oom (id, id)". Every ranking,
@@ -294,9 +302,7 @@ def left_out(df, column: str | None = None) -> str:
         return ""
     kept = trained_rows(df)
     parts = []
-    untrained = ok_rows(df).loc[lambda d: ~d.index.isin(kept.index)]
-    simulated = untrained[untrained["simulate"] == True] if "simulate" in untrained else untrained.iloc[0:0]  # noqa: E712
-    untrained = untrained.drop(simulated.index)
+    simulated, untrained = unranked(df)
     if len(simulated):
         parts.append(f"{len(simulated)} simulated, communication free ({', '.join(simulated['case_id'])})")
     if len(untrained):

@@ -24,7 +24,7 @@ def sweep_summary_lines(results: list[CaseResult]) -> list[str]:
 def summary_body_lines(results: list[CaseResult]) -> list[str]:
     """Cases by status, the fastest trained case per group of like-for-like cases, where the time went."""
     from fsdp_bench.report.cost import time_line
-    from fsdp_bench.report.table import build_table
+    from fsdp_bench.report.table import build_table, unranked
 
     counts = Counter(r.get("status") for r in results)
     lines = ["cases: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items(), key=lambda x: str(x[0])))]
@@ -34,13 +34,11 @@ def summary_body_lines(results: list[CaseResult]) -> list[str]:
             lines.append(
                 f"best of {row['compare_group']}: {row['case_id']} ({row[M.tokens_per_s_per_device]:,.0f} tok/s/dev)"
             )
-    untrained = df[(df["status"] == "ok") & (df["trained"] == False)] if "trained" in df else df.iloc[0:0]  # noqa: E712
-    simulated = untrained[untrained["simulate"] == True] if "simulate" in untrained else untrained.iloc[0:0]  # noqa: E712
+    simulated, untrained = unranked(df)
     if len(simulated):  # a fake process group: its communication is free, its memory is the answer
         lines.append(
             f"simulated, communication free (never ranked; see their memory): {', '.join(simulated['case_id'])}"
         )
-    untrained = untrained.drop(simulated.index)
     if len(untrained):
         lines.append(f"not trained (never ranked): {', '.join(untrained['case_id'])}")
     spent = time_line(df)
