@@ -16,9 +16,12 @@ from fsdp_bench.results.layout import RunLayout
 
 
 def _split(option: str, raw: str) -> list[str]:
-    items = [s.strip() for s in raw.split(",") if s.strip()]
-    if not items:
+    items = [s.strip() for s in raw.split(",")]
+    if not any(items):
         raise CaseError(f"{option}: empty list")
+    # "2,,4" is a value lost in typing, not a list of two: running the rest would hide it.
+    if not all(items):
+        raise CaseError(f"{option}: empty item in {raw!r}")
     return items
 
 

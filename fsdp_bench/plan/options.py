@@ -356,6 +356,7 @@ def parse_sweep(
         _check_devices(sweep)
     sweep = _check_launch(sweep)
     _check_tune(sweep)
+    _check_mesh(sweep)
     try:
         sweep.cases()
     except CaseError as exc:
@@ -390,6 +391,18 @@ def _check_launch(sweep: Sweep) -> Sweep:
             f"--bench-run-id: {existing} already exists and holds {', '.join(taken[:3])}; choose a new run id"
         )
     return dataclasses.replace(sweep, run_id=launch.run_id)
+
+
+def _check_mesh(sweep: Sweep) -> None:
+    """A mesh that no case would use is refused: the user asked for a layout and would read
+    results measured without it."""
+    if not sweep.mesh:
+        return
+    if sweep.suite is not None:
+        raise CaseError("--bench-mesh: sets the strategy sweep's hybrid mesh; a --bench-suite's cases keep their own")
+    if not any(STRATEGIES[name].hybrid for name in sweep.strategies):
+        hybrids = ", ".join(name for name, row in STRATEGIES.items() if row.hybrid)
+        raise CaseError(f"--bench-mesh: only applies to hybrid strategies ({hybrids}); none is in --bench-strategies")
 
 
 def _check_tune(sweep: Sweep) -> None:

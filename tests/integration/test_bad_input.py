@@ -19,6 +19,9 @@ BAD_OPTIONS = [
     ({"batch-sizes": "2,-1"}, "--bench-batch-sizes: '-1' is not a positive integer"),
     ({"batch-sizes": "1.5"}, "--bench-batch-sizes: '1.5' is not a positive integer"),
     ({"batch-sizes": ","}, "--bench-batch-sizes: empty list"),
+    ({"batch-sizes": "2,,4"}, "--bench-batch-sizes: empty item in '2,,4'"),
+    ({"strategies": "ddp,"}, "--bench-strategies: empty item in 'ddp,'"),
+    ({"strategies": "ddp", "mesh": "1x2"}, "--bench-mesh: only applies to hybrid strategies"),
     ({"grad-accum": "two"}, "--bench-grad-accum: 'two' is not a positive integer"),
     ({"steps": "0"}, "--bench-steps: '0' is not a positive integer"),
     ({"warmup": "-1"}, "--bench-warmup: '-1' is not a non-negative integer"),
@@ -45,6 +48,14 @@ def test_bad_option_is_one_clear_line(raw, message):
         parse_sweep(raw)
     assert str(err.value).startswith(message)
     assert "\n" not in str(err.value)
+
+
+def test_mesh_needs_a_case_that_uses_it():
+    """The mesh reaches the hybrid cases and only them; a sweep where none would use it is refused."""
+    cases = parse_sweep({"device": "cpu", "nproc": "2", "strategies": "ddp,fsdp2_hsdp", "mesh": "1x2"}).cases()
+    assert {c.strategy: c.mesh for c in cases} == {"ddp": "", "fsdp2_hsdp": "1x2"}
+    with pytest.raises(CaseError, match="^--bench-mesh: sets the strategy sweep's hybrid mesh"):
+        parse_sweep({"suite": "odsc-linear", "mesh": "1x2"})
 
 
 def test_paths_are_checked(tmp_path):
