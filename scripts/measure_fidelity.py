@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import signal
 import statistics
 import subprocess
@@ -52,6 +53,13 @@ def torchrun(nproc: int, *args: str, device: str) -> float:
     if proc.returncode != 0:
         raise SystemExit(f"torchrun {args[0]} failed ({proc.returncode}):\n{err[-3000:]}")
     return time.perf_counter() - start
+
+
+def bare_loop_version() -> int:
+    """scripts/bare_loop.py's BARE_LOOP_VERSION, read from its text (importing it imports torch),
+    as scripts/gpu_reference/common.sh reads it to name the report."""
+    text = (ROOT / "scripts" / "bare_loop.py").read_text()
+    return int(re.search(r"^BARE_LOOP_VERSION = (\d+)$", text, re.M)[1])
 
 
 def _interrupt(signum, frame):
@@ -139,6 +147,7 @@ def main() -> None:
     s, b = statistics.median(suite), statistics.median(bare)
     o, sh = statistics.median(overhead), statistics.median(sharding)
     print(f"case: {case.id}")
+    print(f"bare loop version: {bare_loop_version()}")
     print(
         f"suite median step time: {s * 1e3:.2f} ms   bare loop: {b * 1e3:.2f} ms   "
         f"suite/bare: {s / b:.4f} ({100 * (s / b - 1):+.2f}%)"

@@ -160,15 +160,16 @@ def summary_table(gpu_dir: Path) -> str:
 def fidelity_lines(gpu_dir: Path) -> str:
     """The suite-vs-bare-loop lines of every fidelity report (parts 4 and 6), with each paired
     repeat's gap where the report has them, and the bare loop's version it was measured against
-    (`-bN` in its name, scripts/bare_loop.py's BARE_LOOP_VERSION; 1 for reports named without it,
-    whose bare loop did not do quite the suite's work: docs/gpu-reference.md)."""
+    (its "bare loop version: N" line, else `-bN` in its name: scripts/bare_loop.py's
+    BARE_LOOP_VERSION; 1 for reports with neither, whose bare loop did not do quite the suite's
+    work: docs/gpu-reference.md)."""
     out = []
     for path in sorted(gpu_dir.glob("part*/fidelity-*.txt")):
         text = path.read_text()
         case = re.search(r"^case: (.+)$", text, re.M)
         ratio = re.search(r"suite median step time: .+$", text, re.M)
         pairs = re.search(r"^suite vs bare per paired repeat: (.+)$", text, re.M)
-        version = re.search(r"-b(\d+)$", path.stem)
+        version = re.search(r"^bare loop version: (\d+)$", text, re.M) or re.search(r"-b(\d+)$", path.stem)
         if case and ratio:
             against = f" (bare loop {version[1] if version else 1})"
             out.append(f"- {case[1]}{against}: {ratio[0]}" + (f" (pairs: {pairs[1].strip()})" if pairs else ""))
