@@ -15,8 +15,8 @@
 # that is done costs nothing and an interrupted one continues. --budget-min M runs, in queue order,
 # each part whose estimate fits in what is left of M minutes (less a reserve for the last part's
 # stop), under `timeout`; the dry run with --budget-min lists what the next slot would run.
-# Each part leaves DIR/partN_NAME.tar.gz (its run folders and log, under 16 MiB), finished, failed or
-# interrupted. A failed part does not stop the next; an interrupt stops all.
+# Each part leaves DIR/partN_NAME.tar.gz (its run folders and log, under 16 MiB), finished, failed,
+# interrupted or killed (then this script writes it). A failed part does not stop the next; an interrupt stops all.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 source scripts/gpu_reference/steps.sh
@@ -126,7 +126,22 @@ dry_run_all() {  # every part's estimate, the table, the limits and, with a budg
 
 [[ -n $dry_run ]] && dry_run_all
 
+archive_if_killed() {  # archive_if_killed N STARTED: a part KILLed (past its stop reserve, or by
+  # anything else) never ran its EXIT trap; its run folders still go out in an archive
+  local script archive="" i
+  script=$(part_script "$1")
+  for (( i = 0; i < ${#pass[@]}; i += 2 )); do
+    [[ ${pass[i]} == --out ]] && archive="${pass[i + 1]}/$(basename "$script" .sh).tar.gz"
+  done
+  [[ -n $archive && -f $archive ]] && (( $(stat -c %Y "$archive") >= $2 )) && return 0
+  echo "!! part $1: ended without its archive; writing it from its run folders" >&2
+  bash "$script" --archive-only "${pass[@]}" || echo "!! part $1: its archive could not be written" >&2
+}
+
 trap_signals
+# an interrupt ends this script from inside `step`: the running part's archive is checked on the way out
+running="" started=0
+trap '[[ -n $running ]] && archive_if_killed "$running" "$started"' EXIT
 worst=0
 for n in "${parts[@]}"; do
   if [[ -n $budget_s ]]; then
@@ -150,11 +165,15 @@ for n in "${parts[@]}"; do
       continue
     fi
     echo "== part $n: estimated $part_s s, $left s left of the budget"
+    running=$n started=$(date +%s)
     # TERM at the deadline: the part stops its step and writes its archive; KILL only if it hangs
     step "part $n" timeout --signal=TERM --kill-after=$((STOP_RESERVE_S - 10)) "$left" bash "$(part_script "$n")" "${pass[@]}"
   else
+    running=$n started=$(date +%s)
     step "part $n" bash "$(part_script "$n")" "${pass[@]}"  # an interrupt stops here, after the part's archive
   fi
+  running=""
+  archive_if_killed "$n" "$started"
   (( status > worst )) && worst=$status
   status=0
 done

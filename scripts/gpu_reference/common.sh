@@ -16,6 +16,8 @@
 #                  is "done" and counts 0; so is a fidelity report already written at it
 #   --gpu-name     whose published figures the estimate uses (--bench-gpu-name; default: the visible
 #                  GPU, else H100 SXM)
+#   --archive-only run nothing: write the archive of what the part's run folders and log hold now
+#                  (gpu_reference.sh, for a part that was killed before its EXIT trap could)
 #
 # FSDP_BENCH_REFERENCE_STANDIN=cpu swaps every case for a tiny CPU stand-in (gpt_tiny, 2 steps):
 # the parts' robustness is tested with it on machines without a GPU (tests/integration/test_gpu_reference.py).
@@ -26,7 +28,7 @@ source scripts/gpu_reference/steps.sh
 
 part=$(basename "$0" .sh)
 py=python3  # the GPU machine has no virtual environment
-dry_run="" out="" results="" gpu_name=""
+dry_run="" out="" results="" gpu_name="" archive_only=""
 ARCHIVE_LIMIT_BYTES=$((16 * 1024 * 1024))
 # "TRACES SNAPSHOTS" the archive keeps at most; the next, smaller pair when it is over the limit.
 ARCHIVE_KEEP=("2 1" "1 1" "1 0" "0 0")
@@ -40,6 +42,7 @@ parse_part_args() {
   while (( $# )); do
     case $1 in
       --dry-run) dry_run=1 ;;
+      --archive-only) archive_only=1 ;;
       --out|--results|--gpu-name)
         (( $# >= 2 )) && [[ -n $2 ]] || usage_error "$1 needs a value"
         case $1 in --out) out=$2 ;; --results) results=$2 ;; --gpu-name) gpu_name=$2 ;; esac
@@ -221,11 +224,25 @@ on_exit() {  # EXIT: the archive, whatever ended the part; then the part's exit 
   exit "$rc"
 }
 
+archive_now() {  # --archive-only: the archive of what is there, noted in the log; exits
+  mkdir -p "$out" || usage_error "--out: cannot create '$out'"
+  out=$(cd "$out" && pwd)
+  log="$out/$part.log" archive="$out/$part.tar.gz"
+  [[ -n $results ]] || results=$(results_folder) || exit 2
+  [[ -d $results ]] && results=$(cd "$results" && pwd)
+  echo "== $part: killed before its own archive; archived by gpu_reference.sh $(date -u +%FT%TZ)" | tee -a "$log"
+  write_archive 2>&1 | tee -a "$log"
+  exit "${PIPESTATUS[0]}"
+}
+
 start_part() {  # start_part TITLE: the log and the traps (the dry run has neither)
   if [[ -n $dry_run ]]; then
     [[ -n $results ]] || results=$(results_folder)
     echo "$part ($1), by the project's own estimate (pytest --collect-only), against $results:"
     return
+  fi
+  if [[ -n $archive_only ]]; then
+    archive_now
   fi
   start_log
   trap on_exit EXIT

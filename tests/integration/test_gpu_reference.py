@@ -335,6 +335,44 @@ def test_a_failing_step_is_reported_and_the_archive_is_trimmed_under_16_mib(tmp_
     assert "unknown value 'zero4'" in log and "still running" in log
 
 
+KILLED_PART = """
+source "$(dirname "$0")/common.sh"
+start_part "a result, then SIGKILL before the EXIT trap can archive it"
+mkdir -p "$results/$part/run/cases" && echo '{}' >"$results/$part/run/cases/c.json"
+kill -KILL $$
+"""
+
+
+def test_a_part_killed_before_its_archive_still_leaves_one(tmp_path):
+    """A part that outlives its stop reserve is KILLed by `timeout` and its EXIT trap never runs;
+    gpu_reference.sh then archives its run folders and log (a copy of the scripts with a part
+    that kills itself: the real parts take a minute to reach that point)."""
+    import shutil
+
+    tree = tmp_path / "tree"
+    (tree / "scripts" / "gpu_reference").mkdir(parents=True)
+    shutil.copy(SCRIPT, tree / "scripts")
+    for name in ("common.sh", "steps.sh"):
+        shutil.copy(PARTS_DIR / name, tree / "scripts" / "gpu_reference")
+    (tree / "scripts" / "gpu_reference" / "part1_killed.sh").write_text(KILLED_PART)
+    out, results = tmp_path / "out", tmp_path / "results"
+    args = ["--out", str(out), "--results", str(results), "1"]
+    proc = subprocess.run(
+        ["bash", str(tree / "scripts" / "gpu_reference.sh"), *args],
+        env=script_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    said = proc.stdout + proc.stderr
+    assert proc.returncode == 137, said  # the kill stays in the exit status
+    assert "!! part 1: ended without its archive; writing it from its run folders" in said
+    members = check_archive(tmp_path, "part1_killed")
+    assert "part1_killed/run/cases/c.json" in members, members
+    log = archive_text(out / "part1_killed.tar.gz", "part1_killed.log")
+    assert "a result, then SIGKILL" in log and "killed before its own archive; archived by" in log, log
+
+
 @pytest.mark.slow
 def test_a_stop_of_the_whole_plan_ends_after_the_running_parts_archive(tmp_path):
     """gpu_reference.sh passes the stop to the running part, which archives; no later part starts.
@@ -358,6 +396,7 @@ def test_a_stop_of_the_whole_plan_ends_after_the_running_parts_archive(tmp_path)
     assert proc.returncode == 143, out[-3000:]
     check_archive(tmp_path, "part3_gpt2_sweep")
     assert "part3_gpt2_sweep: ended" in out and "with status 143" in out
+    assert "ended without its archive" not in out  # the part wrote its own
     assert not (tmp_path / "out" / "part1_smoke.tar.gz").exists() and "part1_smoke" not in out
     assert processes_left(tmp_path / "results") == []
 
