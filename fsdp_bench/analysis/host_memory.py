@@ -3,7 +3,8 @@ the launch guard refuses cases by (launch/memory_guard.py), and the one `fit` an
 (`host_peak(case, text_bytes=...)`). Pure numbers; the caller reads the data folder's size.
 
 A CPU rank's resident memory peaks at the largest of its stages, on top of what the process costs
-before it holds anything (`RANK_BASE_BYTES`: torch, gloo, the interpreter):
+before it holds anything (`RANK_BASE_BYTES`: torch, gloo, the interpreter; more with a CUDA
+build of torch, `import_extra_bytes`):
 - **data**: a `--bench-data` folder is read whole by every rank, then tokenized and packed as
   Python lists of ints (8-byte pointers; the text, the documents, the packed stream, its rows)
   before one int64 tensor of the rows is kept for the run. Measured on gpt_tiny, byte-level
@@ -54,6 +55,12 @@ HF_IMPORT_BYTES = 0.10 * GIB
 # torchrun's own process (it imports torch): the case's process tree minus its ranks, measured
 # 0.218 GiB with one and with two gpt_tiny ranks (tests/rss_watchdog.py, load 11.8).
 LAUNCHER_BYTES = 0.22 * GIB
+# The constants above hold for torch 2.13's CPU wheel, whose `import torch` leaves the env.json
+# reader at a peak RSS of 0.214 GiB. A CUDA build maps more before any case runs: 0.473 GiB for
+# 2.11.0+cu130, 0.579 for 2.14.1+cu130 and 0.525 for 2.15.0+cu132 (2026-11-27, on the CPU). Every
+# rank and torchrun pays that difference, so the guard adds it to each (`import_extra_bytes`); on
+# 2.14.1+cu130 the constants alone had put the guard 45-52% under the measured peak.
+REFERENCE_IMPORT_BYTES = 0.214 * GIB
 TEXT_LOAD_BYTES_PER_BYTE = 26  # the rank's peak while it reads and packs its text (measured 22.7-25.5)
 TOKEN_BYTES = 8  # the packed rows kept for the run: int64, one per token (at most one per text byte)
 SIMULATED_WHOLE_MODEL_FACTOR = 3.4  # FLOP and MemTracker probes on, no parts probe; see the module doc
@@ -126,17 +133,27 @@ def predicted_step_bytes(case: Case) -> float | None:
         return None
 
 
-def host_peak(case: Case, *, ranks_here: int | None = None, text_bytes: int = 0) -> HostPeak:
+def import_extra_bytes(import_bytes: int | None) -> float:
+    """What each process pays beyond the constants for the workers' torch: its measured import
+    peak (env.json's `torch_import_rss_bytes`) less the CPU wheel's; 0 when not measured."""
+    return max(0.0, import_bytes - REFERENCE_IMPORT_BYTES) if import_bytes else 0.0
+
+
+def host_peak(
+    case: Case, *, ranks_here: int | None = None, text_bytes: int = 0, import_bytes: int | None = None
+) -> HostPeak:
     """The case's host memory by part. `ranks_here`: its ranks on this node (default all);
-    `text_bytes`: the size of its --bench-data folder's text files (the caller reads it)."""
+    `text_bytes`: the size of its --bench-data folder's text files (the caller reads it);
+    `import_bytes`: the workers' torch import peak (`import_extra_bytes`; None: the CPU wheel's)."""
     flavor = flavor_for(case.model)
     on_cpu = case.device == "cpu"
     whole = whole_model_bytes(flavor)
     tokens = text_bytes  # byte-level tokens: one per byte, an upper bound for any tokenizer
+    extra = import_extra_bytes(import_bytes)
     return HostPeak(
         processes=1 if case.simulate else max(1, ranks_here or case.nproc),
-        launcher=0.0 if case.simulate else LAUNCHER_BYTES,
-        base=RANK_BASE_BYTES + (HF_IMPORT_BYTES if flavor.from_hf_config else 0.0),
+        launcher=0.0 if case.simulate else LAUNCHER_BYTES + extra,
+        base=RANK_BASE_BYTES + extra + (HF_IMPORT_BYTES if flavor.from_hf_config else 0.0),
         data_load=text_bytes * TEXT_LOAD_BYTES_PER_BYTE,
         data_kept=tokens * TOKEN_BYTES,
         build=0.0 if flavor.architecture.built_on_meta else float(whole),

@@ -23,25 +23,29 @@ from fsdp_bench.plan.text_data import text_bytes
 from fsdp_bench.results.schema import GIB
 
 
-def case_host_peak(case: Case, *, nnodes: int = 1) -> HostPeak:
-    """The case's host memory on one node: its ranks there, its data folder's text as on disk now."""
-    return host_peak(case, ranks_here=max(1, case.nproc // max(1, nnodes)), text_bytes=text_bytes(case.data))
+def case_host_peak(case: Case, *, nnodes: int = 1, import_bytes: int | None = None) -> HostPeak:
+    """The case's host memory on one node: its ranks there, its data folder's text as on disk now;
+    `import_bytes`: what `import torch` costs the workers' interpreter (env.json's
+    `torch_import_rss_bytes`; None: the CPU wheel's)."""
+    ranks_here = max(1, case.nproc // max(1, nnodes))
+    return host_peak(case, ranks_here=ranks_here, text_bytes=text_bytes(case.data), import_bytes=import_bytes)
 
 
-def memory_skip_reason(case: Case, available_bytes: int | None, *, nnodes: int = 1) -> str | None:
+def memory_skip_reason(
+    case: Case, available_bytes: int | None, *, nnodes: int = 1, import_bytes: int | None = None
+) -> str | None:
     """One line saying why the case is not launched, when its processes need more host memory
     than is available; None when it fits (or the machine does not say what it has)."""
-    return host_refusal(case_host_peak(case, nnodes=nnodes), available_bytes)
+    return host_refusal(case_host_peak(case, nnodes=nnodes, import_bytes=import_bytes), available_bytes)
 
 
-def memory_plan_line(cases: Iterable[Case], available_bytes: int | None, *, nnodes: int = 1) -> str | None:
+def memory_plan_line(
+    cases: Iterable[Case], available_bytes: int | None, *, nnodes: int = 1, import_bytes: int | None = None
+) -> str | None:
     """Said before the first case: how many cases will be skipped for host memory, naming the
     largest; None when every case fits."""
-    over = [
-        (case, case_host_peak(case, nnodes=nnodes).total_bytes)
-        for case in cases
-        if memory_skip_reason(case, available_bytes, nnodes=nnodes) is not None
-    ]
+    peaks = [(case, case_host_peak(case, nnodes=nnodes, import_bytes=import_bytes)) for case in cases]
+    over = [(case, peak.total_bytes) for case, peak in peaks if host_refusal(peak, available_bytes) is not None]
     if not over:
         return None
     case, need = max(over, key=lambda pair: pair[1])

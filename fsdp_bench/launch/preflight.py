@@ -31,6 +31,7 @@ def run_preflight(
     sweep = session.sweep
     calibration = Calibration()
     load, cpus = os.getloadavg()[0], os.cpu_count() or 1  # one reading for the estimate and its note
+    import_bytes = None  # the CPU wheel's, for a --collect-only that reads no torch
     if not collect_only:
         device = "cuda" if any(case.device == "cuda" for case in cases) else "cpu"
         try:
@@ -38,6 +39,7 @@ def run_preflight(
         except SessionError as exc:
             return Preflight(refusal=str(exc))
         calibration = Calibration.from_facts(facts, load, cpus)
+        import_bytes = facts.get("torch_import_rss_bytes")
     estimate = estimate_sweep(
         cases,
         repeats=sweep.repeats,
@@ -50,7 +52,7 @@ def run_preflight(
         return Preflight(refusal=refusal)
     lines = [estimate_line(estimate)]
     if not sweep.allow_memory_overcommit:  # each such case ends skipped at its turn (SweepSession._launch)
-        over = memory_plan_line(cases, available_host_bytes(), nnodes=sweep.launch().nnodes)
+        over = memory_plan_line(cases, available_host_bytes(), nnodes=sweep.launch().nnodes, import_bytes=import_bytes)
         lines += [over] if over else []
     plan = plan_line(cases, skipped)
     if plan is not None:

@@ -98,6 +98,12 @@ class SweepSession:
         if self._torch_env is None:
             self._torch_env = TorchEnvironment(env=build_env())
 
+    def torch_import_bytes(self) -> int | None:
+        """What `import torch` costs each of the workers' processes, as the env.json reader
+        measured it (the host-memory guard adds a CUDA build's extra); None when it could not say."""
+        self.start_environment()
+        return self._torch_env.result().get("torch_import_rss_bytes")
+
     def check_interpreter(self, device: str) -> Environment:
         """The torch facts of the workers' interpreter (the env.json reader's, already under
         way, so no second torch import): SessionError with one line when the cases could not
@@ -381,7 +387,9 @@ class SweepSession:
 
         over = None
         if not self.sweep.allow_memory_overcommit:
-            over = memory_skip_reason(case, available_host_bytes(), nnodes=self.launch.nnodes)
+            over = memory_skip_reason(
+                case, available_host_bytes(), nnodes=self.launch.nnodes, import_bytes=self.torch_import_bytes()
+            )
         if over is not None:
             result = skip_case(case, run.root, over, launch=self.launch, repeat=repeat)
         else:

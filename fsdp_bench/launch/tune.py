@@ -109,7 +109,9 @@ def run_tune(
     with --bench-allow-memory-overcommit) is never a candidate: it is skipped with the guard's
     line before the probe, so no round spends a slot on a case that would end `skipped`."""
     try:
-        over = [Skip(c.id, r) for c in request.cases if (r := memory_skip_reason(c, available_bytes, nnodes=nnodes))]
+        imported = session.torch_import_bytes() if available_bytes is not None else None
+        guard = {"nnodes": nnodes, "import_bytes": imported}
+        over = [Skip(c.id, r) for c in request.cases if (r := memory_skip_reason(c, available_bytes, **guard))]
         refused = {s.case_id for s in over}
         predictions = [predict_case(c) for c in request.cases if c.id not in refused]
     except (ValueError, KeyError, OSError) as exc:

@@ -395,5 +395,8 @@ class Environment(TypedDict, total=False):
     accelerate: str | None
     torch_info_error: str
     torch_import_s: float  # how long `import torch` took in the reader (the estimate's start-up scale)
+    # the reader's peak resident memory once torch is imported: what every rank and torchrun pay
+    # before anything else (a CUDA build's 0.47-0.58 GiB against the CPU wheel's 0.21; analysis.host_memory)
+    torch_import_rss_bytes: int | None
     cpu_matmul_gflops: float  # the single-thread matmul probe (analysis.duration.Calibration)
     cpu_probe_runnable: float | None  # mean runnable tasks while the probe ran (Linux), the probe included

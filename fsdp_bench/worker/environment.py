@@ -54,6 +54,19 @@ def measure_cpu(budget_s: float = PROBE_S, n: int = PROBE_N) -> tuple[float, flo
         torch.set_num_threads(threads)
 
 
+def peak_rss_bytes() -> int | None:
+    """This process's peak resident memory so far: /proc/self/status's VmHWM (Linux), None where
+    it does not say. Not getrusage's ru_maxrss, which an exec'd child inherits from the process
+    it was forked from (the reader started from a 0.5 GiB pytest read 0.5 GiB before any import)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024  # kB
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def collect_torch() -> Environment:
     start = time.perf_counter()
     import torch
@@ -61,9 +74,11 @@ def collect_torch() -> Environment:
     # How long `import torch` took: every rank and torchrun of every case pays it, so it scales
     # the estimate's fixed cost per case with the machine's speed and load right now.
     import_s = time.perf_counter() - start
+    import_rss = peak_rss_bytes()  # before the probe's matrices
     gflops, runnable = measure_cpu()
     info: Environment = {
         "torch_import_s": round(import_s, 3),
+        "torch_import_rss_bytes": import_rss,
         "cpu_matmul_gflops": round(gflops, 2),
         "cpu_probe_runnable": runnable,
         "torch": torch.__version__,

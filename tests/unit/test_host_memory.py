@@ -7,10 +7,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from fsdp_bench.analysis.activations import estimate_activations, sliding_mask_layers
 from fsdp_bench.analysis.comm_model import model_units
 from fsdp_bench.analysis.host_memory import (
+    LAUNCHER_BYTES,
     RANK_BASE_BYTES,
+    REFERENCE_IMPORT_BYTES,
     SIMULATED_WHOLE_MODEL_FACTOR,
     TEXT_LOAD_BYTES_PER_BYTE,
     attention_transient_bytes,
@@ -69,6 +73,25 @@ def test_attention_grows_with_the_square_of_the_sequence_only_on_the_math_path(t
     assert attention_transient_bytes(dropout, 2, 4096, 4) == heads * 4096**2 * 2 * 4
     short, long = (host_peak(_cpu(model=dropout.name, seq_len=s)) for s in (4096, 8192))
     assert (long.step + long.attention) > 3.5 * (short.step + short.attention)
+
+
+def test_a_cuda_build_of_torch_costs_every_process_its_larger_import():
+    """A CUDA build's `import torch` (0.579 GiB for 2.14.1+cu130 against the CPU wheel's 0.214)
+    is paid by each rank and by torchrun; a simulated case is one process."""
+    cuda_import = int(0.579 * GIB)
+    extra = cuda_import - REFERENCE_IMPORT_BYTES
+    plain, cuda = host_peak(_cpu(nproc=2)), host_peak(_cpu(nproc=2), import_bytes=cuda_import)
+    assert cuda.base == pytest.approx(RANK_BASE_BYTES + extra) and cuda.launcher == pytest.approx(
+        LAUNCHER_BYTES + extra
+    )
+    assert cuda.total_bytes - plain.total_bytes == pytest.approx(3 * extra)
+    sim = _cpu(strategy="fsdp2", model="linear_small", nproc=64, simulate=True, seq_len=1)
+    assert host_peak(sim, import_bytes=cuda_import).total_bytes - host_peak(sim).total_bytes == pytest.approx(extra)
+    # an import no larger than the CPU wheel's, or none measured: the constants as they are
+    assert host_peak(_cpu(), import_bytes=int(0.2 * GIB)) == host_peak(_cpu()) == host_peak(_cpu(), import_bytes=None)
+    between = (plain.total_bytes + cuda.total_bytes) / 2  # fits with the CPU wheel, not with CUDA's
+    assert memory_skip_reason(_cpu(nproc=2), between) is None
+    assert memory_skip_reason(_cpu(nproc=2), between, import_bytes=cuda_import).startswith("needs about")
 
 
 def test_the_guard_skips_in_one_line_naming_the_part_and_the_numbers():
