@@ -16,7 +16,8 @@
 # each part whose estimate fits in what is left of M minutes (less a reserve for the last part's
 # stop), under `timeout`; the dry run with --budget-min lists what the next slot would run.
 # Each part leaves DIR/partN_NAME.tar.gz (its run folders and log, under 16 MiB), finished, failed,
-# interrupted or killed (then this script writes it). A failed part does not stop the next; an interrupt stops all.
+# interrupted or killed (then this script writes it). A failed part does not stop the next; an
+# interrupt stops all.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 source scripts/gpu_reference/steps.sh
