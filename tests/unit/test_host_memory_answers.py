@@ -6,6 +6,8 @@ constructed (a small MemAvailable), so nothing here needs a machine that small."
 
 from __future__ import annotations
 
+import json
+
 from fsdp_bench.analysis.fit import fit_table
 from fsdp_bench.analysis.host_memory import host_check
 from fsdp_bench.launch.memory_guard import memory_skip_reason
@@ -48,6 +50,9 @@ def test_the_tuner_skips_what_the_guard_would_skip_without_launching_it(tmp_path
     )
     assert launched == [] and answer["measured"] == [] and answer["pick"] is None
     reasons = {s["case_id"]: s["reason"] for s in answer["skipped"]}
-    assert reasons == {c.id: memory_skip_reason(c, tiny) for c in request.cases}
+    # the guard as the sweep's session asked it: with what `import torch` costs its workers
+    (env,) = tmp_path.glob("*/env.json")
+    guard = {"import_bytes": json.loads(env.read_text())["torch_import_rss_bytes"]}
+    assert reasons == {c.id: memory_skip_reason(c, tiny, **guard) for c in request.cases}
     assert "host memory" in answer["stopped"]
-    assert any(memory_skip_reason(request.cases[0], tiny) in line for line in answer_lines(answer))
+    assert any(memory_skip_reason(request.cases[0], tiny, **guard) in line for line in answer_lines(answer))
