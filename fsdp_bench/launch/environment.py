@@ -102,6 +102,40 @@ class TorchEnvironment:
         self.path.unlink(missing_ok=True)
 
 
+# How each torch minor release has been tested (README "Tested versions"; tests/unit/test_ci_versions.py
+# holds it to .ci/run's pins and pyproject.toml's range): "ci" at every landing, on a clean clone;
+# "once": the whole suite passed once on the 2-core CPU machine, not repeated since; "failed": it
+# ran once there and some tests failed (pyproject.toml's range stops before such a release).
+TORCH_TESTED = {
+    "2.11": "ci",  # the GPU machine's set: the `versions` tests
+    "2.13": "ci",  # the whole suite
+    "2.14": "once",  # 2.14.1+cu130, 2026-11-27: 1,245 passed; the 8 host-memory failures it showed were fixed
+    "2.15": "failed",  # 2.15.0+cu132, 2026-11-27: FSDP2's reduce-scatter changed (the peak model reads 2.8% high)
+}
+_TESTED_WORDS = {
+    "once": "passed the whole test suite once, on CPU",
+    "failed": "failed some of the test suite when it ran once, on CPU",
+}
+
+
+def torch_version_line(version: str | None) -> str | None:
+    """One line before the first case when the workers' torch is not a release CI tests: the
+    worker reads torch internals (FSDP's, MemTracker, the FLOP counter), which move between
+    releases; None for a CI-tested one (or when the reader could not say)."""
+    if not version:
+        return None
+    minor = ".".join(version.split("+")[0].split(".")[:2])
+    how = TORCH_TESTED.get(minor)
+    if how == "ci":
+        return None
+    ci = " and ".join(v for v, h in TORCH_TESTED.items() if h == "ci")
+    said = _TESTED_WORDS.get(how, "was never tested with fsdp-bench")
+    return (
+        f"fsdp-bench: torch {version} {said}; CI tests {ci}. The worker reads torch internals, so compare "
+        "a case's figures with a tested torch before relying on them (README 'Tested versions')"
+    )
+
+
 def interpreter_problem(facts: Environment, device: str, python: str) -> str | None:
     """The one line that stops a sweep whose cases could not run at all, else None: the workers'
     interpreter cannot import torch (a pytest from outside the virtual environment), or a CUDA

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from fsdp_bench.analysis.duration import Calibration, estimate_gpu_name, estimate_line, estimate_sweep, slow_cpu_line
+from fsdp_bench.launch.environment import torch_version_line
 from fsdp_bench.launch.memory_guard import device_memory_note, memory_plan_line
 from fsdp_bench.launch.session import SessionError, SweepSession
 from fsdp_bench.plan.case import Case, skip_reason
@@ -32,6 +33,7 @@ def run_preflight(
     calibration = Calibration()
     load, cpus = os.getloadavg()[0], os.cpu_count() or 1  # one reading for the estimate and its note
     import_bytes = None  # the CPU wheel's, for a --collect-only that reads no torch
+    version_line = None
     if not collect_only:
         device = "cuda" if any(case.device == "cuda" for case in cases) else "cpu"
         try:
@@ -40,6 +42,7 @@ def run_preflight(
             return Preflight(refusal=str(exc))
         calibration = Calibration.from_facts(facts, load, cpus)
         import_bytes = facts.get("torch_import_rss_bytes")
+        version_line = torch_version_line(facts.get("torch"))
     estimate = estimate_sweep(
         cases,
         repeats=sweep.repeats,
@@ -50,7 +53,7 @@ def run_preflight(
     refusal = None if sweep.allow_slow_cpu else slow_cpu_line(estimate)
     if refusal is not None and not collect_only:
         return Preflight(refusal=refusal)
-    lines = [estimate_line(estimate)]
+    lines = [estimate_line(estimate)] + ([version_line] if version_line else [])
     if not sweep.allow_memory_overcommit:  # each such case ends skipped at its turn (SweepSession._launch)
         over = memory_plan_line(cases, available_host_bytes(), nnodes=sweep.launch().nnodes, import_bytes=import_bytes)
         lines += [over] if over else []

@@ -58,7 +58,11 @@ def test_ci_pins_torch_accelerate_and_transformers_in_two_sets():
 
 def test_pyproject_ranges_are_exactly_the_tested_versions():
     """Every pinned version is allowed; each lower bound is the oldest tested version, and torch
-    (whose internals the worker uses) stops before the minor release after the newest tested."""
+    (whose internals the worker uses) stops before the minor release after the newest that passed
+    the whole suite (TORCH_TESTED: CI's, or once by hand); a cap below it would make pip replace a
+    user's tested torch with an older one."""
+    from fsdp_bench.launch.environment import TORCH_TESTED
+
     requirements, sets = project_requirements(), ci_sets()
     for name, pins in sets.items():
         for library, version in pins.items():
@@ -67,9 +71,29 @@ def test_pyproject_ranges_are_exactly_the_tested_versions():
         oldest = min(Version(pins[library]) for pins in sets.values())
         lower = [Version(s.version) for s in requirements[library].specifier if s.operator == ">="]
         assert lower == [oldest], (library, str(requirements[library].specifier), oldest)
-    newest_torch = max(Version(pins["torch"]) for pins in sets.values())
+    newest_torch = max(Version(v) for v, how in TORCH_TESTED.items() if how in ("ci", "once"))
     upper = [Version(s.version) for s in requirements["torch"].specifier if s.operator == "<"]
     assert upper == [Version(f"{newest_torch.major}.{newest_torch.minor + 1}")], upper
+
+
+def test_the_torch_releases_ci_tests_are_the_ones_the_sweep_stays_quiet_about():
+    """TORCH_TESTED's "ci" releases are exactly .ci/run's torch pins; the sweep's line before its
+    first case names any other torch, and the README's table lists every release tested once."""
+    from fsdp_bench.launch.environment import TORCH_TESTED, torch_version_line
+
+    pinned = {".".join(pins["torch"].split(".")[:2]) for pins in ci_sets().values()}
+    assert {v for v, how in TORCH_TESTED.items() if how == "ci"} == pinned
+    for version in ("2.11.0+cu130", "2.13.0+cpu", "2.13.1", None):
+        assert torch_version_line(version) is None, version
+    once = torch_version_line("2.14.1+cu130")
+    assert once.startswith("fsdp-bench: torch 2.14.1+cu130 passed the whole test suite once, on CPU; CI tests ")
+    assert "2.11 and 2.13" in once and "\n" not in once
+    assert "torch 2.15.0 failed some of the test suite when it ran once" in torch_version_line("2.15.0")
+    for untested in ("2.12.0", "2.16.0", "2.10.0+cu128"):
+        assert f"torch {untested} was never tested with fsdp-bench" in torch_version_line(untested)
+    readme = (ROOT / "README.md").read_text()
+    for version, how in TORCH_TESTED.items():
+        assert how == "ci" or f"| `{version}." in readme, version
 
 
 def test_readme_names_each_tested_set_on_one_line():
