@@ -31,15 +31,13 @@ WATCHDOG_BYTES = int(2.5 * GIB)  # the case's tree plus its pytest; the machine 
 @functools.cache
 def watchdog_bytes() -> int:
     """WATCHDOG_BYTES, plus what a CUDA build of torch costs each of the tree's three
-    interpreters (pytest, torchrun, a rank) beyond the CPU wheel's import: measured here once."""
-    import subprocess
-    import sys
-
+    interpreters (pytest, torchrun, a rank) beyond the CPU wheel's import: measured here once, by
+    the sweep's own env.json reader."""
     from fsdp_bench.analysis.host_memory import import_extra_bytes
+    from fsdp_bench.launch.environment import TorchEnvironment
 
-    code = "import torch; from fsdp_bench.worker.environment import peak_rss_bytes; print(peak_rss_bytes())"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=child_env(), check=True)
-    return WATCHDOG_BYTES + int(3 * import_extra_bytes(int(out.stdout)))
+    facts = TorchEnvironment(env=child_env()).result()
+    return WATCHDOG_BYTES + int(3 * import_extra_bytes(facts["torch_import_rss_bytes"]))
 
 
 TOLERANCE = 0.25
