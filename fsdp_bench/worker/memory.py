@@ -66,10 +66,16 @@ def track_step_memory(
     anything on the GPU) has two: the first was the host's, so fsdp2_offload's H100 breakdown read
     0 activations beside a 29.7 GB allocator peak. The rank's device is the one its peak is of.
 
+    On gloo, each reduce-scatter's copy of its input is freed before the call returns
+    (worker.gloo_reduce_scatter.settled_on_gloo); gloo's own thread frees it a moment later in
+    some runs, and the peak would then read one FSDP group's gradients higher by chance.
+
     MemTracker refuses a second forward of a module in one session (gradient accumulation), so
     its per-module statistics are cleared after each backward; the global peak it keeps is not.
     """
     from torch.distributed._tools.mem_tracker import MemTracker
+
+    from fsdp_bench.worker.gloo_reduce_scatter import settled_on_gloo
 
     tracker = MemTracker()
     tracker.track_external(*modules, optimizer)
@@ -83,7 +89,7 @@ def track_step_memory(
     gc.collect()
     gc.disable()
     try:
-        with tracker:
+        with tracker, settled_on_gloo():
             step(on_phase)
     finally:
         gc.enable()
