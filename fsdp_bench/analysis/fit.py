@@ -123,6 +123,7 @@ def predict_peak_bytes(
     grad_sync: str = "every",
     loss: str = "full",
     gloo: bool = False,
+    torch_version: str | None = None,
 ) -> PeakPrediction:
     """The peak of one rank, from its parts, and the phase of the step where it falls. Top of
     backward: own shards, AdamW state, DDP's buckets, gathered units, activations, the loss's two
@@ -131,7 +132,7 @@ def predict_peak_bytes(
     `act_bytes_per_sample` (a calibration) replaces the counted activations, loss included; bf16/fp16
     `precision` keeps activations and gathered parameters at 2 bytes (DDP: autocast, fp32 states).
     `buckets_from_start`: DDP's buckets held from the start (default: not on CPU); `grad_sync` "last":
-    reduce at the last micro-step only (`accumulated_gradient_bytes`); `loss` as --bench-loss; `gloo`: real gloo ranks."""
+    reduce at the last micro-step only; `loss` as --bench-loss; `gloo`: real gloo ranks; `torch_version`: whose FSDP2."""
     units = model_units(flavor)
     states = allocated_model_state_bytes(strategy, units, world_size, mesh=mesh)
     row, compute_bytes = catalog_strategy(strategy), precision_row(precision).bytes
@@ -141,8 +142,7 @@ def predict_peak_bytes(
     counted = (acts.total + acts.recompute, acts.loss_temp)
     act, loss_temp = counted if act_bytes_per_sample is None else (act_bytes_per_sample * batch_size, 0)
     temp = optimizer_temp_bytes(strategy, units, world_size, impl=optimizer_impl, device=device, mesh=mesh)
-    parts = {
-        **{key: states[key] for key in ("params", "grads", "optimizer")},
+    parts = {key: states[key] for key in ("params", "grads", "optimizer")} | {
         "buckets": bucket_bytes(strategy, units),
         "gathered": gathered_bytes(strategy, units, world_size, compute_bytes, mesh=mesh),
         "activations": act,
@@ -160,19 +160,20 @@ def predict_peak_bytes(
     phases = phase_bytes(parts, units, buckets_at_top=at_top, deferred=deferred, **head)
     if acts.per_layer and act_bytes_per_sample is None:
         moment_args = (strategy, units, world_size, acts, grad_accum, mesh, compute_bytes)
-        moments = {"tied_head_numel": tied, "deferred": deferred, "buckets_at_top": at_top, "gloo": gloo}
-        phases = with_block_moments(phases, parts, *moment_args, **moments)
+        moments = {"tied_head_numel": tied, "deferred": deferred, "buckets_at_top": at_top}
+        phases = with_block_moments(phases, parts, *moment_args, **moments, gloo=gloo, torch_version=torch_version)
     phase = max(phases, key=phases.get)
     sizes = {"model_state_bytes": states["total"], "gathered_bytes": parts["gathered"], "activation_bytes": act}
     return {"peak_bytes": phases[phase], "phase": phase, "parts_bytes": parts, "phases_bytes": phases} | sizes
 
 
 def predict_case_peak(
-    case: Case, world_size: int | None = None, *, mesh: tuple[int, int] | None = None
+    case: Case, world_size: int | None = None, *, mesh: tuple[int, int] | None = None, torch_version: str | None = None
 ) -> PeakPrediction:
     """predict_peak_bytes for one case: its strategy, model, batch, sequence, accumulation,
     optimizer, device, activation checkpointing, precision and loss, at `world_size` (default: its
-    ranks) and the hybrid `mesh` the caller resolved; gloo's copies where it runs gloo (Case.runs_gloo)."""
+    ranks) and the hybrid `mesh` the caller resolved; gloo's copies where it runs gloo (Case.runs_gloo);
+    the FSDP2 of `torch_version` (default: the installed torch's)."""
     return predict_peak_bytes(
         case.strategy,
         flavor_for(case.model),
@@ -188,6 +189,7 @@ def predict_case_peak(
         grad_sync=case.grad_sync,
         loss=case.loss,
         gloo=case.runs_gloo(world_size),
+        torch_version=torch_version,
     )
 
 

@@ -7,8 +7,11 @@ FSDPMemTracker) on CPU; the largest wins (pure, no torch).
 
 from __future__ import annotations
 
+import functools
 import math
+import re
 from collections.abc import Sequence
+from importlib import metadata
 from itertools import accumulate
 
 from fsdp_bench.analysis.activations import Activations
@@ -32,11 +35,13 @@ def with_block_moments(
     tied_head_numel: int = 0,
     buckets_at_top: bool = True,
     gloo: bool = False,
+    torch_version: str | None = None,
 ) -> dict[str, float]:
     """`phases` with the moments inside the blocks: on FSDP2 a block's backward and a block's
     forward all-gather copy-out, on DDP a block's backward. Which of them makes the peak changes
     with the world size (the top of backward at a few ranks, the padded buffers at hundreds) and
-    the device (DDP's buckets), so every candidate is computed and the largest wins."""
+    the device (DDP's buckets), so every candidate is computed and the largest wins. FSDP2's
+    moments follow `torch_version` (default: the installed torch's)."""
     written = None if buckets_at_top else ddp_written_bucket_bytes(units, tied_head_numel)
     ddp = _ddp_block_backward_bytes(parts, units, acts, grad_accum, written, tied_head_numel)
     phases = {**phases, "backward": max(phases["backward"], ddp)}
@@ -61,26 +66,83 @@ def with_block_moments(
     if reshard:
         backward = max(backward, kept + _root_pre_backward_bytes(gathered[0], acts))
     if not deferred:
-        last = _root_reduce_scatter_bytes(units, gathered[0], shard, gloo=gloo, accumulating=grad_accum > 1)
+        accumulating, held = grad_accum > 1, root_reduce_holds_head_grad(torch_version)
+        last = _root_reduce_scatter_bytes(units, gathered[0], shard, gloo=gloo, accumulating=accumulating, head=held)
         backward = max(backward, parts["params"] + parts["optimizer"] + parts["grads"] + last)
+        if gloo and reshard and not accumulating:
+            backward = max(
+                backward, kept + _gloo_block_reduce_scatter_bytes(units, *gathered, acts, shard, dtype_bytes)
+            )
     phases = {**phases, "backward": max(phases["backward"], backward)}
     forward = max(_block_forward_bytes(*gathered, acts, reshard=reshard), _loss_forward_bytes(*gathered, acts, reshard))
     return {"forward": kept + forward, **phases}
 
 
-def _root_reduce_scatter_bytes(units: Sequence[Unit], root: int, shard: int, *, gloo: bool, accumulating: bool) -> int:
+def _root_reduce_scatter_bytes(
+    units: Sequence[Unit], root: int, shard: int, *, gloo: bool, accumulating: bool, head: bool
+) -> int:
     """FSDP2's last moment of backward, the root's post-backward reduce-scatter, beyond the
     parameters, optimizer state and sharded gradients: its input (the root's padded gradients) and
     output (a shard of it; with accumulation apart from the sharded gradients it is added into),
     the head's vocab-wide unsharded gradient still referenced, and on real gloo ranks a copy of the
-    whole input (ProcessGroupGloo reduce-scatters by all-reducing a clone: worker.estimate's
-    _gloo_reduce_scatter_copy). Every activation is gone by then, so it makes the peak where the
+    whole input (ProcessGroupGloo reduce-scatters by all-reducing a clone:
+    worker.gloo_reduce_scatter). Every activation is gone by then, so it makes the peak where the
     root outweighs the activations: read off the estimator (the real gloo rank's peak to the byte)
     on dev seed 16 (an untied Mistral-style config, vocabulary 2,089, hidden 120) at 3 real ranks:
     'TEMP' the 2,007,840 B input twice and the 669,280 B output, 'UNSHARDED_GRAD' the 1,002,720 B
-    head, 568 B over this moment; the model without it -2.97 % (-7.11 % at 2 ranks)."""
+    head, 568 B over this moment; the model without it -2.97 % (-7.11 % at 2 ranks). `head`: the
+    head's gradient is still referenced (root_reduce_holds_head_grad)."""
     copies = 2 if gloo else 1
-    return _head_numel(units) * 4 + copies * root + (root // shard if accumulating else 0)
+    return (_head_numel(units) * 4 if head else 0) + copies * root + (root // shard if accumulating else 0)
+
+
+# The first torch whose FSDP2 frees the root's unsharded gradients before the root's reduce-scatter
+# (its post-backward takes them out in a helper, _take_unsharded_grads_to_reduce).
+HEAD_GRAD_FREED_FROM = (2, 15)
+
+
+@functools.cache
+def _installed_torch() -> str | None:
+    try:
+        return metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def root_reduce_holds_head_grad(torch_version: str | None = None) -> bool:
+    """Whether the head's unsharded gradient is still alive at FSDP2's root reduce-scatter under
+    `torch_version` (default: the installed torch). torch 2.11 to 2.14 keep it (a real gloo rank's
+    peak to the byte with it: dev seed 371 in the test suite under 2.11, 2.13 and 2.14); 2.15
+    frees it first: MemTracker on real gloo ranks under 2.15.0 read dev seeds 371, 16 and 7 (2-3
+    ranks) at 13,094,132, 9,091,828 and 6,084,056 B, where 2.13 read 13,460,468, 9,370,412 and
+    6,651,448 B, the head's gradient (and on seed 371 the moment below) the difference."""
+    found = re.match(r"(\d+)\.(\d+)", torch_version or _installed_torch() or "")
+    return found is None or (int(found[1]), int(found[2])) < HEAD_GRAD_FREED_FROM
+
+
+def _gloo_block_reduce_scatter_bytes(
+    units: Sequence[Unit], root: int, full: Sequence[int], acts: Activations, shard: int, dtype_bytes: int
+) -> int:
+    """FSDP2's block reduce-scatter on a real gloo rank, with resharding: the block's gradients
+    copied into the reduce-scatter input and freed, its parameters resharded, gloo's copy of the
+    input (worker.gloo_reduce_scatter) beside it and the output shard; alive beside them the root
+    and the block below (prefetched) gathered, the head's gradients, the residual stream's
+    gradient, the activations below the block and the sharded gradients of the blocks above. The
+    top block's makes the peak where the head's gradient is gone from the root's reduce-scatter
+    (torch 2.15): dev seed 371 (fsdp2, 2 real ranks) 13,094,132 B measured, this moment 5,440 B
+    (+0.04 %) over it; the model without it -5.59 %. Without accumulation only: counted with it
+    (reduced every micro-step; the output apart from the sharded gradients it is added into), it
+    read held-out seed 200010 (2 real ranks, accumulation 2) +1.67 %, above the measured peak."""
+    blocks = [u for u in units if not u.is_root]
+    head_grads = _head_grad_numel(units) * dtype_bytes
+    above = list(accumulate(reversed(full[1:]), initial=0))[::-1]  # above[k]: sum(full[k + 1 :])
+    below, peak = acts.under_blocks, 0
+    for k in range(len(blocks)):
+        prefetched = full[k - 1] if k > 0 else 0
+        alive = root + prefetched + head_grads + acts.stream_grad + below + above[k] // shard
+        peak = max(peak, alive + 2 * full[k] + full[k] // shard)
+        below += acts.per_layer[k]
+    return peak
 
 
 def _root_pre_backward_bytes(root: int, acts: Activations) -> int:

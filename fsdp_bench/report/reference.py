@@ -14,7 +14,8 @@ from pathlib import Path
 
 from fsdp_bench.analysis.fit import predict_case_peak
 from fsdp_bench.plan.case import Case, parse_mesh
-from fsdp_bench.results.load import load_run
+from fsdp_bench.results.layout import RunLayout
+from fsdp_bench.results.load import load_environment_file, load_run
 from fsdp_bench.results.metrics import M
 from fsdp_bench.results.records import TableRow
 
@@ -32,20 +33,28 @@ def run_folders(gpu_dir: Path) -> list[Path]:
     return sorted(p.parent for p in gpu_dir.glob("part*/*/sweep.json"))
 
 
-def predicted_peak_gib(case: Case, world_size: int) -> float:
-    """This commit's prediction for a recorded case (the records keep the one of their run)."""
-    return predict_case_peak(case, world_size, mesh=parse_mesh(case.mesh) if case.mesh else None)["peak_bytes"] / GIB
+def predicted_peak_gib(case: Case, world_size: int, torch_version: str | None) -> float:
+    """This commit's prediction for a recorded case (the records keep the one of their run), for
+    the torch the run used."""
+    mesh = parse_mesh(case.mesh) if case.mesh else None
+    return predict_case_peak(case, world_size, mesh=mesh, torch_version=torch_version)["peak_bytes"] / GIB
+
+
+def run_torch_version(run_dir: Path) -> str | None:
+    """The torch a run folder's env.json names (None: no env.json)."""
+    env = RunLayout(run_dir).env_file
+    return load_environment_file(env).get("torch") if env.is_file() else None
 
 
 def case_rows(run_dir: Path) -> list[TableRow]:
     """One row per finished case of a run folder: what it reached and what was predicted."""
-    rows = []
+    rows, torch_version = [], run_torch_version(run_dir)
     for result in load_run(run_dir)[0]:
         metrics, case = result.get("metrics") or {}, Case.from_dict(result["case"])
         if result["status"] != "ok" or not metrics.get(M.peak_allocated_gib):
             continue
         world = result["ranks"][0]["world_size"] if result.get("ranks") else case.nproc
-        predicted = predicted_peak_gib(case, world)
+        predicted = predicted_peak_gib(case, world, torch_version)
         rows.append(
             {
                 "run": f"{run_dir.parent.name}/{run_dir.name}",

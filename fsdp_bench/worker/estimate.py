@@ -8,8 +8,7 @@ scripts/estimate/estimation.py).
 
 Two steps run: the first, untracked, creates what a trained model holds at every later step
 (AdamW's state is made lazily at its first step: without it the estimate was -20 % to -22 % at 2
-ranks); the second runs under FSDPMemTracker for FSDP2 (it knows FSDP2's gather and
-reduce-scatter buffers) or MemTracker otherwise. Its peak (`peak_bytes`) is the measured peak's
+ranks); the second runs under MemTracker, the tracker of a run's CPU probe. Its peak (`peak_bytes`) is the measured peak's
 quantity (live tensor bytes over a later step), with DDP's gradient buckets counted from the step's
 start, as a device allocator holds them (see `_tracked_step`); for DDP a third step reads the peak
 as the measured CPU probe does, buckets counted from their first write (`probe_peak_bytes`, equal
@@ -65,6 +64,7 @@ def estimate_peak(case: Case) -> dict[str, Any]:
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
+    from fsdp_bench.worker.gloo_reduce_scatter import copy_held_across_call
     from fsdp_bench.worker.setup import build_rank
 
     started = time.perf_counter()
@@ -75,7 +75,7 @@ def estimate_peak(case: Case) -> dict[str, Any]:
         _simulated_world(case),
         FakeTensorMode(allow_non_fake_inputs=True),
         _fake_step_patches(buckets, ready),
-        _gloo_reduce_scatter_copy(collectives == GLOO_COLLECTIVES),
+        copy_held_across_call(collectives == GLOO_COLLECTIVES),
     ):
         if catalog_strategy(case.strategy).rebuilds_buckets:
             ready += ddp_ready_order(case)
@@ -109,41 +109,6 @@ def _collectives_of(case: Case) -> str:
     """What the case's collectives allocate, as the estimate counts it: a case on real ranks of
     the CPU runs gloo, a simulated one the fake process group (as the estimator itself does)."""
     return GLOO_COLLECTIVES if case.runs_gloo() else FAKE_COLLECTIVES
-
-
-@contextlib.contextmanager
-def _gloo_reduce_scatter_copy(on: bool):
-    """Inside (when `on`): every reduce-scatter allocates what gloo's does beside its input and
-    output. torch's ProcessGroupGloo has no reduce-scatter of its own: reduce_scatter_tensor_coalesced
-    clones the whole input on the calling thread, all-reduces the clone and copies the rank's chunk
-    out, the clone alive until the work is waited on. MemTracker on a real gloo rank counts it (a
-    4 MiB reduce-scatter between 2 gloo ranks peaks 4 MiB above its input and output; on the fake
-    process group, at them), and in FSDP2's backward it is one FSDP group's unsharded gradients
-    again, beside its reduce-scatter input. NCCL has a reduce-scatter of its own, without the copy;
-    gloo's all-gather copies nothing the tracker sees (the same 2-rank check). FSDP2 calls its
-    reduce-scatter synchronously, so the copy is freed as the call returns, as gloo's is when the
-    waited work is dropped."""
-    import torch.distributed as dist
-
-    if not on:
-        yield
-        return
-    # the name FSDP2 calls: reduce_scatter_single where torch has it (2.13), reduce_scatter_tensor in 2.11
-    name = "reduce_scatter_single" if hasattr(dist, "reduce_scatter_single") else "reduce_scatter_tensor"
-    original = getattr(dist, name)
-
-    def reduce_scatter(output, input, *args, **kwargs):
-        copy = input.clone()  # held across the collective, as gloo holds its buffer
-        try:
-            return original(output, input, *args, **kwargs)
-        finally:
-            del copy
-
-    setattr(dist, name, reduce_scatter)
-    try:
-        yield
-    finally:
-        setattr(dist, name, original)
 
 
 def _tracked_step(setup, step: int, *tensors) -> tuple[int, dict[str, int], str]:
@@ -311,13 +276,13 @@ class _NoBucketRebuild:
 
 
 def _tracker(model, optimizer, *tensors):
-    """FSDPMemTracker on an FSDP2 root, MemTracker (also following `tensors`) on anything else."""
-    from torch.distributed.fsdp import FSDPModule
-
-    if isinstance(model, FSDPModule):
-        from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
-
-        return FSDPMemTracker(model, optimizer)
+    """MemTracker following the model, its optimizer and `tensors`: the tracker of a run's CPU
+    probe (worker.memory), so both read the same moments. torch's FSDPMemTracker names FSDP2's
+    buffers, but its post-backward wrapper keeps the group's last unsharded gradient referenced
+    across the reduce-scatter; torch 2.15's FSDP2 frees it before, and FSDPMemTracker read the real
+    2.15 gloo ranks' peaks +2.8 %, +3.1 % and +9.3 % high (dev seeds 371, 16, 7 at 2-3 ranks), where
+    MemTracker read them to the byte. Under 2.13 the two gave the same bytes on those three and on
+    seeds 16 and 83 at 64 and 512 simulated ranks."""
     from torch.distributed._tools.mem_tracker import MemTracker
 
     tracker = MemTracker()
