@@ -66,13 +66,9 @@ def with_block_moments(
     if reshard:
         backward = max(backward, kept + _root_pre_backward_bytes(gathered[0], acts))
     if not deferred:
-        accumulating, held = grad_accum > 1, root_reduce_holds_head_grad(torch_version)
-        last = _root_reduce_scatter_bytes(units, gathered[0], shard, gloo=gloo, accumulating=accumulating, head=held)
+        held = root_reduce_holds_head_grad(torch_version)
+        last = _root_reduce_scatter_bytes(units, gathered[0], shard, gloo=gloo, accumulating=grad_accum > 1, head=held)
         backward = max(backward, parts["params"] + parts["optimizer"] + parts["grads"] + last)
-        if gloo and reshard and not accumulating:
-            backward = max(
-                backward, kept + _gloo_block_reduce_scatter_bytes(units, *gathered, acts, shard, dtype_bytes)
-            )
     phases = {**phases, "backward": max(phases["backward"], backward)}
     forward = max(_block_forward_bytes(*gathered, acts, reshard=reshard), _loss_forward_bytes(*gathered, acts, reshard))
     return {"forward": kept + forward, **phases}
@@ -115,34 +111,10 @@ def root_reduce_holds_head_grad(torch_version: str | None = None) -> bool:
     peak to the byte with it: dev seed 371 in the test suite under 2.11, 2.13 and 2.14); 2.15
     frees it first: MemTracker on real gloo ranks under 2.15.0 read dev seeds 371, 16 and 7 (2-3
     ranks) at 13,094,132, 9,091,828 and 6,084,056 B, where 2.13 read 13,460,468, 9,370,412 and
-    6,651,448 B, the head's gradient (and on seed 371 the moment below) the difference."""
+    6,651,448 B: without the head's gradient this moment falls below a block's backward, which the
+    model already had (+0.04 %, +0.005 %, +0.007 %; with it +2.8 %, +3.1 %, +9.3 %)."""
     found = re.match(r"(\d+)\.(\d+)", torch_version or _installed_torch() or "")
     return found is None or (int(found[1]), int(found[2])) < HEAD_GRAD_FREED_FROM
-
-
-def _gloo_block_reduce_scatter_bytes(
-    units: Sequence[Unit], root: int, full: Sequence[int], acts: Activations, shard: int, dtype_bytes: int
-) -> int:
-    """FSDP2's block reduce-scatter on a real gloo rank, with resharding: the block's gradients
-    copied into the reduce-scatter input and freed, its parameters resharded, gloo's copy of the
-    input (worker.gloo_reduce_scatter) beside it and the output shard; alive beside them the root
-    and the block below (prefetched) gathered, the head's gradients, the residual stream's
-    gradient, the activations below the block and the sharded gradients of the blocks above. The
-    top block's makes the peak where the head's gradient is gone from the root's reduce-scatter
-    (torch 2.15): dev seed 371 (fsdp2, 2 real ranks) 13,094,132 B measured, this moment 5,440 B
-    (+0.04 %) over it; the model without it -5.59 %. Without accumulation only: counted with it
-    (reduced every micro-step; the output apart from the sharded gradients it is added into), it
-    read held-out seed 200010 (2 real ranks, accumulation 2) +1.67 %, above the measured peak."""
-    blocks = [u for u in units if not u.is_root]
-    head_grads = _head_grad_numel(units) * dtype_bytes
-    above = list(accumulate(reversed(full[1:]), initial=0))[::-1]  # above[k]: sum(full[k + 1 :])
-    below, peak = acts.under_blocks, 0
-    for k in range(len(blocks)):
-        prefetched = full[k - 1] if k > 0 else 0
-        alive = root + prefetched + head_grads + acts.stream_grad + below + above[k] // shard
-        peak = max(peak, alive + 2 * full[k] + full[k] // shard)
-        below += acts.per_layer[k]
-    return peak
 
 
 def _root_pre_backward_bytes(root: int, acts: Activations) -> int:

@@ -176,6 +176,7 @@ def test_ddp_deferred_reduction_estimate_sees_the_rebuilt_buckets(seed, tmp_path
 @pytest.mark.versions
 def test_estimate_of_a_real_gloo_rank_counts_the_reduce_scatter_copy(tmp_path):
     from fsdp_bench.analysis.fit import predict_case_peak
+    from fsdp_bench.analysis.peak_moments import root_reduce_holds_head_grad
     from fsdp_bench.launch.runner import run_case
     from fsdp_bench.plan.generated_configs import write_generated_config
     from fsdp_bench.worker.estimate import FAKE_COLLECTIVES, GLOO_COLLECTIVES, estimate_peak
@@ -187,19 +188,20 @@ def test_estimate_of_a_real_gloo_rank_counts_the_reduce_scatter_copy(tmp_path):
     assert result["status"] == "ok", result.get("reason", "") + result.get("log_tail", "")[-2000:]
     rank0 = next(r for r in result["ranks"] if r["rank"] == 0)
     measured = rank0["memory"]["peak_allocated_bytes"]
-    # the peak model counts the same copy at the root's reduce-scatter, backward's last moment, under
-    # torch 2.11-2.14 (peak_moments._root_reduce_scatter_bytes, found on dev seed 16), at the top
-    # block's under 2.15, whose FSDP2 frees the head's gradient first (_gloo_block_reduce_scatter_bytes)
+    # the peak model counts the same copy at the root's reduce-scatter, backward's last moment
+    # (peak_moments._root_reduce_scatter_bytes, found on dev seed 16): -2.68 % here without it.
+    # torch 2.15 frees the head's gradient before that moment, which then falls below a block's
+    # backward, with or without the copy: the fake group's run reaches the real rank's bytes there.
     predicted = rank0["prediction"]["peak_bytes"]
     assert abs(predicted - measured) <= 0.001 * measured, (predicted, measured)
     on_fake = Case.from_dict({**case.to_dict(), "simulate": True})
-    without_copy = predict_case_peak(on_fake)["peak_bytes"]  # -2.68 % (2.13), -5.59 % (2.15)
-    assert without_copy < 0.99 * measured, (without_copy, measured)
+    # without the copy (the fake process group's case): over 1 % lower under 2.11-2.14; the same
+    # peak under 2.15 (the model within 0.1 %, the estimate never above)
+    without_copy, holds = predict_case_peak(on_fake)["peak_bytes"], root_reduce_holds_head_grad()
+    assert without_copy < 0.99 * measured if holds else abs(without_copy - measured) <= 0.001 * measured
     estimate = estimate_peak(case)
     assert estimate["collectives"] == GLOO_COLLECTIVES
     assert abs(estimate["probe_peak_bytes"] - measured) <= 0.001 * measured, (estimate["probe_peak_bytes"], measured)
-    # the same case on the fake process group holds no copy: never above the real rank (under 2.15
-    # another moment of the fake group's run reaches the same bytes)
     simulated = estimate_peak(on_fake)
     assert simulated["collectives"] == FAKE_COLLECTIVES
-    assert simulated["probe_peak_bytes"] <= measured, (simulated["probe_peak_bytes"], measured)
+    assert simulated["probe_peak_bytes"] <= (0.99 if holds else 1) * measured, (simulated["probe_peak_bytes"], measured)
