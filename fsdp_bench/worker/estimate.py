@@ -8,11 +8,11 @@ scripts/estimate/estimation.py).
 
 Two steps run: the first, untracked, creates what a trained model holds at every later step
 (AdamW's state is made lazily at its first step: without it the estimate was -20 % to -22 % at 2
-ranks); the second runs under MemTracker, the tracker of a run's CPU probe. Its peak (`peak_bytes`) is the measured peak's
-quantity (live tensor bytes over a later step), with DDP's gradient buckets counted from the step's
-start, as a device allocator holds them (see `_tracked_step`); for DDP a third step reads the peak
-as the measured CPU probe does, buckets counted from their first write (`probe_peak_bytes`, equal
-to `peak_bytes` for every other strategy).
+ranks); the second runs under MemTracker, the tracker of a run's CPU probe (see `_tracker`). Its
+peak (`peak_bytes`) is the measured peak's quantity (live tensor bytes over a later step), with
+DDP's gradient buckets counted from the step's start, as a device allocator holds them (see
+`_tracked_step`); for DDP a third step reads the peak as the measured CPU probe does, buckets
+counted from their first write (`probe_peak_bytes`, equal to `peak_bytes` for every other strategy).
 
 Run time, measured (2 CPU cores shared, torch 2.13): llama3_1b (1.24e9 parameters) fsdp2 at 512
 simulated ranks, batch 1, seq 2048: 11.1 s here (8.4 s building and sharding), 13.1 s for the

@@ -13,7 +13,7 @@ tracker sees (the same 2-rank check).
   races the caller: after a synchronous all-reduce returned, gloo still held the tensor in 46,
   58 and 40 of 300 calls (2 ranks; torch 2.13.0, 2.15.0, 2.11.0). A dev case's measured CPU peak
   (dev seed 371, fsdp2 at 2 ranks) read 13,987,508 B instead of 13,460,468 B in 2 of 17 runs, a
-  clone still alive at the next block's gather. `settled_on_gloo` makes the measured step's
+  clone still alive at a later allocation. `settled_on_gloo` makes the measured step's
   reduce-scatter do what gloo does, on a clone of its own whose storage it waits to see freed
   before returning: none of 6,000 calls left it alive (2 ranks x 3,000, torch 2.13.0 and 2.15.0),
   and the dev case read 13,460,468 B in 12 of 12 runs.
