@@ -27,6 +27,7 @@ COVERED_BY = {
     "the fake process group (simulation)": "test_hf_simulated_world_sizes.py",
     "collectives in the profiler trace": "test_simulation.py",
     "2D DeviceMesh (HSDP)": "test_hybrid.py",
+    "gloo's reduce-scatter (its copy, the name FSDP2 calls)": "test_gloo_reduce_scatter.py",
 }
 
 
