@@ -184,7 +184,8 @@ def host_refusal(peak: HostPeak, available_bytes: int | None) -> str | None:
     )
 
 
-def host_check(available_bytes: int | None) -> Callable[[Case], str | None]:
+def host_check(available_bytes: int | None, import_bytes: int | None = None) -> Callable[[Case], str | None]:
     """case -> `host_refusal` of its host peak (no data folder): what fit's CPU table asks of each
-    row (analysis.fit.fit_table), so its "no" is the guard's figure and line."""
-    return lambda case: host_refusal(host_peak(case), available_bytes)
+    row (analysis.fit.fit_table), so its "no" is the guard's figure and line, the workers' torch
+    import (`import_bytes`) counted as the guard counts it."""
+    return lambda case: host_refusal(host_peak(case, import_bytes=import_bytes), available_bytes)

@@ -102,6 +102,13 @@ class TorchEnvironment:
         self.path.unlink(missing_ok=True)
 
 
+def torch_import_bytes() -> int | None:
+    """What `import torch` costs a worker's interpreter (its peak RSS, read by the env.json reader
+    in a subprocess: 1-2 s on a CPU); None when it could not say. The sweep's session reads the
+    same fact from the reader it already started."""
+    return TorchEnvironment().result().get("torch_import_rss_bytes")
+
+
 # How each torch minor release has been tested (README "Tested versions"; tests/unit/test_ci_versions.py
 # holds it to .ci/run's pins and pyproject.toml's range): "ci" at every landing, on a clean clone;
 # "once": the whole suite passed once on the 2-core CPU machine (its failures fixed and rerun), not

@@ -133,9 +133,11 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def main(argv: list[str] | None = None, *, estimator=None) -> int:
-    """`estimator`: what `--trace` runs each case through, launch.estimate.estimator (handed in by
-    fsdp_bench.fit: launching processes is launch/'s, which report/ does not import)."""
+def main(argv: list[str] | None = None, *, estimator=None, import_bytes=None) -> int:
+    """`estimator`: what `--trace` runs each case through, launch.estimate.estimator; `import_bytes`:
+    () -> what `import torch` costs a worker (launch.environment.torch_import_bytes), asked only
+    for a CPU table (both handed in by fsdp_bench.fit: launching processes is launch/'s, which
+    report/ does not import)."""
     args = _parse_args(argv)
     models = args.models
     if args.trace:
@@ -158,7 +160,7 @@ def main(argv: list[str] | None = None, *, estimator=None) -> int:
             precision=args.precision,
             loss=args.loss,
             device=device,
-            host_check=host_check(available_host_bytes()) if device == "cpu" else None,
+            host_check=host_check(available_host_bytes(), import_bytes and import_bytes()) if device == "cpu" else None,
         )
     except ValueError as exc:  # e.g. a Hugging Face model_type without a shape model
         print(f"python -m fsdp_bench.fit: error: {exc}", file=sys.stderr)

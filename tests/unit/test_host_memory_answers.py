@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 from fsdp_bench.analysis.fit import fit_table
-from fsdp_bench.analysis.host_memory import host_check
+from fsdp_bench.analysis.host_memory import host_check, host_peak
 from fsdp_bench.launch.memory_guard import memory_skip_reason
 from fsdp_bench.launch.tune import answer_lines
 from fsdp_bench.plan.case import Case
@@ -36,6 +36,21 @@ def test_a_fit_row_the_guard_would_not_launch_is_no_with_the_guards_line():
     bound = one["max_batch_size"]
     at, over = (Case(strategy="ddp", model="gpt_tiny", nproc=1, batch_size=b, seq_len=32) for b in (bound, bound + 1))
     assert memory_skip_reason(at, SMALL_HOST) is None and memory_skip_reason(over, SMALL_HOST) is not None
+
+
+def test_a_fit_row_counts_the_workers_torch_import_as_the_guard_does():
+    """A CUDA build of torch costs each process more to import than the CPU wheel (0.473 GiB for
+    2.11.0+cu130, measured by the env.json reader, against 0.214): at a budget between the two
+    figures, the CPU wheel's row fits and the CUDA build's is "no" with the guard's own line."""
+    cuda_import = int(0.473 * GIB)
+    case = Case(strategy="ddp", model="gpt_tiny", nproc=8, batch_size=4, seq_len=32)
+    wheel, cuda = (host_peak(case, import_bytes=b).total_bytes for b in (None, cuda_import))
+    assert cuda > wheel + 8 * (0.473 - 0.214) * GIB  # eight ranks and torchrun pay it
+    budget = int((wheel + cuda) / 2)
+    fits = _rows(host_check=host_check(budget))[1]
+    over = _rows(host_check=host_check(budget, cuda_import))[1]
+    assert fits["host_refusal"] == "" and over["fits"] is False
+    assert over["host_refusal"] == memory_skip_reason(case, budget, import_bytes=cuda_import)
 
 
 def test_the_tuner_skips_what_the_guard_would_skip_without_launching_it(tmp_path):
