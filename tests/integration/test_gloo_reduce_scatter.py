@@ -70,12 +70,12 @@ def test_settled_reduce_scatter_frees_gloos_copy_before_it_returns(tmp_path):
         [*command, str(script), str(tmp_path)], env=child_env(), capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    for rank in (0, 1):
-        report = json.loads((tmp_path / f"rank{rank}.json").read_text())
+    reports = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)]
+    for report in reports:
         # the same numbers as gloo's own reduce-scatter (its algorithm, on the caller's copy)
         assert report["equal"] == {"gloo": True, "settled": True}, report
         assert report["alive_after_return"]["settled"] == 0, report
     # gloo's own call leaves its copy to its thread: seen after some calls on either rank. Were it
     # never seen, this check would prove nothing about the settled one.
-    seen = [json.loads((tmp_path / f"rank{r}.json").read_text())["alive_after_return"]["gloo"] for r in (0, 1)]
+    seen = [report["alive_after_return"]["gloo"] for report in reports]
     assert sum(seen) > 0, seen
