@@ -135,8 +135,14 @@ def _short(value: Any) -> str:
 def _json_type(value: Any) -> str:
     if value is None:
         return "null"
-    return {bool: "true/false", int: "an integer", float: "a number", str: "text", list: "a list",
-            dict: "an object"}.get(type(value), type(value).__name__)
+    return {
+        bool: "true/false",
+        int: "an integer",
+        float: "a number",
+        str: "text",
+        list: "a list",
+        dict: "an object",
+    }.get(type(value), type(value).__name__)
 
 
 def _wrong(value: Any, hint: Any, where: str) -> str:
@@ -155,8 +161,15 @@ def hint_name(hint: Any) -> str:
         return "an object" if args[1] is Any else f"an object mapping names to {_plural(args[1])}"
     if is_typeddict(hint):
         return "an object"
-    return {dict: "an object", list: "a list", str: "text", int: "an integer", float: "a number",
-            bool: "true or false", type(None): "null"}.get(hint, getattr(hint, "__name__", str(hint)))
+    return {
+        dict: "an object",
+        list: "a list",
+        str: "text",
+        int: "an integer",
+        float: "a number",
+        bool: "true or false",
+        type(None): "null",
+    }.get(hint, getattr(hint, "__name__", str(hint)))
 
 
 def _plural(hint: Any) -> str:

@@ -114,7 +114,9 @@ def read_json(path: Path, *, max_bytes: int = MAX_JSON_BYTES) -> Any:
     except UnicodeDecodeError as exc:
         raise ResultError(f"{path}: not UTF-8 text (byte {exc.start})") from None
     except json.JSONDecodeError as exc:
-        raise ResultError(f"{path}: not valid JSON (truncated or hand-edited?): {exc.msg} at line {exc.lineno}") from None
+        raise ResultError(
+            f"{path}: not valid JSON (truncated or hand-edited?): {exc.msg} at line {exc.lineno}"
+        ) from None
     except RecursionError:
         raise ResultError(f"{path}: nested too deeply to be a result") from None
     except ValueError as exc:  # e.g. an integer over Python's digit limit

@@ -1,19 +1,19 @@
 """Every path in a run folder, named once. Nothing else in the project spells a run-folder path.
 
-    results/<run-id>/
-      env.json                      where the run came from (node 0)
-      .lock                         flock held by the sweep using the folder
-      sweep.json                    the settings the cases were measured with (node 0), for resume
-      cases/<case-id>.json          merged result of one case (node 0), written once
-      cases/<case-id>/              node 0's work folder for the case (`CaseDir`: case.json, log.txt,
-                                    torchrun.pid, rank-N.pid, rank-N.json)
-      cases/<case-id>/repeat-<r>/   with --bench-repeats N > 1: repeat r's own work folder (`CaseDir`)
-      cases/<case-id>/repeat-<r>.json  repeat r's result; cases/<case-id>.json merges the repeats
-      cases/.attempts/<case-id>.N/  an earlier attempt a resume does not keep (not ok, older loop)
-      cases/.attempts/<case-id>-repeat<r>.N/  the same for one repeat
-      nodes/node-<R>/cases/...      node R > 0: the same work folders for its own ranks
-      tune/tune-<model>.json        --bench-tune: the tuning's answer (pick, rounds, cost), rewritten
-                                    when a resumed tuning ends; its cases are ordinary results above
+results/<run-id>/
+  env.json                      where the run came from (node 0)
+  .lock                         flock held by the sweep using the folder
+  sweep.json                    the settings the cases were measured with (node 0), for resume
+  cases/<case-id>.json          merged result of one case (node 0), written once
+  cases/<case-id>/              node 0's work folder for the case (`CaseDir`: case.json, log.txt,
+                                torchrun.pid, rank-N.pid, rank-N.json)
+  cases/<case-id>/repeat-<r>/   with --bench-repeats N > 1: repeat r's own work folder (`CaseDir`)
+  cases/<case-id>/repeat-<r>.json  repeat r's result; cases/<case-id>.json merges the repeats
+  cases/.attempts/<case-id>.N/  an earlier attempt a resume does not keep (not ok, older loop)
+  cases/.attempts/<case-id>-repeat<r>.N/  the same for one repeat
+  nodes/node-<R>/cases/...      node R > 0: the same work folders for its own ranks
+  tune/tune-<model>.json        --bench-tune: the tuning's answer (pick, rounds, cost), rewritten
+                                when a resumed tuning ends; its cases are ordinary results above
 """
 
 from __future__ import annotations

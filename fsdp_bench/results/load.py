@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from fsdp_bench.results.checks import record_problem, result_problem
 from fsdp_bench.results.io import read_json
 from fsdp_bench.results.layout import RunLayout, newest_run
 from fsdp_bench.results.migrate import migrate_case_result
-from fsdp_bench.results.checks import record_problem, result_problem
 from fsdp_bench.results.records import (
     SWEEP_SCHEMA_VERSION,
     TUNE_SCHEMA_VERSION,
@@ -78,7 +78,6 @@ def _check(path: Path, data: Any, record: Any) -> None:
         raise ResultError(f"{path}: {problem}")
 
 
-
 def load_run(run_dir: Path) -> tuple[list[CaseResult], list[str]]:
     """Every readable case result of a run, and one line per file that could not be read."""
     layout = RunLayout(Path(run_dir))
@@ -109,12 +108,17 @@ def newest_finished_run(results_dir: Path) -> tuple[Path, list[Path]]:
     over (none finished: a failed or interrupted sweep, one still running). ResultError when
     there is no run, or no run with a finished case."""
     newest = newest_run(results_dir)  # raises with one line when there is none at all
-    runs = sorted((p for p in Path(results_dir).iterdir() if p.is_dir() and RunLayout(p).is_run()),
-                  key=lambda p: p.name, reverse=True)
+    runs = sorted(
+        (p for p in Path(results_dir).iterdir() if p.is_dir() and RunLayout(p).is_run()),
+        key=lambda p: p.name,
+        reverse=True,
+    )
     skipped = []
     for run in runs:
         if has_finished_case(run):
             return run, skipped
         skipped.append(run)
-    raise ResultError(f"{results_dir}: none of its {len(runs)} run(s) has a finished case "
-                      f"(newest: {newest.name}); run `pytest benchmarks` first")
+    raise ResultError(
+        f"{results_dir}: none of its {len(runs)} run(s) has a finished case "
+        f"(newest: {newest.name}); run `pytest benchmarks` first"
+    )

@@ -40,6 +40,8 @@ def _m(name: str, unit: str, doc: str, better: str | None = None, label: str = "
     return Metric(name, unit, doc, better, label, frozenset(shows))
 
 
+# The registry is a table, one metric per row, kept compact by hand.
+# fmt: off
 _STEP = ("per measured step, the slowest rank's time (a synchronous step ends with its last rank); "
          "percentiles by linear interpolation")
 _COMM = "--bench-profile only: union of {what} intervals per profiled step (rank mean)"
@@ -183,12 +185,14 @@ METRICS: tuple[Metric, ...] = (
     _m("predicted_step_time_s_<cluster>_overlap", "s", "simulated: max(compute, communication) on <cluster>", LOWER),
     _m("predicted_step_time_s_<cluster>_no_overlap", "s", "simulated: compute + communication on <cluster>", LOWER),
 )
+# fmt: on
 # A row whose name holds <placeholder> is a family: one row for names that differ in one word
 # read from another module (a cluster, a collective), so the registry need not copy those lists.
 # The most literal row first: `..._no_overlap` before `..._overlap`, which would also match it.
 _FAMILIES = tuple(
     (re.compile("^" + re.sub(r"<[a-z]+>", "[a-z0-9_]+?", m.name) + "$"), m)
-    for m in sorted(METRICS, key=lambda m: -len(re.sub(r"<[a-z]+>", "", m.name))) if "<" in m.name
+    for m in sorted(METRICS, key=lambda m: -len(re.sub(r"<[a-z]+>", "", m.name)))
+    if "<" in m.name
 )
 
 BY_NAME: dict[str, Metric] = {m.name: m for m in METRICS if "<" not in m.name}

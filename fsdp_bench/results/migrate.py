@@ -7,7 +7,8 @@ Each step takes a version-N dict and returns a version-N+1 dict; the input is ne
 from __future__ import annotations
 
 import copy
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from fsdp_bench.results.metrics import M
 from fsdp_bench.results.schema import GIB, SCHEMA_VERSION, sharding_word
@@ -65,12 +66,7 @@ def _v4_to_v5(data: dict[str, Any]) -> dict[str, Any]:
 
 
 # version -> the step that lifts a file of that version by one
-STEPS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
-    1: _v1_to_v2,
-    2: _v2_to_v3,
-    3: _v3_to_v4,
-    4: _v4_to_v5,
-}
+STEPS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5}
 
 
 def migrate_case_result(data: dict[str, Any]) -> dict[str, Any]:

@@ -35,9 +35,21 @@ def memory_unit(largest_gib: float) -> tuple[float, str]:
     MiB when the largest is under 1 GiB (a tiny model's 10 MiB would read 0.0099 GiB), else GiB."""
     return (1024.0, "MiB") if largest_gib < 1 else (1.0, "GiB")
 
+
 # Stages in the order a rank passes them; a failure records the stage it happened in.
-STAGES = ("init", "data", "model", "shard", "optimizer", "first_step", "warmup", "measure", "checkpoint",
-          "memory_probe", "end")
+STAGES = (
+    "init",
+    "data",
+    "model",
+    "shard",
+    "optimizer",
+    "first_step",
+    "warmup",
+    "measure",
+    "checkpoint",
+    "memory_probe",
+    "end",
+)
 # Stages after which memory is read, with the label the ODSC tutorial's logs use.
 STAGE_LABELS = {
     "data": "after data creation",
@@ -53,8 +65,13 @@ STAGE_LABELS = {
 # FSDP1's ShardingStrategy names in the catalog's words ("hybrid_" + a row's sharding for hybrid
 # rows), so the sharding every family really ran reads alike in records and tables (and files
 # written before the words were the catalog's read like new ones).
-_FSDP1_SHARDING_WORDS = {"NO_SHARD": "replicated", "SHARD_GRAD_OP": "shard_grad_op", "FULL_SHARD": "full_shard",
-                         "HYBRID_SHARD": "hybrid_full_shard", "_HYBRID_SHARD_ZERO2": "hybrid_shard_grad_op"}
+_FSDP1_SHARDING_WORDS = {
+    "NO_SHARD": "replicated",
+    "SHARD_GRAD_OP": "shard_grad_op",
+    "FULL_SHARD": "full_shard",
+    "HYBRID_SHARD": "hybrid_full_shard",
+    "_HYBRID_SHARD_ZERO2": "hybrid_shard_grad_op",
+}
 
 
 def sharding_word(name: str) -> str:
