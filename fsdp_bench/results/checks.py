@@ -6,6 +6,7 @@ of a traceback somewhere in the report."""
 
 from __future__ import annotations
 
+import functools
 import math
 from types import UnionType
 from typing import Any, Union, get_args, get_origin, get_type_hints, is_typeddict
@@ -22,15 +23,21 @@ _NULLABLE_FIELDS = (RankRecord,)
 
 def record_problem(value: Any, hint: Any, where: str = "") -> str | None:
     """Why `value` is not a `hint` (a records annotation), in one line, or None."""
+    if kind := _number_kind(hint):  # most values are numbers (step times, bytes): checked first
+        return _number_problem(value, kind, where)
     if hint is Any:
         return _numbers_problem(value, where)
     if is_typeddict(hint):
         return _typeddict_problem(value, hint, where)
     origin, args = get_origin(hint), get_args(hint)
     if origin in (Union, UnionType):
-        problems = [record_problem(value, arm, where) for arm in args]
-        if None in problems:
+        if value is None and type(None) in args:
             return None
+        problems = []
+        for arm in args:  # the first arm that fits ends the check: most values fit their first
+            if (problem := record_problem(value, arm, where)) is None:
+                return None
+            problems.append(problem)
         deeper = [p for p, arm in zip(problems, args) if _same_shape(value, arm)]
         return deeper[0] if deeper else _wrong(value, hint, where)
     if hint is type(None):
@@ -38,6 +45,8 @@ def record_problem(value: Any, hint: Any, where: str = "") -> str | None:
     if origin is list:
         if not isinstance(value, list):
             return _wrong(value, hint, where)
+        if kind := _number_kind(args[0]):  # a rank's step times: one loop, a name only for a problem
+            return _first(_number_problem(v, kind, f"{where}[{i}]") for i, v in enumerate(value) if not _plain(v, kind))
         return _first(record_problem(v, args[0], f"{where}[{i}]") for i, v in enumerate(value))
     if origin is dict:
         if not isinstance(value, dict):
@@ -45,21 +54,49 @@ def record_problem(value: Any, hint: Any, where: str = "") -> str | None:
         return _first(record_problem(v, args[1], _join(where, str(k))) for k, v in value.items())
     if isinstance(value, bool) or hint is bool:
         return None if isinstance(value, bool) and hint is bool else _wrong(value, hint, where)
-    if hint in (int, float):
-        if not isinstance(value, (int, float) if hint is float else int):
-            return _wrong(value, hint, where)
-        return _numbers_problem(value, where)
     return None if isinstance(value, hint) else _wrong(value, hint, where)
+
+
+def _number_problem(value: Any, hint: Any, where: str) -> str | None:
+    """`value` against int or float: a bool is neither, an int is a float."""
+    if isinstance(value, bool) or not isinstance(value, (int, float) if hint is float else int):
+        return _wrong(value, hint, where)
+    return _numbers_problem(value, where)
+
+
+@functools.cache
+def _number_kind(hint: Any) -> type | None:
+    """int for int; float for float and for `int | float` (records.Number), whose float arm takes
+    both; None for any other hint."""
+    if hint is float or hint is int:
+        return hint
+    if get_origin(hint) in (Union, UnionType) and set(get_args(hint)) == {int, float}:
+        return float
+    return None
+
+
+def _plain(value: Any, hint: Any) -> bool:
+    """A number of the hint's type that needs no closer look: finite (or NaN), below MAX_MAGNITUDE."""
+    kind = type(value)
+    return (kind is int or (kind is float and hint is float)) and not abs(value) > MAX_MAGNITUDE
+
+
+@functools.cache
+def _field_hints(record: Any) -> dict[str, Any]:
+    """A record's fields and their annotations, resolved once (get_type_hints is slow: it was half
+    of a 1,000-case report's load)."""
+    return get_type_hints(record)
 
 
 def _typeddict_problem(value: Any, hint: Any, where: str) -> str | None:
     if not isinstance(value, dict):
         return _wrong(value, hint, where)
+    hints = _field_hints(hint)
     for key in sorted(hint.__required_keys__):
-        if key not in value or (value[key] is None and not _allows_none(get_type_hints(hint)[key])):
+        if key not in value or (value[key] is None and not _allows_none(hints[key])):
             return f"required field {_join(where, key)} is {'null' if key in value else 'missing'}"
     nullable = hint in _NULLABLE_FIELDS
-    for key, field_hint in get_type_hints(hint).items():
+    for key, field_hint in hints.items():
         if key in value and not (nullable and value[key] is None):
             problem = record_problem(value[key], field_hint, _join(where, key))
             if problem:

@@ -126,3 +126,26 @@ def test_a_bad_item_deep_in_a_record_is_named_by_where_it_is():
     data["ranks"][0]["stages"][1]["stage"] = "model"
     data["ranks"][0]["step_times_s"] = [0.1, 10**400]
     assert "ranks[0].step_times_s[1] is 1000000000...(401 digits), beyond" in record_problem(data, CaseResult)
+
+
+@pytest.mark.parametrize(
+    ("value", "hint", "problem"),
+    [
+        ([1, 2.5], list[int], "field x[1] should be an integer, got a number"),
+        ([0.1, True], list[float], "field x[1] should be a number, got true/false"),
+        ([0.1, float("inf")], list[float], "field x[1] is inf, beyond the +-1e+30 any measurement has"),
+        ([3, float("nan"), "a"], list[int | float], "field x[2] should be a number, got text"),
+        ([-(10**31)], list[int], "field x[0] is -100000000...(33 digits), beyond the +-1e+30 any measurement has"),
+        (True, int | float, "field x should be a number, got true/false"),
+        (1e308, int | float, "field x is 1e+308, beyond the +-1e+30 any measurement has"),
+        (2.5, int | float | None, None),
+        (None, list[float] | None, None),
+        ([0.5, float("nan"), 7], list[int | float], None),
+    ],
+)
+def test_numbers_in_lists_and_unions_are_each_checked(value, hint, problem):
+    """The check's fast paths (a list of numbers in one loop, `int | float` as a float) refuse what
+    the field-by-field check refuses, naming the same item."""
+    from fsdp_bench.results.checks import record_problem
+
+    assert record_problem(value, hint, "x") == problem
