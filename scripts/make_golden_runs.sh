@@ -28,7 +28,8 @@ HANG_CASE=fsdp1_full_shard-gpt_tiny-ws2-bs2-ga2-opt_after-sl32
 FSDP_BENCH_FAULTS="oom@measure:1/ddp-gpt_tiny-ws2-bs2" \
   pytest "${common[@]}" --bench-results-dir "$TMP/base" --bench-strategies ddp,fsdp1_full_shard,fsdp2 \
   --bench-batch-sizes 1,2 --bench-grad-accum 1,2 --bench-timeout 300 --deselect "$(node $HANG_CASE)" || true
-RUN=$(ls -d "$TMP"/base/*/ | head -1)
+runs=("$TMP"/base/*/)
+RUN=${runs[0]}
 # base, part 2: fsdp2 with the optimizer built before sharding, with and without the fix
 pytest "${common[@]}" --bench-results-dir "$TMP/base_timing" --bench-strategies fsdp2 --bench-batch-sizes 1,2 \
   --bench-grad-accum 1 --bench-optimizer-timing before_shard,before_shard_fixed --bench-timeout 300 || true
@@ -40,7 +41,8 @@ FSDP_BENCH_FAULTS="hang@measure:0/$HANG_CASE,hang@measure:1/$HANG_CASE" \
 # new: a second, smaller run, plus fsdp2_no_reshard in a run of its own
 pytest "${common[@]}" --bench-results-dir "$TMP/new" --bench-strategies ddp,fsdp2 --bench-batch-sizes 1,2 \
   --bench-grad-accum 1 --bench-timeout 300 || true
-NEW=$(ls -d "$TMP"/new/*/ | head -1)
+runs=("$TMP"/new/*/)
+NEW=${runs[0]}
 pytest "${common[@]}" --bench-results-dir "$TMP/new_reshard" --bench-strategies fsdp2_no_reshard --bench-batch-sizes 1 \
   --bench-grad-accum 1 --bench-timeout 300 || true
 

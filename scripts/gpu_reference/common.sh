@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by every part (scripts/gpu_reference/part*.sh) with the part's arguments:
 #
 #   bash scripts/gpu_reference/partN_NAME.sh --out DIR [--results DIR] [--gpu-name NAME]
@@ -125,7 +126,11 @@ estimate_run() {  # estimate_run NAME PYTEST-ARGS...: count and time one run by 
 }
 
 measurement_version() {  # the worker loop's version (results.schema): what a resume keeps
-  "$py" -c 'from fsdp_bench.results.schema import MEASUREMENT_VERSION; print(MEASUREMENT_VERSION)'
+  local v
+  v=$("$py" -c 'from fsdp_bench.results.schema import MEASUREMENT_VERSION; print(MEASUREMENT_VERSION)')
+  # a folder named "-m" would read as done for any version: stop instead
+  [[ $v =~ ^[0-9]+$ ]] || { echo "!! $py cannot read fsdp_bench.results.schema's MEASUREMENT_VERSION" >&2; return 1; }
+  echo "$v"
 }
 
 bare_loop_version() {  # what a fidelity report compared against: scripts/bare_loop.py's BARE_LOOP_VERSION
@@ -171,8 +176,8 @@ start_log() {  # everything this part prints also goes to its log; fds 3 and 4 k
 
 close_log() {  # restore the terminal and let tee write the last lines before the log is packed
   exec 1>&3 2>&4
-  local i
-  for i in {1..50}; do
+  local _
+  for _ in {1..50}; do
     kill -0 "$tee_pid" 2>/dev/null || return 0
     sleep 0.1
   done
@@ -297,8 +302,9 @@ TUNE_ROUND_S=120
 SESSION_EXTRA_S=20  # pytest's start and the report at the end
 
 tune_run() {  # tune_run NAME TUNE-TIME-S PYTEST-ARGS...: --bench-tune, a folder per measurement version
-  local name tune_s=$2
-  name="$1-m$(measurement_version)"
+  local name tune_s=$2 version
+  version=$(measurement_version) || { status=2; return 0; }
+  name="$1-m$version"
   shift 2
   local args=("${common[@]}" --bench-tune --bench-tune-time-s="$tune_s" "$@" "${standin[@]}")
   local folder="$results/$part/$name" resume=()
@@ -333,9 +339,10 @@ fidelity() {  # fidelity STRATEGY PRECISION BATCH: scripts/measure_fidelity.py, 
   [[ -n $standin_mode ]] && batch=2
   # the report names the measurement version of the suite's loop it compared (results.schema) and
   # the bare loop's version (scripts/bare_loop.py; reports without it were measured against 1)
-  local bare
+  local bare version
   bare=$(bare_loop_version) || { status=2; return 0; }
-  local name="fidelity-$strategy-$precision-bs$batch-m$(measurement_version)-b$bare"
+  version=$(measurement_version) || { status=2; return 0; }
+  local name="fidelity-$strategy-$precision-bs$batch-m$version-b$bare"
   if [[ -s $results/$part/$name.txt ]]; then  # a result is never overwritten: measured once per version
     [[ -n $dry_run ]] && printf '  %-26s done (%s)\n' "$name" "$results/$part/$name.txt"
     [[ -z $dry_run ]] && echo "== $name: done ($results/$part/$name.txt)"
@@ -353,6 +360,7 @@ fidelity() {  # fidelity STRATEGY PRECISION BATCH: scripts/measure_fidelity.py, 
   local report="$results/$part/$name.txt"
   echo "== $name: scripts/measure_fidelity.py, report $report"
   # into a temporary file first: a stopped measurement leaves no half report
+  # shellcheck disable=SC2016  # $@ and $0 are the inner bash's
   step "$name" bash -c 'exec "$@" >"$0"' "$report.partial" "$py" scripts/measure_fidelity.py --strategy "$strategy" \
     --model "$fidelity_model" --batch-size "$batch" --seq-len "$fidelity_seq" --nproc 1 --precision "$precision" \
     --steps "$fidelity_steps" --warmup "$fidelity_warmup" --repeats "$fidelity_repeats" --no-overhead

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by gpu_reference.sh and common.sh: run one step at a time so that a signal never skips
 # what must happen after it (a part's archive).
 #
@@ -61,6 +62,7 @@ step() {  # step NAME COMMAND...: run COMMAND; a non-zero exit is reported and k
   child=""
   if (( rc != 0 )); then
     echo "!! $name: exited $rc" >&2
+    # shellcheck disable=SC2034  # the sourcing script's exit status
     status=$rc
   fi
   stop_if_interrupted
