@@ -191,6 +191,34 @@ def test_every_part_uses_common_and_hides_no_failure():
         assert text.rstrip().endswith("finish"), part
 
 
+@pytest.mark.parametrize("part", ["part4_fidelity", "part7_tune"])
+def test_an_unreadable_measurement_version_stops_the_item_instead_of_naming_it(tmp_path, part):
+    """Fidelity reports and tune folders are named by the worker's measurement version, which the
+    part asks `python3` for; one that cannot import fsdp_bench once gave the name '-m', which would
+    read as done for every later version. Now the item stops with one line and the part exits 2."""
+    stub = tmp_path / "bin"
+    stub.mkdir()
+    (stub / "python3").write_text(
+        "#!/usr/bin/env bash\n"
+        'if [[ "$*" == *MEASUREMENT_VERSION* ]]; then echo "ModuleNotFoundError: fsdp_bench" >&2; exit 1; fi\n'
+        f'exec {sys.executable} "$@"\n'
+    )
+    (stub / "python3").chmod(0o755)
+    env = script_env()
+    env["PATH"] = os.pathsep.join([str(stub), env["PATH"]])
+    proc = subprocess.run(
+        ["bash", str(PARTS_DIR / f"{part}.sh"), "--dry-run", "--results", str(tmp_path / "results")],
+        cwd=PROJECT_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "cannot read fsdp_bench.results.schema's MEASUREMENT_VERSION" in proc.stderr
+    assert not re.search(r"-m(-|\s|$)", proc.stdout, re.M), proc.stdout
+
+
 # --- robustness on CPU (stand-in cases) ----------------------------------------------------------
 
 
