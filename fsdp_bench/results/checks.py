@@ -24,7 +24,7 @@ _NULLABLE_FIELDS = (RankRecord,)
 def record_problem(value: Any, hint: Any, where: str = "") -> str | None:
     """Why `value` is not a `hint` (a records annotation), in one line, or None."""
     if kind := _number_kind(hint):  # most values are numbers (step times, bytes): checked first
-        return _number_problem(value, kind, where)
+        return _scalar_problem(value, kind, where)
     if hint is Any:
         return _numbers_problem(value, where)
     if is_typeddict(hint):
@@ -46,7 +46,7 @@ def record_problem(value: Any, hint: Any, where: str = "") -> str | None:
         if not isinstance(value, list):
             return _wrong(value, hint, where)
         if kind := _number_kind(args[0]):  # a rank's step times: one loop, a name only for a problem
-            return _first(_number_problem(v, kind, f"{where}[{i}]") for i, v in enumerate(value) if not _plain(v, kind))
+            return _first(_scalar_problem(v, kind, f"{where}[{i}]") for i, v in enumerate(value) if not _plain(v, kind))
         return _first(record_problem(v, args[0], f"{where}[{i}]") for i, v in enumerate(value))
     if origin is dict:
         if not isinstance(value, dict):
@@ -57,7 +57,7 @@ def record_problem(value: Any, hint: Any, where: str = "") -> str | None:
     return None if isinstance(value, hint) else _wrong(value, hint, where)
 
 
-def _number_problem(value: Any, hint: Any, where: str) -> str | None:
+def _scalar_problem(value: Any, hint: Any, where: str) -> str | None:
     """`value` against int or float: a bool is neither, an int is a float."""
     if isinstance(value, bool) or not isinstance(value, (int, float) if hint is float else int):
         return _wrong(value, hint, where)
