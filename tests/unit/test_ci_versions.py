@@ -7,9 +7,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import pytest
 from packaging.requirements import Requirement
 from packaging.version import Version
+
+from tests.pyproject_file import read_pyproject
 
 ROOT = Path(__file__).resolve().parents[2]
 LIBRARIES = ("torch", "accelerate", "transformers")
@@ -41,8 +42,7 @@ def ci_sets() -> dict[str, dict[str, str]]:
 
 
 def project_requirements() -> dict[str, Requirement]:
-    tomllib = pytest.importorskip("tomllib", reason="reading pyproject.toml needs Python 3.11's tomllib")
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    project = read_pyproject()["project"]
     lines = project["dependencies"] + [r for extra in project["optional-dependencies"].values() for r in extra]
     return {req.name: req for req in map(Requirement, lines)}
 

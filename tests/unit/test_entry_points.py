@@ -3,15 +3,12 @@
 import importlib
 import subprocess
 import sys
-from pathlib import Path
 
-import tomllib
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.pyproject_file import read_pyproject
 
 
 def test_every_console_script_resolves_and_answers_help():
-    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    scripts = read_pyproject()["project"]["scripts"]
     assert "fsdp-bench-fit" in scripts
     for name, target in scripts.items():
         module, attr = target.split(":")
