@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 
 from fsdp_bench.launch.commands import environment_command
+from fsdp_bench.launch.processes import build_env
 from fsdp_bench.plan.faults import ENV_VAR as FAULTS_ENV
 from fsdp_bench.results.io import read_json, utc_now, write_json_atomic
 from fsdp_bench.results.layout import RunLayout
@@ -104,9 +105,9 @@ class TorchEnvironment:
 
 def torch_import_bytes() -> int | None:
     """What `import torch` costs a worker's interpreter (its peak RSS, read by the env.json reader
-    in a subprocess: 1-2 s on a CPU); None when it could not say. The sweep's session reads the
-    same fact from the reader it already started."""
-    return TorchEnvironment().result().get("torch_import_rss_bytes")
+    in a subprocess: 1-2 s on a CPU); None when it could not say. The reader runs in the workers'
+    environment, as the one the sweep's session starts (and reads the same fact from) does."""
+    return TorchEnvironment(env=build_env()).result().get("torch_import_rss_bytes")
 
 
 # How each torch minor release has been tested (README "Tested versions"; tests/unit/test_ci_versions.py

@@ -34,10 +34,11 @@ def watchdog_bytes() -> int:
     interpreters (pytest, torchrun, a rank) beyond the CPU wheel's import: measured here once, by
     the sweep's own env.json reader."""
     from fsdp_bench.analysis.host_memory import import_extra_bytes
-    from fsdp_bench.launch.environment import TorchEnvironment
+    from fsdp_bench.launch.environment import torch_import_bytes
 
-    facts = TorchEnvironment(env=child_env()).result()
-    return WATCHDOG_BYTES + int(3 * import_extra_bytes(facts["torch_import_rss_bytes"]))
+    import_bytes = torch_import_bytes()
+    assert import_bytes, "the env.json reader could not measure torch's import"
+    return WATCHDOG_BYTES + int(3 * import_extra_bytes(import_bytes))
 
 
 TOLERANCE = 0.25
