@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from fsdp_bench.launch import progress
+from fsdp_bench.launch.parallel_pytest import is_bench_node_id, is_xdist_worker, refusal_line, xdist_workers
 from fsdp_bench.launch.progress import BenchState
 from fsdp_bench.launch.session import SessionError
 from fsdp_bench.plan.case import Case, CaseError, skip_reason
@@ -61,8 +62,9 @@ def pytest_configure(config: pytest.Config) -> None:
         progress.check_inputs(sweep)
     except (CaseError, ValueError) as exc:
         raise pytest.UsageError(str(exc)) from None
+    worker = is_xdist_worker(config)  # refused before any case (launch.parallel_pytest)
     try:
-        state = BenchState.open(sweep)
+        state = BenchState.open(sweep, check_resume=not worker)
     except SessionError as exc:
         raise pytest.UsageError(f"--bench-resume: {exc}") from None
     config.stash[_STATE_KEY] = state
@@ -71,7 +73,7 @@ def pytest_configure(config: pytest.Config) -> None:
         # are 200+ columns wide and would bury the recommendation; --bench-benchmark-table
         # (or --benchmark-verbose) brings them back. --benchmark-json / compare are unaffected.
         config.option.benchmark_quiet = True
-    if not config.option.collectonly:
+    if not (config.option.collectonly or worker):
         # Its torch import overlaps collection; its facts are the preflight's interpreter check
         # and calibration, and (in a new run) env.json. Closed at unconfigure.
         state.session.start_environment()
@@ -138,7 +140,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         return
     cases = progress.cases_to_run(session.items)
     state.progress.total = 0 if state.sweep.tune else len(cases)  # a tuning's count is not known ahead
-    if not cases:
+    if not cases or is_xdist_worker(config):
         return
     skipped = progress.cases_skipped(session.items)
     preflight = run_preflight(state.session, cases, collect_only=config.option.collectonly, skipped=skipped)
@@ -150,6 +152,14 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             reporter.write_line(line)
     if not (config.option.collectonly or state.sweep.tune):
         state.plan_repeats(cases, partial(progress.write_live_line, config.pluginmanager))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
+    """xdist's controller, once a worker has collected: a sweep under `-n` stops here, one line,
+    before any case launches (launch.parallel_pytest); the project's own tests pass."""
+    if any(is_bench_node_id(node_id) for node_id in ids):
+        pytest.exit(refusal_line(xdist_workers(node.config)), returncode=pytest.ExitCode.USAGE_ERROR)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -172,6 +182,8 @@ def bench_run(request: pytest.FixtureRequest, benchmark: Any):
     from fsdp_bench.launch.tune import TuneError
 
     def _run(case: Case) -> CaseResult | TuneAnswer:
+        if is_xdist_worker(request.config):  # the controller exits first wherever it can tell
+            pytest.fail(refusal_line(xdist_workers(request.config)), pytrace=False)
         state, write = request.config.stash[_STATE_KEY], partial(progress.write_live_line, request.config.pluginmanager)
         try:
             result, outcome = run_item(state, case, benchmark=benchmark, node_id=request.node.nodeid, write=write)

@@ -81,6 +81,10 @@ def child_env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
     env.pop("FSDP_BENCH_FAULTS", None)
+    for name in [n for n in env if n.startswith("PYTEST_XDIST_")]:
+        # a child pytest is a session of its own, not an xdist worker (pytest-benchmark reads this
+        # and turns itself off) when these tests run under -n
+        env.pop(name)
     env.update(extra)
     return env
 

@@ -82,11 +82,12 @@ class BenchState:
     stopped: str | None = None  # the one line a SessionError stopped the sweep with (the plugin printed it)
 
     @classmethod
-    def open(cls, sweep: Sweep) -> BenchState:
+    def open(cls, sweep: Sweep, *, check_resume: bool = True) -> BenchState:
         """The session's state; with --bench-resume the run folder is locked and checked first
-        (a busy run, live ranks or other settings: SessionError, before any case runs)."""
+        (a busy run, live ranks or other settings: SessionError, before any case runs). An xdist
+        worker, which runs no case, leaves that to the controller (`check_resume=False`)."""
         session = SweepSession(sweep)
-        if sweep.resume is not None:
+        if sweep.resume is not None and check_resume:
             try:
                 session.lock_run_dir(sweep.resume)
                 session.check_no_live_ranks(sweep.resume)
