@@ -23,6 +23,11 @@ from fsdp_bench.results.records import CaseResult, TuneAnswer
 
 _STATE_KEY = pytest.StashKey[BenchState]()
 _CLOSING_KEY = pytest.StashKey[list]()  # the recommendation and the run's place: the terminal's last lines
+# pytest-benchmark's --benchmark-skip marks every test using its fixture skipped, every case here
+BENCHMARK_SKIP_LINE = (
+    "fsdp-bench: --benchmark-skip skips every case (each is a pytest-benchmark test), so nothing runs; "
+    "drop it to run the sweep"
+)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -68,6 +73,8 @@ def pytest_configure(config: pytest.Config) -> None:
     except SessionError as exc:
         raise pytest.UsageError(f"--bench-resume: {exc}") from None
     config.stash[_STATE_KEY] = state
+    if not config.pluginmanager.hasplugin("benchmark"):
+        config.pluginmanager.register(_NoBenchmark(), "fsdp-bench-no-benchmark")
     if not config.getoption("bench_benchmark_table") and hasattr(config.option, "benchmark_quiet"):
         # pytest-benchmark's own tables (read when its trylast configure builds its session)
         # are 200+ columns wide and would bury the recommendation; --bench-benchmark-table
@@ -140,18 +147,24 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         return
     cases = progress.cases_to_run(session.items)
     state.progress.total = 0 if state.sweep.tune else len(cases)  # a tuning's count is not known ahead
+    if not cases and config.getoption("benchmark_skip", False) and progress.cases_skipped(session.items):
+        _write_line(config, BENCHMARK_SKIP_LINE)
     if not cases or is_xdist_worker(config):
         return
     skipped = progress.cases_skipped(session.items)
     preflight = run_preflight(state.session, cases, collect_only=config.option.collectonly, skipped=skipped)
     if preflight.refusal is not None:
         raise pytest.UsageError(preflight.refusal)
-    reporter = config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None:
-        for line in preflight.lines:
-            reporter.write_line(line)
+    for line in preflight.lines:
+        _write_line(config, line)
     if not (config.option.collectonly or state.sweep.tune):
         state.plan_repeats(cases, partial(progress.write_live_line, config.pluginmanager))
+
+
+def _write_line(config: pytest.Config, line: str) -> None:
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(line)
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -172,6 +185,16 @@ def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config):
     if report.when == "call" and report.nodeid in shown and config.get_verbosity() <= 0:
         return category, "", word
     return category, letter, word
+
+
+class _NoBenchmark:
+    """Under `-p no:benchmark` the sweep runs the same, without feeding pytest-benchmark: its
+    `benchmark` fixture is None (launch.bench_stats). Otherwise bench_run asks for the real one,
+    so --benchmark-only and --benchmark-skip see every case as a benchmark."""
+
+    @pytest.fixture
+    def benchmark(self) -> None:
+        return None
 
 
 @pytest.fixture

@@ -12,8 +12,11 @@ from fsdp_bench.results.records import CaseResult
 def record_benchmark_stats(benchmark: Any, case: Case, result: CaseResult) -> None:
     """Feed the case's measured per-step times to pytest-benchmark, so --benchmark-json,
     --benchmark-autosave and `pytest-benchmark compare` see real step times, not a re-timing
-    of the parent waiting on torchrun."""
+    of the parent waiting on torchrun. None: pytest-benchmark is not loaded (`-p no:benchmark`)."""
     from fsdp_bench.analysis.repeats import pooled_step_times
+
+    if benchmark is None:
+        return
 
     times = pooled_step_times(result)  # every repeat's, with --bench-repeats
     benchmark.extra_info.update(
@@ -42,5 +45,7 @@ def mark_untimed(benchmark: Any) -> None:
     no stats, and no "fixture was not used" warning. `skipped` alone does not do it: pytest-
     benchmark's makereport hook resets it from the test's outcome after the call, and its cleanup
     warns unless `skipped` or `_mode` is set; a mode without stats adds no row to its table."""
+    if benchmark is None:  # pytest-benchmark is not loaded
+        return
     benchmark.skipped = True
     benchmark._mode = "fsdp-bench(nothing timed)"

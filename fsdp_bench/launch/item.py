@@ -45,7 +45,7 @@ def run_item(
     except (SessionError, KeyboardInterrupt) as exc:
         state.interrupted |= isinstance(exc, SessionError)
         state.stopped = str(exc) if isinstance(exc, SessionError) else state.stopped
-        benchmark.skipped = True
+        mark_untimed(benchmark)
         raise
     line = state.progress.finish_case(node_id, case.id, result)
     if line:
