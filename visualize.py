@@ -148,6 +148,8 @@ def compare_main(args: argparse.Namespace) -> int:
         for run in (base, new):
             if not RunLayout(run).is_run():
                 raise ResultError(f"{run}: not a fsdp-bench run folder (no cases/ or env.json)")
+        if Path(base).resolve() == Path(new).resolve():
+            raise ResultError(f"--compare: {base} and {new} are the same run; give the base run and a new one")
         out = args.out if args.out is not None else new
         writable_dir("--out", str(out))
     except (ResultError, CaseError) as exc:

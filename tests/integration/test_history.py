@@ -55,8 +55,13 @@ def test_history_bad_input_is_one_line(tmp_path):
     for args, words in [
         ((run,), "at least two runs"),
         ((tmp_path / "nothing", run), "neither a fsdp-bench run folder"),
+        ((run, tmp_path / "." / run.name), "is given twice"),  # one run, two spellings: not two runs
+        ((tmp_path, run), "is given twice"),  # a folder of runs holding a run also named
     ]:
         proc = visualize("--history", *args, "--out", tmp_path / "hist")
         assert proc.returncode == 2 and words in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+    proc = visualize("--compare", run, tmp_path / "." / run.name, "--out", tmp_path / "cmp")
+    assert proc.returncode == 2 and "are the same run" in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+    assert not (tmp_path / "cmp").exists() and not (tmp_path / "hist").exists()
     proc = visualize("--history", run, run, "--compare", run, run)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1
