@@ -257,8 +257,6 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int):
     """Outermost, so after pytest's own closing `=== N passed in Xs ===`: the recommendation and
     where the run is are the last lines on the terminal."""
     result = yield
-    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None:
-        for line in session.config.stash.get(_CLOSING_KEY, []):
-            reporter.write_line(line)
+    for line in session.config.stash.get(_CLOSING_KEY, []):
+        _write_line(session.config, line)
     return result

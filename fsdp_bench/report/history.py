@@ -64,11 +64,12 @@ def collect_run_dirs(paths: list[Path]) -> list[Path]:
         if not inner:
             raise ResultError(f"{path}: neither a fsdp-bench run folder nor a folder of them")
         runs += sorted(inner, key=lambda p: (_utc(p), p.name))
-    seen: dict[Path, Path] = {}
+    seen: dict[Path, Path] = {}  # resolved path -> the run as first given
     for run in runs:  # one run twice would be read as two, "no change" between them
-        first = seen.setdefault(Path(run).resolve(), run)
-        if first is not run:
-            raise ResultError(f"--history: {run} is given twice (also as {first}); each run once")
+        key = Path(run).resolve()
+        if key in seen:
+            raise ResultError(f"--history: {run} is given twice (also as {seen[key]}); each run once")
+        seen[key] = run
     if len(runs) < 2:
         raise ResultError(f"--history needs at least two runs, got {len(runs)}")
     return runs
