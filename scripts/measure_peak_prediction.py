@@ -11,16 +11,17 @@ Cases (fp32 AdamW, batch 2, seq 32, 2 steps): the three unseen configs in tests/
 on 1-4 real gloo ranks (torchrun) and simulated at 8, 64 and 512 ranks, every shipped tiny
 flavor, and the golden runs' recorded measurements against today's prediction. Each case runs
 through the runner exactly as a sweep does; the measured peak on CPU is MemTracker's peak of live
-tensor bytes on the untimed probe step. FSDP1 cases are left out: MemTracker refuses FSDP1, so
-CPU has no measured peak for them.
+tensor bytes on the untimed probe step. FSDP1 cases are left out here: MemTracker refuses FSDP1
+(its CPU peak comes from the profiler's memory events, worker.profiled_peak; --holdout
+--strategies measures it).
 
 --holdout: the out-of-sample check (issue 35). Generated configs of the held-out seed range
 (fsdp_bench.plan.generated_configs.FRESH_HOLDOUT_SEEDS by default, never used to change the model) x ddp, fsdp2,
-fsdp2_no_reshard x accumulation 1, 2 (reduce every micro-step) and 2 (--bench-grad-sync last), on
+fsdp2_no_reshard (--strategies: others, e.g. FSDP1's) x accumulation 1, 2 (reduce every micro-step) and 2 (--bench-grad-sync last), on
 2 or 3 real gloo ranks (torchrun, as a sweep runs them; the config's seed parity picks) and
 simulated at 64 and 512 ranks (rank 0 on the fake process group, in this process, as
 worker.simulate runs it); on the real ranks also the fake-tensor estimator (worker.estimate) against
-the measured peak. Prints each case and the share within 5 % and beyond 8 %, and writes every row
+the measured peak, where it can trace the strategy (not FSDP1). Prints each case and the share within 5 % and beyond 8 %, and writes every row
 to --out (a PeakCheckRun; each row says its measure_s and, on real ranks, estimate_s).
 --add-real-ranks measures only the real-rank rows of seed files holding simulated rows only (an
 earlier run's --real-configs) and adds them to those files. Cost on the shared 2-core VM
@@ -122,6 +123,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--first-seed", type=int, default=FRESH_HOLDOUT_SEEDS.start, help="--holdout: the first seed")
     parser.add_argument("--out", type=Path, default=None, help="--holdout: a folder for the PeakCheckRun files")
     parser.add_argument(
+        "--strategies",
+        default=",".join(STRATEGIES),
+        help=f"--holdout: the strategies each config runs (default {','.join(STRATEGIES)})",
+    )
+    parser.add_argument(
         "--add-real-ranks",
         action="store_true",
         help="--holdout --out: a seed file with simulated rows only gets its real-rank rows measured and added",
@@ -150,6 +156,10 @@ def main(argv: list[str] | None = None) -> int:
         print("--add-real-ranks adds rows to the seed files of --holdout --out FOLDER: give both", file=sys.stderr)
         return 2
     if args.holdout:
+        args.strategies, problem = _holdout_strategies(args.strategies)
+        if problem:
+            print(f"--strategies: {problem}", file=sys.stderr)
+            return 2
         return run_holdout(args)
     rows = golden_rows()
     for row in rows:
@@ -192,18 +202,31 @@ def _reestimate_strategies(text: str, repredict: Path | None) -> tuple[list[str]
     return names, "needs --repredict" if names and repredict is None else None
 
 
+def _holdout_strategies(text: str) -> tuple[list[str], str | None]:
+    """--strategies' names, and what is wrong with them (None: nothing)."""
+    from fsdp_bench.plan.catalog import STRATEGIES as CATALOG
+
+    names = [s.strip() for s in text.split(",") if s.strip()]
+    unknown = [s for s in names if s not in CATALOG]
+    if unknown or not names:
+        return names, f"unknown strategy {unknown[0]!r}" if unknown else "no strategy given"
+    return names, None
+
+
 ACCUMULATIONS = ((1, "every"), (2, "every"), (2, "last"))
 SIMULATED = (64, 512)
 
 
-def holdout_cases(model: str, nproc: int, real: bool, simulated: bool = True) -> list[tuple[str, Case]]:
+def holdout_cases(
+    model: str, nproc: int, real: bool, simulated: bool = True, strategies=STRATEGIES
+) -> list[tuple[str, Case]]:
     """("real" or "simulated", case) for one generated model: every strategy and accumulation,
     on `nproc` real ranks if `real`, at the SIMULATED world sizes if `simulated`."""
     worlds = [("real", nproc)] * real + [("simulated", n) for n in SIMULATED] * simulated
     return [
         (kind, Case(strategy=s, nproc=n, model=model, grad_accum=ga, grad_sync=sync, simulate=kind != "real", **SMALL))
         for kind, n in worlds
-        for s in STRATEGIES
+        for s in strategies
         for ga, sync in ACCUMULATIONS
     ]
 
@@ -238,7 +261,9 @@ def check_row(seed: int, kind: str, case: Case, out: Path) -> PeakCheckRow:
         return {**row, "status": "no peak", "reason": why}
     row.update(status="ok", measured_bytes=measured)
     row = scored_row(row, case)
-    return estimated_row(row, case) if kind == "real" else row
+    from fsdp_bench.worker.estimate import refusal
+
+    return estimated_row(row, case) if kind == "real" and refusal(case) is None else row
 
 
 def estimated_row(row: PeakCheckRow, case: Case) -> PeakCheckRow:
@@ -364,7 +389,10 @@ def run_holdout(args: argparse.Namespace) -> int:
         t0, load0 = time.time(), os.getloadavg()[0]
         model = write_generated_config(seed, folder)
         seed_rows = []
-        for kind, case in holdout_cases(model, 2 + seed % 2, real=i < real_count, simulated=work == "all"):
+        cases = holdout_cases(
+            model, 2 + seed % 2, real=i < real_count, simulated=work == "all", strategies=args.strategies
+        )
+        for kind, case in cases:
             seed_rows.append(check_row(seed, kind, case, folder / "run"))
             print(_row_text(seed_rows[-1]), flush=True)
         rows += seed_rows

@@ -91,7 +91,8 @@ METRICS: tuple[Metric, ...] = (
     _m("optimizer_tensors_not_model_params", "count", "tensors the optimizer steps that are not parameters "
        "the model trains with (an optimizer built before sharding, not fixed)"),
     _m("peak_allocated_gib", "GiB", "CUDA: max_memory_allocated over the measured steps (peak reset after "
-       "warmup); CPU: the MemTracker probe's peak of live tensor bytes", LOWER, "peak alloc (GiB)", TABLE, LIVE,
+       "warmup); CPU: the MemTracker probe's peak of live tensor bytes (FSDP1, which MemTracker refuses: "
+       "the profiler's memory events over two probe steps)", LOWER, "peak alloc (GiB)", TABLE, LIVE,
        CHART),
     _m("peak_reserved_gib", "GiB", "CUDA: max_memory_reserved over the measured steps (none on CPU)", LOWER,
        "peak reserved (GiB)", TABLE, LIVE, CHART),

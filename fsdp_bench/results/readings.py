@@ -27,15 +27,26 @@ class MemoryReading(TypedDict, total=False):
     error: str  # memory_at_failure only: the reading itself failed
 
 
+class ProfiledPeak(TypedDict, total=False):
+    """worker.profiled_peak.profiled_step_peak: FSDP1's CPU peak from the profiler's memory events."""
+
+    peak_bytes: Number
+    resident_bytes: Number  # between steps: parameters, gradients, optimizer state
+    drift_bytes: Number  # the second step's end minus the first's: 0 when no free was missed
+    missed_frees: int  # blocks allocated again at the address of one never seen freed
+    null_reason: str
+
+
 class StepPeaks(TypedDict, total=False):
     """A rank's `memory`: the peaks of its measured steps (worker.loop, worker.probes)."""
 
-    peak_allocated_bytes: Number | None  # CUDA: the allocator's; CPU: MemTracker's probe-step peak
+    peak_allocated_bytes: Number | None  # CUDA: the allocator's; CPU: a probe step's (below)
     peak_reserved_bytes: Number | None
     peak_rss_bytes: Number | None
     method: str  # what measured the peak allocated: the allocator, the probe step, or why neither
     tracked_peak_bytes: Number
     tracked_by_category_bytes: dict[str, Number]
+    profiled_peak: ProfiledPeak  # CPU FSDP1 only (MemTracker refuses it)
 
 
 class MemorySample(TypedDict, total=False):

@@ -4,6 +4,8 @@ On CUDA the peak comes from `torch.cuda.max_memory_allocated`, reset before the 
 CPU has no allocator counters, so the CPU peak is measured on one extra, untimed training step
 run under `torch.distributed._tools.mem_tracker.MemTracker`, which follows every tensor's
 storage as it is created and freed: that is the peak of live tensor bytes, not of the heap.
+MemTracker refuses FSDP1; its peak comes from the profiler's memory events instead
+(worker.profiled_peak), the same live bytes counted from the allocator's side.
 """
 
 from __future__ import annotations

@@ -144,10 +144,14 @@ def _storage_bytes(tensors) -> int:
     return sum(seen.values())
 
 
+def _state_tensors(optimizer) -> list[torch.Tensor]:
+    return [v for s in optimizer.state.values() for v in s.values() if isinstance(v, torch.Tensor)]
+
+
 def resident_model_state_bytes(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, int]:
     """Params, grads and optimizer state resident on this rank right now, by distinct storage."""
     params = list(model.parameters())
-    state = [v for s in optimizer.state.values() for v in s.values() if isinstance(v, torch.Tensor)]
+    state = _state_tensors(optimizer)
     out = {
         "params": _storage_bytes(params),
         "grads": _storage_bytes(p.grad for p in params),
@@ -155,6 +159,14 @@ def resident_model_state_bytes(model: nn.Module, optimizer: torch.optim.Optimize
     }
     out["total"] = out["params"] + out["grads"] + out["optimizer"]
     return out
+
+
+def resident_state_bytes(model: nn.Module, optimizer) -> int:
+    """Everything MemTracker follows of a model between steps, by distinct storage: parameters,
+    buffers, gradients and optimizer state (the base a profiled peak counts up from)."""
+    params = list(model.parameters())
+    state = _state_tensors(inner_optimizer(optimizer))
+    return _storage_bytes([*params, *model.buffers(), *(p.grad for p in params), *state])
 
 
 def measure_model_state_after_step(
@@ -319,6 +331,25 @@ def _probe_breakdown(
         record["memory_breakdown_null_reason"] = refusal
         if device.type == "cpu":  # on CUDA the allocator's peak stands without the breakdown
             record["memory"]["method"] = f"unavailable: {refusal}"
+            if refusal != PROBES_OFF:
+                _probe_profiled_peak(model, optimizer, step, record=record, guard=guard)
+
+
+def _probe_profiled_peak(model, optimizer, step: Callable[..., Any], *, record: RankRecord, guard: ProbeGuard) -> None:
+    """Two steps under the profiler's memory events: the CPU peak MemTracker could not give."""
+    from fsdp_bench.worker.profiled_peak import profiled_step_peak
+
+    peak, reason = guard.run(
+        "profiled_peak", lambda: profiled_step_peak(step, resident_bytes=resident_state_bytes(model, optimizer))
+    )
+    reason = reason or (peak or {}).get("null_reason")
+    record["memory"]["profiled_peak"] = peak if reason is None else {"null_reason": reason}
+    if reason is None:
+        record["memory"]["peak_allocated_bytes"] = peak["peak_bytes"]
+        record["memory"]["method"] = (
+            "profiled_probe_steps: torch.profiler memory events over 2 untimed steps, the peak in "
+            "the second plus the resident state (MemTracker refuses FSDP1)"
+        )
 
 
 def _probe_step_parts(

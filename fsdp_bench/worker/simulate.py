@@ -38,23 +38,31 @@ def fake_rank0(case: Case) -> Iterator[None]:
 
 def simulated_peak(case: Case) -> int:
     """Rank 0 of a simulated case on the fake process group, in this process: two steps (AdamW's
-    state made), then one under MemTracker, the probe step's reading (worker.memory's
-    track_step_memory, which gives a CPU sweep its peak) without the sweep's other probes (FLOPs,
+    state made), then one under MemTracker (FSDP1: two under the profiler), the probe step's
+    reading (worker.memory, which gives a CPU sweep its peak) without the sweep's other probes (FLOPs,
     profiler: 6-8 of a simulated case's 11-14 s on the 2-core machine). Scripts and tests that
     check the peak model read it."""
     import torch
 
     from fsdp_bench.worker.memory import track_step_memory
+    from fsdp_bench.worker.probes import memtracker_refusal, resident_state_bytes
+    from fsdp_bench.worker.profiled_peak import profiled_step_peak
     from fsdp_bench.worker.setup import build_rank
 
     with fake_rank0(case):
         setup = build_rank(case, device=torch.device("cpu"), rank=0, world_size=case.nproc)
         for step in range(2):
             setup.train_step(step)
-        tracked = track_step_memory(
-            lambda on_phase: setup.train_step(2, on_phase), [setup.model], setup.optimizer, device=setup.device
-        )
-    return tracked["peak_bytes"]
+        if memtracker_refusal(setup.model) is None:
+            tracked = track_step_memory(
+                lambda on_phase: setup.train_step(2, on_phase), [setup.model], setup.optimizer, device=setup.device
+            )
+            return tracked["peak_bytes"]
+        resident = resident_state_bytes(setup.model, setup.optimizer)
+        profiled = profiled_step_peak(lambda: setup.train_step(2), resident_bytes=resident)
+    if "peak_bytes" not in profiled:
+        raise RuntimeError(f"{case.id}: {profiled['null_reason']}")
+    return profiled["peak_bytes"]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -71,6 +71,18 @@ def test_fsdp1_breakdown_is_null_with_the_reason(results):
         assert "MemTracker refuses FSDP1" in rank["memory_breakdown_null_reason"]
 
 
+def test_fsdp1s_peak_is_the_profiled_one_and_the_predicted_one(results):
+    """MemTracker refuses FSDP1; the profiler's memory events give its CPU peak instead."""
+    for strategy in ("fsdp1_full_shard", "fsdp1_shard_grad_op", "fsdp1_no_shard"):
+        for rank in results[strategy]["ranks"]:
+            memory, profiled = rank["memory"], rank["memory"]["profiled_peak"]
+            assert memory["method"].startswith("profiled_probe_steps"), memory
+            assert profiled["drift_bytes"] == profiled["missed_frees"] == 0, profiled
+            assert memory["peak_allocated_bytes"] == profiled["peak_bytes"] > profiled["resident_bytes"] > 0
+            assert memory["peak_allocated_bytes"] == pytest.approx(rank["prediction"]["peak_bytes"], rel=0.01)
+        assert results[strategy]["metrics"]["peak_allocated_gib"] > 0
+
+
 def test_model_state_matches_zero_expectation(results):
     n = results["ddp"]["ranks"][0]["n_params"]
     expected_total = {"ddp": 16 * n, "fsdp2": 16 * n / 2, "fsdp2_no_reshard": 16 * n / 2}
