@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -87,6 +88,19 @@ def child_env(**extra: str) -> dict[str, str]:
         env.pop(name)
     env.update(extra)
     return env
+
+
+def two_gloo_ranks_report(script_text: str, folder: Path) -> list[dict]:
+    """Run `script_text` on two gloo ranks (torchrun, this interpreter); each rank writes
+    FOLDER/rank<N>.json (FOLDER is its argv[1]); their reports, rank 0 first."""
+    script = folder / "ranks.py"
+    script.write_text(script_text)
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    done = subprocess.run(
+        [*command, str(script), str(folder)], env=child_env(), capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    return [json.loads((folder / f"rank{rank}.json").read_text()) for rank in (0, 1)]
 
 
 def pytest_cmd(*args: str) -> list[str]:

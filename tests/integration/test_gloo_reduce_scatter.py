@@ -9,14 +9,11 @@ others; settled, it was gone after every call, and the result is gloo's.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import textwrap
 
 import pytest
 
-from tests.sweep_helpers import child_env
+from tests.sweep_helpers import two_gloo_ranks_report
 
 # a loaded machine may see gloo's late free less often; both ranks must make the same calls
 CALLS = 1000
@@ -63,14 +60,7 @@ SCRIPT = textwrap.dedent(
 
 @pytest.mark.versions  # gloo's threads and the c10d name FSDP2 calls move with torch
 def test_settled_reduce_scatter_frees_gloos_copy_before_it_returns(tmp_path):
-    script = tmp_path / "ranks.py"
-    script.write_text(SCRIPT)
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
-    done = subprocess.run(
-        [*command, str(script), str(tmp_path)], env=child_env(), capture_output=True, text=True, timeout=300
-    )
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    reports = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)]
+    reports = two_gloo_ranks_report(SCRIPT, tmp_path)
     for report in reports:
         # the same numbers as gloo's own reduce-scatter (its algorithm, on the caller's copy)
         assert report["equal"] == {"gloo": True, "settled": True}, report

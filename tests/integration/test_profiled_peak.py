@@ -5,14 +5,11 @@ process it repeats to the byte and misses no free, and it is the peak the model 
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import textwrap
 
 import pytest
 
-from tests.sweep_helpers import child_env
+from tests.sweep_helpers import two_gloo_ranks_report
 
 # versions: the profiler's memory events and gloo's threads move with torch
 pytestmark = pytest.mark.versions
@@ -51,15 +48,7 @@ SCRIPT = textwrap.dedent(
 
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("profiled")
-    script = folder / "ranks.py"
-    script.write_text(SCRIPT)
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
-    done = subprocess.run(
-        [*command, str(script), str(folder)], env=child_env(), capture_output=True, text=True, timeout=300
-    )
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
-    return [json.loads((folder / f"rank{rank}.json").read_text()) for rank in (0, 1)]
+    return two_gloo_ranks_report(SCRIPT, tmp_path_factory.mktemp("profiled"))
 
 
 @pytest.mark.parametrize("strategy", ["fsdp1_full_shard", "fsdp1_shard_grad_op", "fsdp1_no_shard"])
