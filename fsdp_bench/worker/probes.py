@@ -315,7 +315,7 @@ def _probe_breakdown(
     """One step under MemTracker: the peak's breakdown by category (and the CPU peak)."""
     from fsdp_bench.worker.memory import track_step_memory
 
-    refusal = memtracker_refusal(model) if case.probes else PROBES_OFF
+    refusal = up_front = memtracker_refusal(model) if case.probes else PROBES_OFF
     if refusal is None:
         tracked, refusal = guard.run("memtracker", lambda: track_step_memory(step, [model], optimizer, device=device))
     if refusal is None:
@@ -331,7 +331,9 @@ def _probe_breakdown(
         record["memory_breakdown_null_reason"] = refusal
         if device.type == "cpu":  # on CUDA the allocator's peak stands without the breakdown
             record["memory"]["method"] = f"unavailable: {refusal}"
-            if refusal != PROBES_OFF:
+            # FSDP1 only: where MemTracker failed on another strategy, the profiled reading is no
+            # stand-in (on ddp it read 2.8-12.2% low: docs/metrics.md, "FSDP1's CPU peak")
+            if up_front not in (None, PROBES_OFF):
                 _probe_profiled_peak(model, optimizer, step, record=record, guard=guard)
 
 
