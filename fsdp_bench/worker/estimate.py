@@ -45,7 +45,8 @@ def refusal(case: Case) -> str | None:
     if row.layout == "fsdp1_flat":
         return (
             "FSDP1 cannot be traced: torch's MemTracker cannot follow its flat-parameter views "
-            "(post-accumulate-grad hooks need leaf tensors), the same refusal as the measured probe"
+            "(post-accumulate-grad hooks need leaf tensors), and the profiler's memory events, which "
+            "measure FSDP1's CPU peak instead, see no allocation of a fake tensor"
         )
     if row.prepares_optimizer:
         return (

@@ -111,7 +111,18 @@ def test_adding_real_ranks_needs_a_holdout_folder(tmp_path):
         assert run.stderr.strip() == "--add-real-ranks adds rows to the seed files of --holdout --out FOLDER: give both"
 
 
-@pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
+def test_holdout_strategies_are_catalog_names(tmp_path):
+    for text, line in (("fsdp9", "--strategies: unknown strategy 'fsdp9'"), (",", "--strategies: no strategy given")):
+        run = _script("--holdout", "--strategies", text, "--out", str(tmp_path / "never"))
+        assert (run.returncode, run.stderr.strip()) == (2, line)
+        assert not (tmp_path / "never").exists()
+    names = ["fsdp1_full_shard", "fsdp1_no_shard"]
+    cases = script.holdout_cases("gpt_tiny", 2, real=True, strategies=names)
+    assert {c.strategy for _, c in cases} == set(names)
+    assert len(cases) == len(names) * len(script.ACCUMULATIONS) * (1 + len(script.SIMULATED))
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp2", "fsdp1_full_shard"])  # FSDP1's read by the profiler
 def test_a_simulated_peak_is_the_same_on_one_thread_and_two(strategy, tmp_path):
     """run_holdout measures simulated ranks on one intra-op thread; committed rows were measured
     on two. A dev config (seed 0: gemma, 4 layers, vocabulary 1,919) at 64 ranks, accumulation 2."""
