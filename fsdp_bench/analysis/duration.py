@@ -107,7 +107,14 @@ from fsdp_bench.analysis.adaptive import max_measured_steps
 from fsdp_bench.analysis.comm_model import model_units
 from fsdp_bench.analysis.flops import PEAK_TFLOPS, flops_per_token, lookup_peak_tflops
 from fsdp_bench.analysis.hf_units import attention_layers_and_width
-from fsdp_bench.plan.case import PARTS_PROBE_STEPS, PROFILED_STEPS, PROFILER_WARMUP_STEPS, UPDATE_NORM_MAX_BYTES, Case
+from fsdp_bench.plan.case import (
+    PARTS_PROBE_STEPS,
+    PROFILED_PEAK_STEPS,
+    PROFILED_STEPS,
+    PROFILER_WARMUP_STEPS,
+    UPDATE_NORM_MAX_BYTES,
+    Case,
+)
 from fsdp_bench.plan.catalog import precision as precision_row
 from fsdp_bench.plan.catalog import strategy as catalog_strategy
 from fsdp_bench.plan.flavors import flavor_for
@@ -256,10 +263,13 @@ def step_seconds(case: Case, gpu_name: str = DEFAULT_GPU_NAME, calibration: Cali
 
 def probe_step_equivalents(case: Case) -> int:
     """The untimed probe steps a case runs, in plain steps: none without probes; a simulated case
-    has no step-parts probe (worker.probes: its peers' collectives are fakes that take no time)."""
+    has no step-parts probe (worker.probes: its peers' collectives are fakes that take no time);
+    FSDP1 off CUDA adds its profiled peak's steps (MemTracker refuses it)."""
     if not case.probes:
         return 0
-    return PROBE_STEP_EQUIVALENTS - (PARTS_PROBE_STEPS if case.simulate else 0)
+    flat = catalog_strategy(case.strategy).layout == "fsdp1_flat"  # MemTracker cannot follow its views
+    profiled = PROFILED_PEAK_STEPS if case.device != "cuda" and flat else 0
+    return PROBE_STEP_EQUIVALENTS - (PARTS_PROBE_STEPS if case.simulate else 0) + profiled
 
 
 def case_seconds(case: Case, gpu_name: str = DEFAULT_GPU_NAME, calibration: Calibration = FIXED) -> float:

@@ -171,6 +171,9 @@ PROFILER_WARMUP_STEPS = 1
 PARTS_PROBE_WINDOWS = 2
 PARTS_PROBE_PLAIN_STEPS = 5
 PARTS_PROBE_STEPS = 1 + PARTS_PROBE_WINDOWS + PARTS_PROBE_PLAIN_STEPS
+# FSDP1's CPU peak (worker.profiled_peak, MemTracker refuses FSDP1): steps under the profiler's
+# memory events, the peak read in the last (the first makes every free it sees one it counted).
+PROFILED_PEAK_STEPS = 2
 
 # Update norms need two host copies of the local parameters (on a GPU): above this many bytes of
 # them a benchmark would take more host memory than it should, and the norms are null with the

@@ -26,6 +26,7 @@ import gc
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from fsdp_bench.plan.case import PROFILED_PEAK_STEPS
 from fsdp_bench.results.readings import ProfiledPeak
 
 _SECOND_STEP = "fsdp_bench.profiled_peak.second_step"
@@ -35,8 +36,8 @@ PROFILED_DRIFT_TOLERANCE_BYTES = 4096
 
 
 def profiled_step_peak(step: Callable[[], Any], *, resident_bytes: int) -> ProfiledPeak:
-    """Run `step` twice under the profiler's memory events; the peak live bytes of the second
-    (see the module's docstring), or a null reason when a free was missed."""
+    """Run `step` PROFILED_PEAK_STEPS (2) times under the profiler's memory events; the peak live
+    bytes of the last (see the module's docstring), or a null reason when a free was missed."""
     from torch.profiler import ProfilerActivity, profile, record_function
 
     from fsdp_bench.worker.gloo_reduce_scatter import settled_on_gloo
@@ -45,7 +46,8 @@ def profiled_step_peak(step: Callable[[], Any], *, resident_bytes: int) -> Profi
     gc.disable()  # frees by reference counting alone, at the same points in both steps
     try:
         with settled_on_gloo(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-            step()
+            for _ in range(PROFILED_PEAK_STEPS - 1):
+                step()
             with record_function(_SECOND_STEP):
                 step()
     finally:
