@@ -101,3 +101,33 @@ def test_the_rescored_measurements_are_the_seed_files():
             part = json.loads((path.parent / f"seed-{seed}.json").read_text())
             measured |= {(r["seed"], r["case"]): r.get("measured_bytes") for r in part["cases"]}
         assert {(r["seed"], r["case"]): r.get("measured_bytes") for r in run["cases"]} == measured
+
+
+FSDP1 = ROOT / "docs" / "peak_holdout_fsdp1"
+
+
+def test_the_fsdp1_figures_are_its_seed_files():
+    """FSDP1's held-out range (its CPU peak read by the profiler; no FSDP1 reading existed before, and
+    the model was not changed from these rows): summary.json is its seed files' rows, of seeds no
+    other range measured, and the docs and README state their figure."""
+    summary = _run(FSDP1 / "summary.json")
+    seeds = summary["seeds"]
+    parts = [_run(FSDP1 / f"seed-{seed}.json") for seed in seeds]
+    assert summary["cases"] == [r for part in parts for r in part["cases"]]
+    assert all(s in FRESH_HOLDOUT_SEEDS for s in seeds)
+    assert not set(seeds) & {s for p in RUNS for s in _run(p)["seeds"]}
+    assert {r["case_fields"]["strategy"] for r in summary["cases"]} == {
+        "fsdp1_full_shard",
+        "fsdp1_shard_grad_op",
+        "fsdp1_no_shard",
+    }
+    figures = _figures([summary])
+    text = " ".join((ROOT / "docs" / "beyond-one-machine.md").read_text().split())
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    said = f"{figures['configs']} fresh configs: {figures['within']} of {figures['cases']} within 5%"
+    assert said in readme and f"worst {figures['worst']:+.2f}%" in readme
+    ok = [r for r in summary["cases"] if r["status"] == "ok"]
+    assert (
+        f"{figures['within']} of {figures['cases']} within 5%, {figures['beyond']} beyond 8%, "
+        f"{sum(abs(r[ERR]) <= 1 for r in ok)} within 1%; worst {figures['worst']:+.2f}%" in text
+    )
