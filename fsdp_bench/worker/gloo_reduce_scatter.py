@@ -17,7 +17,7 @@ tracker sees (the same 2-rank check).
   reduce-scatter do what gloo does, on a clone of its own that it frees itself before returning:
   none of 6,000 calls left it alive (2 ranks x 3,000, torch 2.13.0 and 2.15.0), and the dev case
   read 13,460,468 B in 12 of 12 runs.
-- The profiler's memory events (worker.memory.profiled_step_peak, FSDP1's CPU peak) see a free
+- The profiler's memory events (worker.profiled_peak, FSDP1's CPU peak) see a free
   only on a thread they follow, and gloo's thread drops its work outside the part they follow:
   a tensor whose last reference went with it was never seen freed. 2 of 4 FSDP1 runs of a toy
   read one or two 1 MiB reduce-scatter clones high; fsdp1_no_shard, whose gradients gloo
