@@ -267,8 +267,8 @@ def probe_step_equivalents(case: Case) -> int:
     FSDP1 off CUDA adds its profiled peak's steps (MemTracker refuses it)."""
     if not case.probes:
         return 0
-    flat = catalog_strategy(case.strategy).layout == "fsdp1_flat"  # MemTracker cannot follow its views
-    profiled = PROFILED_PEAK_STEPS if case.device != "cuda" and flat else 0
+    refused = catalog_strategy(case.strategy).memtracker_refuses
+    profiled = PROFILED_PEAK_STEPS if case.device != "cuda" and refused else 0
     return PROBE_STEP_EQUIVALENTS - (PARTS_PROBE_STEPS if case.simulate else 0) + profiled
 
 

@@ -115,6 +115,13 @@ class Strategy:
         return self.family == "fsdp1" and self.sharding != "replicated"
 
     @property
+    def memtracker_refuses(self) -> bool:
+        """torch's MemTracker cannot follow FSDP1's flat-parameter views (its post-accumulate-grad
+        hooks need leaf tensors): the CPU peak comes from the profiler instead, and the fake-tensor
+        estimator cannot run it."""
+        return self.layout == "fsdp1_flat"
+
+    @property
     def is_baseline(self) -> bool:
         """The reference others are compared with (loss parity, speed-ups): plain DDP."""
         return self.family == "ddp" and not self.hybrid

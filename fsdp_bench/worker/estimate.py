@@ -42,7 +42,7 @@ METHOD = "fake tensors and a fake process group; one untracked step, then one tr
 def refusal(case: Case) -> str | None:
     """Why this case cannot be estimated under fake tensors (None: it can)."""
     row = catalog_strategy(case.strategy)
-    if row.layout == "fsdp1_flat":
+    if row.memtracker_refuses:
         return (
             "FSDP1 cannot be traced: torch's MemTracker cannot follow its flat-parameter views "
             "(post-accumulate-grad hooks need leaf tensors), and the profiler's memory events, which "
