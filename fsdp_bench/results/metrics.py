@@ -98,7 +98,8 @@ METRICS: tuple[Metric, ...] = (
        "peak reserved (GiB)", TABLE, LIVE, CHART),
     _m("peak_rss_gib", "GiB", "ru_maxrss of the rank process (whole run)", LOWER, "peak RSS (GiB)", TABLE, LIVE, CHART),
     *(_m(f"breakdown_{part}_gib", "GiB", f"MemTracker's probe step, snapshot at its peak: {what}; rank with "
-         "the largest total. FSDP1: absent, breakdown_null_reason says why", None, "", CHART)
+         "the largest total. FSDP1 on CPU: its profiled peak's blocks by where each was made (gradients by "
+         "address); on CUDA: absent, breakdown_null_reason says why", None, "", CHART)
       for part, what in (("params", "PARAM+BUFFER"), ("grads", "GRAD"), ("optimizer", "OPT"),
                          ("activations", "ACT"), ("other", "TEMP+OTH"))),
     _m("expected_model_state_gib", "GiB", "ZeRO formula for the strategy (see the model-state section)", None, "",

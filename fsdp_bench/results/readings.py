@@ -32,6 +32,7 @@ class ProfiledPeak(TypedDict, total=False):
 
     peak_bytes: Number
     resident_bytes: Number  # between steps: parameters, gradients, optimizer state
+    breakdown_bytes: dict[str, Number]  # the peak by memory_breakdown_bytes' categories
     drift_bytes: Number  # the second step's end minus the first's: 0 when no free was missed
     missed_frees: int  # blocks allocated again at the address of one never seen freed
     null_reason: str

@@ -161,12 +161,15 @@ def resident_model_state_bytes(model: nn.Module, optimizer: torch.optim.Optimize
     return out
 
 
-def resident_state_bytes(model: nn.Module, optimizer) -> int:
-    """Everything MemTracker follows of a model between steps, by distinct storage: parameters,
-    buffers, gradients and optimizer state (the base a profiled peak counts up from)."""
+def resident_state_by_category(model: nn.Module, optimizer) -> dict[str, int]:
+    """Everything MemTracker follows of a model between steps, by distinct storage: parameters
+    with buffers, gradients and optimizer state (the base a profiled peak counts up from)."""
     params = list(model.parameters())
-    state = _state_tensors(inner_optimizer(optimizer))
-    return _storage_bytes([*params, *model.buffers(), *(p.grad for p in params), *state])
+    return {
+        "params": _storage_bytes([*params, *model.buffers()]),
+        "grads": _storage_bytes(p.grad for p in params),
+        "optimizer": _storage_bytes(_state_tensors(inner_optimizer(optimizer))),
+    }
 
 
 def measure_model_state_after_step(
@@ -341,17 +344,19 @@ def _probe_profiled_peak(model, optimizer, step: Callable[..., Any], *, record: 
     """Two steps under the profiler's memory events: the CPU peak MemTracker could not give."""
     from fsdp_bench.worker.profiled_peak import profiled_step_peak
 
-    peak, reason = guard.run(
-        "profiled_peak", lambda: profiled_step_peak(step, resident_bytes=resident_state_bytes(model, optimizer))
-    )
+    resident = resident_state_by_category(model, optimizer)
+    peak, reason = guard.run("profiled_peak", lambda: profiled_step_peak(step, model=model, resident=resident))
     reason = reason or (peak or {}).get("null_reason")
     record["memory"]["profiled_peak"] = peak if reason is None else {"null_reason": reason}
     if reason is None:
         record["memory"]["peak_allocated_bytes"] = peak["peak_bytes"]
         record["memory"]["method"] = (
             "profiled_probe_steps: torch.profiler memory events over 2 untimed steps, the peak in "
-            "the second plus the resident state (MemTracker refuses FSDP1)"
+            "the second plus the resident state (MemTracker refuses FSDP1); its breakdown by each "
+            "block's allocation site, gradients by address (worker.profiled_peak)"
         )
+        record["memory_breakdown_bytes"] = peak["breakdown_bytes"]
+        record.pop("memory_breakdown_null_reason", None)
 
 
 def _probe_step_parts(

@@ -1,6 +1,6 @@
-"""FSDP1's CPU peak, which MemTracker refuses: the live tensor bytes of a step counted from the
-CPU allocator's side, through the profiler's memory events (each allocation and free with its
-address and size, on every thread the profiler follows).
+"""FSDP1's CPU peak and its breakdown, which MemTracker refuses: the live tensor bytes of a step
+counted from the CPU allocator's side, through the profiler's memory events (each allocation and
+free with its address and size, on every thread the profiler follows).
 
 Two steps run under the profiler and the peak is read in the second. Only blocks allocated while
 it runs are counted, each until its free: a block from before (FSDP1's sharded gradients of the
@@ -18,57 +18,147 @@ Addresses, not the events' running sum: the CPU allocator keeps the size of a bl
 under an earlier profiling session and reports its free in a later one (a second reading in one
 process, an in-process simulated rank after another), which a running sum would subtract though
 it never added it: the second of two FSDP1 readings in one process read 298-597 KB low.
+
+The breakdown follows MemTracker's rules (docs/metrics.md, "FSDP1's CPU peak"): the resident state
+by what it is, every other block alive at the peak by the span that allocated it (_site_category),
+and a block holding a gradient at a backward's end as a gradient, wherever it was made.
 """
 
 from __future__ import annotations
 
 import gc
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from fsdp_bench.plan.case import PROFILED_PEAK_STEPS
 from fsdp_bench.results.readings import ProfiledPeak
 
+_STEP = "fsdp_bench.profiled_peak.step"
 _SECOND_STEP = "fsdp_bench.profiled_peak.second_step"
+_AFTER_BACKWARD = "fsdp_bench.profiled_peak.after_backward"
+_FSDP1 = "FullyShardedDataParallel."
+_ALLOC, _MARK_SECOND, _MARK_GRADS = range(3)  # the kinds of event the replay reads
 # A missed free is a whole tensor (a gradient, a gathered unit: hundreds of KB and more); a few
 # scalars (a loss, a step counter) may differ between two steps without meaning that.
 PROFILED_DRIFT_TOLERANCE_BYTES = 4096
 
 
-def profiled_step_peak(step: Callable[[], Any], *, resident_bytes: int) -> ProfiledPeak:
-    """Run `step` PROFILED_PEAK_STEPS (2) times under the profiler's memory events; the peak live
-    bytes of the last (see the module's docstring), or a null reason when a free was missed."""
+def profiled_step_peak(step: Callable[..., Any], *, model, resident: dict[str, int]) -> ProfiledPeak:
+    """Run `step(on_phase)` PROFILED_PEAK_STEPS (2) times under the profiler's memory events; the
+    peak live bytes of the last and their breakdown (see the module's docstring), or a null reason
+    when a free was missed. `resident`: the model's state between steps by category
+    (worker.probes.resident_state_by_category)."""
     from torch.profiler import ProfilerActivity, profile, record_function
 
     from fsdp_bench.worker.gloo_reduce_scatter import settled_on_gloo
+
+    grad_sets: list[set[int]] = []  # the gradients' storages at each backward's end, in order
+
+    def on_phase(phase: str) -> None:
+        if phase == "after_backward":
+            with record_function(_AFTER_BACKWARD):
+                grad_sets.append(gradient_addresses(model))
 
     gc.collect()
     gc.disable()  # frees by reference counting alone, at the same points in both steps
     try:
         with settled_on_gloo(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-            for _ in range(PROFILED_PEAK_STEPS - 1):
-                step()
-            with record_function(_SECOND_STEP):
-                step()
+            for i in range(PROFILED_PEAK_STEPS):
+                with record_function(_SECOND_STEP if i == PROFILED_PEAK_STEPS - 1 else _STEP):
+                    step(on_phase)
     finally:
         gc.enable()
-    second, allocations = _second_step_and_allocations(prof.profiler.kineto_results.experimental_event_tree())
-    counted: dict[int, int] = {}  # address -> bytes of the blocks allocated under the profiler
-    live, first_end, peak, missed = 0, None, 0, 0
-    for start_ns, address, size in sorted(allocations):
-        if first_end is None and start_ns >= second:
+    events = _events(prof.profiler.kineto_results.experimental_event_tree(), grad_sets)
+    return _peak_of_second_step(events, resident)
+
+
+def gradient_addresses(model) -> set[int]:
+    """The storages holding gradients now: each parameter's, and FSDP1's flat parameters' own
+    (a unit's gradient between micro-batches, `_saved_grad_shard`, is on no parameter)."""
+    from fsdp_bench.worker.training import local_tensor
+
+    grads = [p.grad for p in model.parameters()]
+    for module in model.modules():
+        flat = getattr(getattr(module, "_handle", None), "flat_param", None)
+        if flat is not None:
+            grads += [flat.grad, getattr(flat, "_saved_grad_shard", None)]
+    return {local_tensor(g).untyped_storage().data_ptr() for g in grads if g is not None}
+
+
+def _site_category(name: str, inherited: str) -> str:
+    """The category of a block allocated inside the span `name`, MemTracker's where it has one:
+    a step's forward makes activations, its backward temporaries (other), its optimizer step
+    optimizer state; FSDP1's unsharding gathers parameters (MemTracker would call a unit
+    prefetched in the backward `other` until the unit's own backward begins). Gradients are
+    found by address instead (_MARK_GRADS), as MemTracker's gradient hooks find them."""
+    if name in (_STEP, _SECOND_STEP):
+        return "activations"
+    if name.startswith("Optimizer.step"):
+        return "optimizer"
+    if name.startswith("autograd::engine::evaluate_function"):
+        return "other"
+    if name.startswith(_FSDP1) and ("._pre_" in name or "prefetch" in name):
+        return "params"
+    return inherited
+
+
+def _events(roots, grad_sets: list[set[int]]) -> list[tuple]:
+    """(start ns, kind, address or addresses, bytes, category) for every CPU allocation (+bytes)
+    and free (-bytes), the second step's start, and each backward's end with its gradients."""
+    from torch._C._profiler import _EventType
+
+    events, grad_marks = [], []
+    stack = [(node, "other") for node in roots]  # outside a step: another thread's work
+    while stack:
+        node, inherited = stack.pop()
+        if node.tag == _EventType.Allocation:
+            fields = node.extra_fields
+            if fields.device.type == "cpu":
+                events.append((node.start_time_ns, _ALLOC, fields.ptr, fields.alloc_size, inherited))
+            continue
+        if node.name == _SECOND_STEP:
+            events.append((node.start_time_ns, _MARK_SECOND, None, 0, None))
+        elif node.name == _AFTER_BACKWARD:
+            grad_marks.append(node.start_time_ns)
+        category = _site_category(node.name, inherited)
+        stack.extend((child, category) for child in node.children)
+    if len(grad_marks) != len(grad_sets):
+        raise RuntimeError(f"{len(grad_sets)} backward(s) ran but the profiler recorded {len(grad_marks)}")
+    events += [(t, _MARK_GRADS, grads, 0, None) for t, grads in zip(sorted(grad_marks), grad_sets, strict=True)]
+    return sorted(events, key=lambda e: e[0])
+
+
+def _peak_of_second_step(events: list[tuple], resident: dict[str, int]) -> ProfiledPeak:
+    """Replay the events in time order: the counted bytes live at the second step's start, end
+    (a difference is a missed free) and peak, and the blocks live at the peak by category."""
+    blocks: list[list] = []  # [bytes, category, allocated at event index, freed at event index]
+    counted: dict[int, list] = {}  # address -> the live counted block there
+    live, first_end, peak, peak_at, missed = 0, None, 0, -1, 0
+    for index, (_, kind, address, size, category) in enumerate(events):
+        if kind == _MARK_SECOND:
             first_end = peak = live
-        if size > 0:
-            missed += address in counted  # allocated again where a counted block was never freed
-            live += size - counted.pop(address, 0)
-            counted[address] = size
+            peak_at = index
+        elif kind == _MARK_GRADS:  # a live block holding a gradient now is one (MemTracker's hook)
+            for block in filter(None, map(counted.get, address)):
+                block[1] = "grads"
+        elif size > 0:
+            if address in counted:  # allocated again where a counted block was never freed
+                missed += 1
+                live -= _free(counted.pop(address), index)
+            counted[address] = [size, category, index, None]
+            blocks.append(counted[address])
+            live += size
         elif address in counted:
-            live -= counted.pop(address)
-        if first_end is not None:
-            peak = max(peak, live)
-    if first_end is None:  # the second step allocated and freed nothing
-        first_end = peak = live
-    out: ProfiledPeak = {"resident_bytes": resident_bytes, "drift_bytes": live - first_end, "missed_frees": missed}
+            live -= _free(counted.pop(address), index)
+        if first_end is not None and live > peak:
+            peak, peak_at = live, index
+    if first_end is None:
+        raise RuntimeError(f"the profiler recorded no {_SECOND_STEP!r} span")
+    out: ProfiledPeak = {
+        "resident_bytes": sum(resident.values()),
+        "drift_bytes": live - first_end,
+        "missed_frees": missed,
+    }
     if missed:
         out["null_reason"] = (
             f"the profiler missed {missed} free(s): a block was allocated again at a live one's address"
@@ -79,31 +169,15 @@ def profiled_step_peak(step: Callable[[], Any], *, resident_bytes: int) -> Profi
             f"(tolerance {PROFILED_DRIFT_TOLERANCE_BYTES:,} B), so the blocks it counts are not the live ones"
         )
     else:
-        out["peak_bytes"] = resident_bytes + peak
+        out["peak_bytes"] = out["resident_bytes"] + peak
+        breakdown = dict.fromkeys(("params", "grads", "optimizer", "activations", "other"), 0) | resident
+        for size, category, allocated, freed in blocks:
+            if allocated <= peak_at and (freed is None or freed > peak_at):
+                breakdown[category] += size
+        out["breakdown_bytes"] = breakdown
     return out
 
 
-def _second_step_and_allocations(roots) -> tuple[int, list[tuple[int, int, int]]]:
-    """When the second step began (ns) and every CPU allocation (+bytes) and free (-bytes) as
-    (start ns, address, bytes), from the profiler's event tree."""
-    from torch._C._profiler import _EventType
-
-    second, allocations = None, []
-    for node in _walk(roots):
-        if node.tag == _EventType.Allocation:
-            fields = node.extra_fields
-            if fields.device.type == "cpu":
-                allocations.append((node.start_time_ns, fields.ptr, fields.alloc_size))
-        elif node.name == _SECOND_STEP:
-            second = node.start_time_ns
-    if second is None:
-        raise RuntimeError(f"the profiler recorded no {_SECOND_STEP!r} span")
-    return second, allocations
-
-
-def _walk(nodes) -> Iterator[Any]:
-    stack = list(nodes)
-    while stack:
-        node = stack.pop()
-        yield node
-        stack.extend(node.children)
+def _free(block: list, index: int) -> int:
+    block[3] = index
+    return block[0]

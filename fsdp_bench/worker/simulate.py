@@ -45,7 +45,7 @@ def simulated_peak(case: Case) -> int:
     import torch
 
     from fsdp_bench.worker.memory import track_step_memory
-    from fsdp_bench.worker.probes import memtracker_refusal, resident_state_bytes
+    from fsdp_bench.worker.probes import memtracker_refusal, resident_state_by_category
     from fsdp_bench.worker.profiled_peak import profiled_step_peak
     from fsdp_bench.worker.setup import build_rank
 
@@ -58,8 +58,10 @@ def simulated_peak(case: Case) -> int:
                 lambda on_phase: setup.train_step(2, on_phase), [setup.model], setup.optimizer, device=setup.device
             )
             return tracked["peak_bytes"]
-        resident = resident_state_bytes(setup.model, setup.optimizer)
-        profiled = profiled_step_peak(lambda: setup.train_step(2), resident_bytes=resident)
+        resident = resident_state_by_category(setup.model, setup.optimizer)
+        profiled = profiled_step_peak(
+            lambda on_phase: setup.train_step(2, on_phase), model=setup.model, resident=resident
+        )
     if "peak_bytes" not in profiled:
         raise RuntimeError(f"{case.id}: {profiled['null_reason']}")
     return profiled["peak_bytes"]

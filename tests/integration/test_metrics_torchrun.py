@@ -64,11 +64,15 @@ def test_breakdown_sums_to_measured_peak(results):
         assert results[strategy]["metrics"]["breakdown_params_gib"] > 0
 
 
-def test_fsdp1_breakdown_is_null_with_the_reason(results):
+def test_fsdp1s_breakdown_is_its_profiled_peaks(results):
+    """MemTracker refuses FSDP1; its profiled peak is taken apart instead, into the same five parts."""
     for strategy in ("fsdp1_full_shard", "fsdp1_shard_grad_op", "fsdp1_no_shard"):
-        rank = results[strategy]["ranks"][0]
-        assert rank["memory_breakdown_bytes"] is None
-        assert "MemTracker refuses FSDP1" in rank["memory_breakdown_null_reason"]
+        for rank in results[strategy]["ranks"]:
+            parts = rank["memory_breakdown_bytes"]
+            assert parts == rank["memory"]["profiled_peak"]["breakdown_bytes"], rank.get("memory_breakdown_null_reason")
+            assert sum(parts.values()) == rank["memory"]["peak_allocated_bytes"]
+            assert min(parts["params"], parts["optimizer"], parts["activations"]) > 0, parts
+        assert results[strategy]["metrics"]["breakdown_activations_gib"] > 0
 
 
 def test_fsdp1s_peak_is_the_profiled_one_and_the_predicted_one(results):

@@ -9,18 +9,20 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from fsdp_bench.worker.memory import track_step_memory  # noqa: E402
-from fsdp_bench.worker.probes import resident_state_bytes  # noqa: E402
+from fsdp_bench.worker.probes import fold_breakdown, resident_state_by_category  # noqa: E402
 from fsdp_bench.worker.profiled_peak import PROFILED_DRIFT_TOLERANCE_BYTES, profiled_step_peak  # noqa: E402
 
 
-def _trainer(foreach: bool):
+def _trainer(foreach: bool, rows: int = 64):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.GELU(), torch.nn.Linear(512, 256))
     optimizer = torch.optim.AdamW(model.parameters(), foreach=foreach)
-    data = torch.randn(64, 256)
+    data = torch.randn(rows, 256)
 
     def step(on_phase=None):
         model(data).square().mean().backward()
+        if on_phase is not None:
+            on_phase("after_backward")
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
@@ -28,15 +30,26 @@ def _trainer(foreach: bool):
     return model, optimizer, step
 
 
-@pytest.mark.parametrize("foreach", [True, False])
-def test_the_profiled_peak_is_memtrackers(foreach):
-    model, optimizer, step = _trainer(foreach)
-    tracked = track_step_memory(step, [model], optimizer, device=torch.device("cpu"))["peak_bytes"]
-    profiled = profiled_step_peak(step, resident_bytes=resident_state_bytes(model, optimizer))
+# 64 rows: the peak is in AdamW's step; 4,096: in the backward, among activations and temporaries
+@pytest.mark.parametrize(("foreach", "rows"), [(True, 64), (False, 64), (True, 4096)])
+def test_the_profiled_peak_is_memtrackers(foreach, rows):
+    model, optimizer, step = _trainer(foreach, rows)
+    tracked = track_step_memory(step, [model], optimizer, device=torch.device("cpu"))
+    profiled = profiled_step_peak(step, model=model, resident=resident_state_by_category(model, optimizer))
     assert profiled["drift_bytes"] == 0, profiled
     # parameters + AdamW's two moments, then the activations, gradients and foreach temporaries
     assert profiled["peak_bytes"] > profiled["resident_bytes"] > 0
-    assert profiled["peak_bytes"] == pytest.approx(tracked, abs=64), (profiled, tracked)
+    assert profiled["peak_bytes"] == pytest.approx(tracked["peak_bytes"], abs=64), (profiled, tracked)
+    # the same peak taken apart the same way: by where each block was made, gradients by address
+    expected = fold_breakdown(tracked["by_category_bytes"])
+    assert sum(profiled["breakdown_bytes"].values()) == profiled["peak_bytes"]
+    for category, value in profiled["breakdown_bytes"].items():
+        assert value == pytest.approx(expected[category], abs=64), (category, profiled, expected)
+    parts = profiled["breakdown_bytes"]
+    if rows == 64:  # AdamW's step: every gradient held, foreach's temporaries counted as optimizer's
+        assert parts["grads"] == parts["params"] > 0 == parts["activations"]
+    else:  # early in the backward: activations and their gradients live, no parameter's yet
+        assert min(parts["activations"], parts["other"]) > parts["optimizer"] > parts["grads"] == 0
 
 
 def test_a_step_that_keeps_what_it_allocates_is_refused():
@@ -44,10 +57,10 @@ def test_a_step_that_keeps_what_it_allocates_is_refused():
     kept = []
 
     def leaky(on_phase=None):
-        step()
+        step(on_phase)
         kept.append(torch.ones(PROFILED_DRIFT_TOLERANCE_BYTES))  # 4 B each: 4x the tolerance a step
 
-    profiled = profiled_step_peak(leaky, resident_bytes=resident_state_bytes(model, optimizer))
+    profiled = profiled_step_peak(leaky, model=model, resident=resident_state_by_category(model, optimizer))
     assert "peak_bytes" not in profiled
     assert profiled["drift_bytes"] == 4 * PROFILED_DRIFT_TOLERANCE_BYTES
     assert profiled["null_reason"].startswith("the profiler missed a free: two equal steps ended +16,384 B apart")
