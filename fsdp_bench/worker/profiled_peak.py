@@ -26,8 +26,9 @@ and a block holding a gradient at a backward's end as a gradient, wherever it wa
 
 from __future__ import annotations
 
+import contextlib
 import gc
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from fsdp_bench.plan.case import PROFILED_PEAK_STEPS
@@ -36,6 +37,7 @@ from fsdp_bench.results.readings import ProfiledPeak
 _STEP = "fsdp_bench.profiled_peak.step"
 _SECOND_STEP = "fsdp_bench.profiled_peak.second_step"
 _AFTER_BACKWARD = "fsdp_bench.profiled_peak.after_backward"
+_FORWARD = "fsdp_bench.profiled_peak.module_forward"
 _FSDP1 = "FullyShardedDataParallel."
 _ALLOC, _MARK_SECOND, _MARK_GRADS = range(3)  # the kinds of event the replay reads
 # A missed free is a whole tensor (a gradient, a gathered unit: hundreds of KB and more); a few
@@ -52,7 +54,7 @@ def profiled_step_peak(step: Callable[..., Any], *, model, resident: dict[str, i
 
     from fsdp_bench.worker.gloo_reduce_scatter import settled_on_gloo
 
-    grad_sets: list[set[int]] = []  # the gradients' storages at each backward's end, in order
+    grad_sets: list[set[int]] = []  # storages holding gradients at each backward's end, in order
 
     def on_phase(phase: str) -> None:
         if phase == "after_backward":
@@ -62,7 +64,11 @@ def profiled_step_peak(step: Callable[..., Any], *, model, resident: dict[str, i
     gc.collect()
     gc.disable()  # frees by reference counting alone, at the same points in both steps
     try:
-        with settled_on_gloo(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        with (
+            settled_on_gloo(),
+            _forward_spans(model),
+            profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof,
+        ):
             for i in range(PROFILED_PEAK_STEPS):
                 with record_function(_SECOND_STEP if i == PROFILED_PEAK_STEPS - 1 else _STEP):
                     step(on_phase)
@@ -85,13 +91,42 @@ def gradient_addresses(model) -> set[int]:
     return {local_tensor(g).untyped_storage().data_ptr() for g in grads if g is not None}
 
 
+@contextlib.contextmanager
+def _forward_spans(model) -> Iterator[None]:
+    """Each module's forward as a span (_FORWARD): a forward run again in the backward (activation
+    checkpointing's recomputation) makes activations, as MemTracker counts it, not temporaries."""
+    from torch.profiler import record_function
+
+    open_spans = []
+
+    def enter(module, args) -> None:
+        open_spans.append(record_function(_FORWARD))
+        open_spans[-1].__enter__()
+
+    def leave(module, args, output) -> None:
+        open_spans.pop().__exit__(None, None, None)
+
+    # always_call: checkpointing stops a recomputation by raising inside the forward once it has
+    # what the backward needs; a span left open would take in the rest of the backward
+    handles = [
+        h
+        for m in model.modules()
+        for h in (m.register_forward_pre_hook(enter), m.register_forward_hook(leave, always_call=True))
+    ]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
 def _site_category(name: str, inherited: str) -> str:
     """The category of a block allocated inside the span `name`, MemTracker's where it has one:
-    a step's forward makes activations, its backward temporaries (other), its optimizer step
-    optimizer state; FSDP1's unsharding gathers parameters (MemTracker would call a unit
+    a step's forward makes activations (a module's forward too, recomputed in the backward), its
+    backward temporaries (other), its optimizer step optimizer state; FSDP1's unsharding gathers parameters (MemTracker would call a unit
     prefetched in the backward `other` until the unit's own backward begins). Gradients are
     found by address instead (_MARK_GRADS), as MemTracker's gradient hooks find them."""
-    if name in (_STEP, _SECOND_STEP):
+    if name in (_STEP, _SECOND_STEP, _FORWARD):
         return "activations"
     if name.startswith("Optimizer.step"):
         return "optimizer"

@@ -13,9 +13,13 @@ from fsdp_bench.worker.probes import fold_breakdown, resident_state_by_category 
 from fsdp_bench.worker.profiled_peak import PROFILED_DRIFT_TOLERANCE_BYTES, profiled_step_peak  # noqa: E402
 
 
-def _trainer(foreach: bool, rows: int = 64):
+def _trainer(foreach: bool, rows: int = 64, recompute: bool = False):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.GELU(), torch.nn.Linear(512, 256))
+    if recompute:  # activation checkpointing as the suite applies it (worker.strategies)
+        from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointImpl, checkpoint_wrapper
+
+        model = checkpoint_wrapper(model, checkpoint_impl=CheckpointImpl.NO_REENTRANT)
     optimizer = torch.optim.AdamW(model.parameters(), foreach=foreach)
     data = torch.randn(rows, 256)
 
@@ -30,23 +34,35 @@ def _trainer(foreach: bool, rows: int = 64):
     return model, optimizer, step
 
 
-# 64 rows: the peak is in AdamW's step; 4,096: in the backward, among activations and temporaries
-@pytest.mark.parametrize(("foreach", "rows"), [(True, 64), (False, 64), (True, 4096)])
-def test_the_profiled_peak_is_memtrackers(foreach, rows):
-    model, optimizer, step = _trainer(foreach, rows)
+# 64 rows: the peak is in AdamW's step; 4,096: in the backward, among activations and temporaries,
+# the model's forward recomputed there (its peak then: activations to MemTracker) or not
+@pytest.mark.parametrize(
+    ("foreach", "rows", "recompute"), [(True, 64, False), (False, 64, False), (True, 4096, False), (True, 4096, True)]
+)
+def test_the_profiled_peak_is_memtrackers(foreach, rows, recompute):
+    model, optimizer, step = _trainer(foreach, rows, recompute)
     tracked = track_step_memory(step, [model], optimizer, device=torch.device("cpu"))
     profiled = profiled_step_peak(step, model=model, resident=resident_state_by_category(model, optimizer))
     assert profiled["drift_bytes"] == 0, profiled
     # parameters + AdamW's two moments, then the activations, gradients and foreach temporaries
     assert profiled["peak_bytes"] > profiled["resident_bytes"] > 0
-    assert profiled["peak_bytes"] == pytest.approx(tracked["peak_bytes"], abs=64), (profiled, tracked)
+    # checkpointing keeps the CPU generator's state (5,056 B) for its recomputation, made outside
+    # torch's dispatch where MemTracker does not see it; the allocator does
+    unseen = {"activations": 5056 if recompute else 0}
+    assert profiled["peak_bytes"] - sum(unseen.values()) == pytest.approx(tracked["peak_bytes"], abs=64)
     # the same peak taken apart the same way: by where each block was made, gradients by address
     expected = fold_breakdown(tracked["by_category_bytes"])
     assert sum(profiled["breakdown_bytes"].values()) == profiled["peak_bytes"]
-    for category, value in profiled["breakdown_bytes"].items():
+    parts = {k: v - unseen.get(k, 0) for k, v in profiled["breakdown_bytes"].items()}
+    if recompute:  # W2's gradient, made just before the peak: a temporary to MemTracker until accumulated
+        parts["other"] += parts.pop("grads")
+        expected["other"] += expected.pop("grads")
+    for category, value in parts.items():
         assert value == pytest.approx(expected[category], abs=64), (category, profiled, expected)
     parts = profiled["breakdown_bytes"]
-    if rows == 64:  # AdamW's step: every gradient held, foreach's temporaries counted as optimizer's
+    if recompute:  # its activations made again in the backward, beside W2's gradient
+        assert parts["activations"] > parts["other"] > parts["grads"] > 0
+    elif rows == 64:  # AdamW's step: every gradient held, foreach's temporaries counted as optimizer's
         assert parts["grads"] == parts["params"] > 0 == parts["activations"]
     else:  # early in the backward: activations and their gradients live, no parameter's yet
         assert min(parts["activations"], parts["other"]) > parts["optimizer"] > parts["grads"] == 0
