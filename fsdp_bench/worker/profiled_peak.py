@@ -123,9 +123,10 @@ def _forward_spans(model) -> Iterator[None]:
 def _site_category(name: str, inherited: str) -> str:
     """The category of a block allocated inside the span `name`, MemTracker's where it has one:
     a step's forward makes activations (a module's forward too, recomputed in the backward), its
-    backward temporaries (other), its optimizer step optimizer state; FSDP1's unsharding gathers parameters (MemTracker would call a unit
-    prefetched in the backward `other` until the unit's own backward begins). Gradients are
-    found by address instead (_MARK_GRADS), as MemTracker's gradient hooks find them."""
+    backward temporaries (other), its optimizer step optimizer state; FSDP1's unsharding gathers
+    parameters (MemTracker would call a unit prefetched in the backward `other` until the unit's
+    own backward begins). Gradients are found by address instead (_MARK_GRADS), as MemTracker's
+    gradient hooks find them."""
     if name in (_STEP, _SECOND_STEP, _FORWARD):
         return "activations"
     if name.startswith("Optimizer.step"):
