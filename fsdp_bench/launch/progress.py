@@ -200,7 +200,7 @@ LIVE_MEMORY_UNIT = {"cpu": (1024.0, "MiB")}
 
 
 def _peak_parts(metrics: Metrics, device: str) -> list[str]:
-    """`peak alloc 10.1 MiB`; where only RSS was measured (FSDP1 on CPU: no tensor tracking),
+    """`peak alloc 10.1 MiB`; where only RSS was measured (a memory probe that failed or was skipped),
     `peak alloc n/a, RSS 338 MiB` rather than an RSS under the allocator's label, 30x larger."""
     factor, unit = LIVE_MEMORY_UNIT.get(device, (1.0, "GiB"))
 

@@ -20,7 +20,8 @@ ANSWER_TIMING_WORD = " opt"  # before a non-intended optimizer timing: shorter t
 
 def _memory(row: TableRow, column: str) -> str:
     """`peak alloc 10.1 MiB`: what was measured, in the live lines' words and units; where the
-    allocator's peak is missing (FSDP1 on CPU), `peak alloc n/a, RSS 339 MiB` as they say it."""
+    measured peak is missing (a memory probe that failed or was skipped), `peak alloc n/a, RSS 339 MiB`
+    as they say it."""
     name = label(column).split(" (")[0]  # the registry's label without its unit, as on the live lines
     value, rss = row.get(column), row.get(M.peak_rss_gib)
     if isinstance(value, (int, float)) and value == value:

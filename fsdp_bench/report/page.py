@@ -331,8 +331,9 @@ def _fmt(value: Any, spec: str) -> str:
 
 def tuning_rows(answer: TuneAnswer, df=None) -> tuple[list[str], list[list[str]]]:
     """Every measured case of one tuning: predicted vs measured step time, speed, peak, cost. The
-    peak column has one unit and each cell names its measure, read off the run's table (`df`): on
-    CPU FSDP1 has only RSS (~0.3 GiB) beside the others' allocated MiB (issue #39)."""
+    peak column has one unit and each cell names its measure, read off the run's table (`df`): a
+    case without a measured peak has only RSS (~0.3 GiB) beside the others' allocated MiB (issue #39;
+    FSDP1 on CPU was one until its profiled peak)."""
     peaks = [r["peak_gib"] for r in answer["measured"] if isinstance(r.get("peak_gib"), (int, float))]
     factor, unit = memory_unit(max(peaks, default=0.0))
     head = [

@@ -62,7 +62,7 @@ def test_quiet_repeated_ties_need_more_steps_and_a_clear_winner_says_by_how_much
     )
     (line,) = answer_lines(apart)
     assert line.endswith("; 30% ahead of fsdp2 batch 4 x accum 1, beyond noise") and "tied" not in line
-    # FSDP1 on CPU has no allocator peak: its RSS, named, as on the live lines
+    # a case without a measured peak (FSDP1 on CPU before its profiled peak): its RSS, named, as on the live lines
     fsdp1 = pd.DataFrame([_row("fsdp1_no_shard", 4, 1, 100.0, cv=2, peak_allocated_gib=None, peak_rss_gib=0.331)])
     (line,) = answer_lines(pd.concat([fsdp1, apart.iloc[1:]]))
     assert "100 tok/s/dev, peak alloc n/a, RSS 339 MiB; " in line, line

@@ -1,5 +1,6 @@
 """Issue #39 item 4: every place a peak is shown has one unit per column and per line, and names
-what was measured (allocated, or RSS where nothing else exists: FSDP1 on CPU)."""
+what was measured (allocated, or RSS where nothing else exists: a failed or skipped memory probe,
+FSDP1 on CPU before its profiled peak)."""
 
 from __future__ import annotations
 
