@@ -80,3 +80,30 @@ def test_a_step_that_keeps_what_it_allocates_is_refused():
     assert "peak_bytes" not in profiled
     assert profiled["drift_bytes"] == 4 * PROFILED_DRIFT_TOLERANCE_BYTES
     assert profiled["null_reason"].startswith("the profiler missed a free: two equal steps ended +16,384 B apart")
+
+
+def test_the_replay_takes_the_peak_apart_by_what_each_block_became():
+    """worker.profiled_peak's replay on a hand-made timeline: a block of the first step does not
+    count, the peak is the second step's most live bytes, and a block found holding a gradient
+    after the peak is a gradient in the peak's breakdown (by identity: its address is used again)."""
+    from fsdp_bench.worker.profiled_peak import _ALLOC, _MARK_GRADS, _MARK_SECOND, _peak_of_second_step
+
+    events = [
+        (1, _ALLOC, 0xA, 100, "activations"),  # the first step's, freed before the second
+        (2, _ALLOC, 0xA, -100, None),
+        (3, _MARK_SECOND, None, 0, None),
+        (4, _ALLOC, 0xB, 50, "activations"),
+        (5, _ALLOC, 0xC, 30, "other"),  # the peak: B and C, 80 B
+        (6, _MARK_GRADS, {0xC, 0xF}, 0, None),  # C holds a gradient when the backward ends
+        (7, _ALLOC, 0xB, -50, None),
+        (8, _ALLOC, 0xB, 20, "other"),  # B's address again, another block
+        (9, _ALLOC, 0xC, -30, None),
+        (10, _ALLOC, 0xB, -20, None),
+    ]
+    resident = {"params": 1000, "grads": 0, "optimizer": 2000}
+    read = _peak_of_second_step(events, resident)
+    assert read["drift_bytes"] == read["missed_frees"] == 0
+    assert read["peak_bytes"] == 3080
+    assert read["breakdown_bytes"] == {"params": 1000, "grads": 30, "optimizer": 2000, "activations": 50, "other": 0}
+    leaked = [*events[:-1], (10, _ALLOC, 0xB, 20, "other")]  # B's address allocated again, never freed
+    assert _peak_of_second_step(leaked, resident)["null_reason"].startswith("the profiler missed 1 free(s)")
