@@ -27,6 +27,11 @@ class MemoryReading(TypedDict, total=False):
     error: str  # memory_at_failure only: the reading itself failed
 
 
+# memory_breakdown_bytes' parts, in their order: MemTracker's categories folded (worker.probes) or
+# FSDP1's profiled peak taken apart (worker.profiled_peak)
+BREAKDOWN_PARTS = ("params", "grads", "optimizer", "activations", "other")
+
+
 class ProfiledPeak(TypedDict, total=False):
     """worker.profiled_peak.profiled_step_peak: FSDP1's CPU peak from the profiler's memory events."""
 

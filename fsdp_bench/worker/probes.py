@@ -18,7 +18,7 @@ from torch import nn
 
 from fsdp_bench.plan.case import PARTS_PROBE_PLAIN_STEPS, PARTS_PROBE_WINDOWS, PROFILED_STEPS, Case
 from fsdp_bench.results.layout import CaseDir
-from fsdp_bench.results.readings import PeakPrediction, StepParts
+from fsdp_bench.results.readings import BREAKDOWN_PARTS, PeakPrediction, StepParts
 from fsdp_bench.results.records import RankRecord
 from fsdp_bench.worker.probe_guard import ProbeGuard
 from fsdp_bench.worker.training import local_tensor
@@ -164,11 +164,11 @@ def resident_model_state_bytes(model: nn.Module, optimizer: torch.optim.Optimize
 def resident_state_by_category(model: nn.Module, optimizer) -> dict[str, int]:
     """Everything MemTracker follows of a model between steps, by distinct storage: parameters
     with buffers, gradients and optimizer state (the base a profiled peak counts up from)."""
-    params = list(model.parameters())
+    state = resident_model_state_bytes(model, inner_optimizer(optimizer))
     return {
-        "params": _storage_bytes([*params, *model.buffers()]),
-        "grads": _storage_bytes(p.grad for p in params),
-        "optimizer": _storage_bytes(_state_tensors(inner_optimizer(optimizer))),
+        "params": state["params"] + _storage_bytes(model.buffers()),
+        "grads": state["grads"],
+        "optimizer": state["optimizer"],
     }
 
 
@@ -196,7 +196,7 @@ def inner_optimizer(optimizer):
 
 def fold_breakdown(by_category: dict[str, int]) -> dict[str, int]:
     """MemTracker's categories folded into params/grads/optimizer/activations/other."""
-    out = {"params": 0, "grads": 0, "optimizer": 0, "activations": 0, "other": 0}
+    out = dict.fromkeys(BREAKDOWN_PARTS, 0)
     for name, value in by_category.items():
         out[BREAKDOWN_CATEGORIES.get(name, "other")] += int(value)
     return out
@@ -344,8 +344,10 @@ def _probe_profiled_peak(model, optimizer, step: Callable[..., Any], *, record: 
     """Two steps under the profiler's memory events: the CPU peak MemTracker could not give."""
     from fsdp_bench.worker.profiled_peak import profiled_step_peak
 
-    resident = resident_state_by_category(model, optimizer)
-    peak, reason = guard.run("profiled_peak", lambda: profiled_step_peak(step, model=model, resident=resident))
+    peak, reason = guard.run(
+        "profiled_peak",
+        lambda: profiled_step_peak(step, model=model, resident=resident_state_by_category(model, optimizer)),
+    )
     reason = reason or (peak or {}).get("null_reason")
     record["memory"]["profiled_peak"] = peak if reason is None else {"null_reason": reason}
     if reason is None:

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from fsdp_bench.plan.case import PROFILED_PEAK_STEPS
-from fsdp_bench.results.readings import ProfiledPeak
+from fsdp_bench.results.readings import BREAKDOWN_PARTS, ProfiledPeak
 
 _STEP = "fsdp_bench.profiled_peak.step"
 _SECOND_STEP = "fsdp_bench.profiled_peak.second_step"
@@ -206,7 +206,7 @@ def _peak_of_second_step(events: list[tuple], resident: dict[str, int]) -> Profi
         )
     else:
         out["peak_bytes"] = out["resident_bytes"] + peak
-        breakdown = dict.fromkeys(("params", "grads", "optimizer", "activations", "other"), 0) | resident
+        breakdown = dict.fromkeys(BREAKDOWN_PARTS, 0) | resident
         for size, category, allocated, freed in blocks:
             if allocated <= peak_at and (freed is None or freed > peak_at):
                 breakdown[category] += size
