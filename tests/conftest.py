@@ -19,5 +19,10 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 
 @pytest.fixture(autouse=True)
 def _checkout_on_pythonpath(monkeypatch):
-    """Subprocess pytest runs (pytester, sweeps) import this checkout's fsdp_bench, installed or not."""
+    """Subprocess pytest runs (pytester, sweeps) import this checkout's fsdp_bench, installed or not,
+    and are sessions of their own."""
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")])))
+    # Under `pytest tests -n N` this process is an xdist worker; the sweeps a test starts are
+    # sessions of their own, not workers (pytest-benchmark turns itself off in a worker).
+    for name in [n for n in os.environ if n.startswith("PYTEST_XDIST_")]:
+        monkeypatch.delenv(name)

@@ -12,9 +12,16 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from fsdp_bench.plan.catalog import STRATEGIES
+
 # The parameter of a bench item: a case id (plan.case.Case.id: strategy-model-wsN-bsB-gaG-opt_T...)
-# or a tuning request's (tune-MODEL). xdist's controller sees only node ids.
-_BENCH_PARAM = re.compile(r"\[(tune-[^\]]+|[^\]]+-ws\d+-bs\d+-ga\d+-opt_[a-z_]+(-[^\]]*)?)\]$")
+# or a tuning request's (tune-MODEL). xdist's controller sees only node ids. Neither ever holds "/"
+# or ":" (the model's are replaced), and a case id starts with a catalog strategy: the project's own
+# tests name cases inside longer ids ("strategies/ddp-gpt_124m-ws1-..."), which must not read as
+# cases, or `pytest tests -n 4` is refused as a sweep.
+_BENCH_PARAM = re.compile(
+    r"\[(tune-[^\]/:]+|(?P<strategy>[a-z0-9_]+)-[^\]/:]+-ws\d+-bs\d+-ga\d+-opt_[a-z_]+(-[^\]/:]*)?)\]$"
+)
 
 
 def is_xdist_worker(config: Any) -> bool:
@@ -29,7 +36,8 @@ def xdist_workers(config: Any) -> int | None:
 
 
 def is_bench_node_id(node_id: str) -> bool:
-    return _BENCH_PARAM.search(node_id) is not None
+    match = _BENCH_PARAM.search(node_id)
+    return match is not None and (match["strategy"] is None or match["strategy"] in STRATEGIES)
 
 
 def refusal_line(workers: int | None) -> str:

@@ -7,7 +7,6 @@ its Why section and the breakdown chart is drawn."""
 
 import csv
 import json
-import os
 import re
 import subprocess
 import sys
@@ -15,8 +14,7 @@ import sys
 import pytest
 
 from fsdp_bench.analysis.attribution import PARTS
-from tests.conftest import PROJECT_ROOT
-from tests.sweep_helpers import TINY, load_results, only_run
+from tests.sweep_helpers import TINY, child_env, load_results, only_run
 
 pytestmark = pytest.mark.slow
 
@@ -47,7 +45,7 @@ def sweep(tmp_path_factory):  # noqa: D401
         "-k",
         "bs2 or ga1",
     ]
-    env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
+    env = child_env()
     proc = subprocess.run(cmd, cwd=pytester_dir, capture_output=True, text=True, timeout=900, env=env)
     return pytester_dir, proc
 

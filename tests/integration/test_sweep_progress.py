@@ -5,7 +5,6 @@ reported as xfail, like-for-like pytest-benchmark groups, and a short summary at
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -13,7 +12,7 @@ import sys
 import pytest
 
 from fsdp_bench.launch.progress import progress_line
-from tests.sweep_helpers import PROJECT_ROOT, SWEEP_TEST
+from tests.sweep_helpers import SWEEP_TEST, child_env
 
 pytestmark = pytest.mark.slow
 
@@ -50,7 +49,7 @@ def sweep(tmp_path_factory):
         "--benchmark-json=bench.json",
         *ARGS,
     ]
-    env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
+    env = child_env()
     proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=900, env=env)
     return root, proc
 

@@ -49,10 +49,20 @@ def test_a_tuning_request_is_a_bench_node_id():
         "tests/integration/test_simulation.py::test_predicted_comm_bytes_match_the_profiler_trace[fsdp2_hsdp-4-2x2-1]",
         "tests/integration/test_workloads.py::test_case_runs_and_trains[fsdp1_knobs]",
         "tests/unit/test_case.py::test_x[ws2-bs4]",
+        "tests/unit/test_reference_peaks.py::test_x[strategies/ddp-gpt_124m-ws1-bs4-ga1-opt_after-sl1024-bf16]",
+        "tests/unit/test_x.py::test_y[ddp2-gpt_tiny-ws2-bs2-ga1-opt_after]",  # no such strategy
     ],
 )
 def test_the_projects_own_test_ids_are_not(node_id):
     assert not is_bench_node_id(node_id)
+
+
+def test_no_test_id_of_this_session_reads_as_a_case(request):
+    """Every id this session collected (the whole suite, as CI runs it): one that read as a case or a
+    tuning request would refuse `pytest tests -n N`; ids naming a case inside a longer one did."""
+    ids = [item.nodeid for item in request.session.items]
+    assert request.node.nodeid in ids
+    assert [i for i in ids if is_bench_node_id(i)] == []
 
 
 def test_the_refusal_names_the_option_and_the_way_out():
