@@ -10,9 +10,8 @@ from fsdp_bench.plan.options import OPTIONS, SWITCH_OPTIONS, default_text, optio
 from fsdp_bench.plan.sweep import Sweep
 
 
-@pytest.mark.parametrize(
-    "name", sorted(OPTIONS), ids=lambda name: f"--bench-{name}"
-)  # "tune-..." would read as a tuning request
+# ids as the user types them: a bare "tune-..." would read as a tuning request (launch.parallel_pytest)
+@pytest.mark.parametrize("name", sorted(OPTIONS), ids=lambda name: f"--bench-{name}")
 def test_no_help_text_spells_a_default(name):
     assert "default" not in OPTIONS[name][2], OPTIONS[name][2]
 
