@@ -26,3 +26,18 @@ def _checkout_on_pythonpath(monkeypatch):
     # sessions of their own, not workers (pytest-benchmark turns itself off in a worker).
     for name in [n for n in os.environ if n.startswith("PYTEST_XDIST_")]:
         monkeypatch.delenv(name)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _run_alone_under_xdist(request):
+    """Under pytest-xdist, a module marked `run_alone` runs while no other worker runs a module
+    (tests/run_alone.py); a serial run takes no lock."""
+    worker = getattr(request.config, "workerinput", None)
+    if worker is None:
+        yield
+        return
+    from tests.run_alone import module_lock
+
+    alone = request.node.get_closest_marker("run_alone") is not None
+    with module_lock(worker["testrunuid"], alone=alone):
+        yield

@@ -23,7 +23,7 @@ import pytest
 
 from tests.sweep_helpers import PROJECT_ROOT, SMALL, child_env, pytest_cmd, run_dirs, write_sweep_project
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.run_alone]  # identical sweeps minutes apart: no neighbour may come or go
 
 DDP = "ddp-gpt_tiny-ws2-bs2-ga1-opt_after-sl32"
 FSDP2 = "fsdp2-gpt_tiny-ws2-bs2-ga1-opt_after-sl32"

@@ -53,7 +53,8 @@ def test_ci_pins_torch_accelerate_and_transformers_in_two_sets():
     for name, pins in sets.items():
         assert set(pins) == set(LIBRARIES), name
     run = (ROOT / ".ci" / "run").read_text()
-    assert '"$NEWEST_PINS" "$NEWEST_LIMIT_S" tests -q' in run  # the whole suite, as the README says
+    # the whole suite, as the README says, on two xdist workers
+    assert '"$NEWEST_PINS" "$NEWEST_LIMIT_S" tests -n 2 --dist loadfile -q' in run
     assert '"$GPU_PINS" "$GPU_LIMIT_S" tests -m versions' in run
 
 
