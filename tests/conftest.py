@@ -29,15 +29,15 @@ def _checkout_on_pythonpath(monkeypatch):
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _run_alone_under_xdist(request):
+def _run_alone_under_xdist(request, tmp_path_factory):
     """Under pytest-xdist, a module marked `run_alone` runs while no other worker runs a module
     (tests/run_alone.py); a serial run takes no lock."""
-    worker = getattr(request.config, "workerinput", None)
-    if worker is None:
+    if not hasattr(request.config, "workerinput"):
         yield
         return
     from tests.run_alone import module_lock
 
     alone = request.node.get_closest_marker("run_alone") is not None
-    with module_lock(worker["testrunuid"], alone=alone):
+    # each xdist worker's base temporary folder is a subfolder of the run's: the run's is shared
+    with module_lock(tmp_path_factory.getbasetemp().parent, alone=alone):
         yield

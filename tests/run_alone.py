@@ -15,15 +15,8 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-
-
-def lock_paths(testrun_uid: str) -> tuple[Path, Path]:
-    """The run's lock and turnstile files: one pair per xdist run, shared by its workers."""
-    base = Path(tempfile.gettempdir()) / f"fsdp-bench-tests-{testrun_uid}"
-    return base.with_suffix(".lock"), base.with_suffix(".turnstile")
 
 
 @contextlib.contextmanager
@@ -37,9 +30,11 @@ def _flocked(path: Path, how: int) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def module_lock(testrun_uid: str, *, alone: bool) -> Iterator[None]:
-    """Held for one test module: exclusive when `alone`, else shared with the other workers'."""
-    lock, turnstile = lock_paths(testrun_uid)
+def module_lock(folder: Path, *, alone: bool) -> Iterator[None]:
+    """Held for one test module: exclusive when `alone`, else shared with the other workers'.
+    `folder`: one the run's workers share (the xdist run's base temporary folder, which pytest
+    removes with its old runs)."""
+    lock, turnstile = folder / "run-alone.lock", folder / "run-alone.turnstile"
     if alone:
         with _flocked(turnstile, fcntl.LOCK_EX), _flocked(lock, fcntl.LOCK_EX):
             yield
