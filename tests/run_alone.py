@@ -1,7 +1,6 @@
 """Test modules marked `run_alone` run by themselves under pytest-xdist (`pytest tests -n 2
---dist loadfile`): their assertions compare sweeps made minutes apart (two identical sweeps must
-read "within noise"), and a neighbour that comes or goes between those sweeps is a real change
-of the machine that the regression gate is right to flag.
+--dist loadfile`): the regression gate's assertions ask its sweeps' step times to tell a planted
+slowdown from noise, and another module's load beside them adds to that noise.
 
 Every module of a worker holds a lock file shared by all workers of the run: a shared lock, or
 an exclusive one for a `run_alone` module. A turnstile, taken briefly before the shared lock and
