@@ -87,27 +87,27 @@ def sweeps(tmp_path_factory):
     load = os.getloadavg()[0]
     procs = {name: _start(root, name, FAULT if name == "slowed" else None) for name in ("a", "slowed", "c")}
     try:
-        runs = {name: (_finished(root, name, proc), load) for name, proc in procs.items()}
+        runs = {name: _finished(root, name, proc) for name, proc in procs.items()}
     finally:
         for proc in procs.values():  # one failed or timed out: the others stop with it
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-    return root, runs
+    return root, runs, load
 
 
 def test_an_identical_pair_exits_0(sweeps):
-    root, runs = sweeps
-    proc, rows, noise = _compare(runs["a"][0], runs["c"][0], root / "cmp-ac")
-    print(f"a->c (load {runs['a'][1]:.1f}, {runs['c'][1]:.1f}): exit {proc.returncode}; {noise}")
+    root, runs, load = sweeps
+    proc, rows, noise = _compare(runs["a"], runs["c"], root / "cmp-ac")
+    print(f"a->c (load {load:.1f} at the start): exit {proc.returncode}; {noise}")
     assert proc.returncode == 0, proc.stdout
     assert {r["verdict"] for r in rows.values()} <= {"within noise", "ok", "faster"}
 
 
 def test_a_slowdown_beyond_the_detectable_change_exits_1_naming_the_slowed_case(sweeps):
-    root, runs = sweeps
-    proc, rows, noise = _compare(runs["a"][0], runs["slowed"][0], root / "cmp-slowed")
-    print(f"a->slowed (load {runs['a'][1]:.1f}, {runs['slowed'][1]:.1f}): exit {proc.returncode}; {noise}")
+    root, runs, load = sweeps
+    proc, rows, noise = _compare(runs["a"], runs["slowed"], root / "cmp-slowed")
+    print(f"a->slowed (load {load:.1f} at the start): exit {proc.returncode}; {noise}")
     for case_id, row in rows.items():
         print(
             f"  {case_id}: {row['verdict']}, step time {float(row['step_time_s_median_change_pct']):+.0f}% "
@@ -124,8 +124,8 @@ def test_a_slowdown_beyond_the_detectable_change_exits_1_naming_the_slowed_case(
 
 
 def test_history_over_the_real_sweeps_flags_the_slowed_run_only(sweeps):
-    root, runs = sweeps
-    order = [runs[name][0] for name in ("a", "slowed", "c")]
+    root, runs, _ = sweeps
+    order = [runs[name] for name in ("a", "slowed", "c")]
     proc = subprocess.run(
         [sys.executable, str(PROJECT_ROOT / "visualize.py"), "--history", *map(str, order), "--out", str(root / "h")],
         capture_output=True,
@@ -134,7 +134,7 @@ def test_history_over_the_real_sweeps_flags_the_slowed_run_only(sweeps):
         cwd=PROJECT_ROOT,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    slowed = runs["slowed"][0].name
+    slowed = runs["slowed"].name
     assert f"FLAGGED {slowed}: " in proc.stdout and FSDP2 in proc.stdout, proc.stdout
     # The slowed run's fsdp2 case is the one regression. Any other flag can only be "faster" beyond
     # noise, a change of the machine between runs, not of the code, which the gate lets pass: on the

@@ -1,6 +1,7 @@
-"""`pytest tests -n 2 --dist loadfile`: a module marked `run_alone` (the regression gate's two
-identical sweeps, minutes apart) runs while no other worker runs a module; the other modules still
-run beside each other (tests/run_alone.py, the autouse fixture in tests/conftest.py)."""
+"""`pytest tests -n 2 --dist loadfile`: a module marked `run_alone` (the regression gate, whose
+planted slowdown must stand out from its sweeps' noise) runs while no other worker runs a module;
+the other modules still run beside each other (tests/run_alone.py, the autouse fixture in
+tests/conftest.py)."""
 
 from __future__ import annotations
 
