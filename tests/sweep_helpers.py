@@ -48,7 +48,9 @@ def load_results(run: Path) -> dict[str, dict]:
     return {p.stem: json.loads(p.read_text()) for p in (run / "cases").glob("*.json")}
 
 
-# The smallest real cases: 2 gloo ranks of gpt_tiny, 2 steps after 1 warmup step.
+# The smallest real cases: 2 gloo ranks of gpt_tiny, 2 steps after 1 warmup step, no probe steps
+# (a tiny case's probes take 1.0-2.2 s of each rank, more than its timed steps; on CPU they also
+# give its peak memory): a test that reads a probe's figure takes `with_probes(SMALL)`.
 SMALL = [
     "--bench-model",
     "gpt_tiny",
@@ -69,7 +71,13 @@ SMALL = [
     "--bench-no-report",
     "--bench-target-ci-pct",
     "0",
+    "--bench-no-probes",
 ]
+
+
+def with_probes(options: list[str]) -> list[str]:
+    """The options with the probe steps on (the default): peaks, FLOPs, model state, step parts."""
+    return [o for o in options if o != "--bench-no-probes"]
 
 
 def write_sweep_project(path: Path) -> None:
@@ -118,6 +126,16 @@ def case_results(run_dir: Path) -> dict[str, dict]:
 def processes_of(run_dir: Path) -> list[int]:
     """Live processes whose command line names something inside the run folder."""
     return processes_under(run_dir)
+
+
+def simulated_rank0(case) -> dict:
+    """Rank 0's record of a simulated `case`, run in this process on the fake process group the way
+    `python -m fsdp_bench.worker.simulate` runs it (a subprocess per case would cost ~7 s of imports)."""
+    from fsdp_bench.worker.loop import run
+    from fsdp_bench.worker.simulate import fake_rank0
+
+    with fake_rank0(case):
+        return run(case)
 
 
 def tune_one_model(options: dict[str, str], results_dir: Path, **tune_kwargs):

@@ -65,10 +65,11 @@ standin=() standin_mode=""
 if [[ ${FSDP_BENCH_REFERENCE_STANDIN:-} == cpu ]]; then
   standin_mode=cpu
   # Appended after a run's own options, so these win (pytest keeps an option's last value). Exactly
-  # the steps asked: CPU's adaptive default measured each stand-in case for ~4 s more.
+  # the steps asked: CPU's adaptive default measured each stand-in case for ~4 s more. No probe
+  # steps: the tests of these scripts read none of their figures.
   standin=(--bench-device=cpu --bench-model=gpt_tiny --bench-seq-len=32 --bench-batch-sizes=2 --bench-steps=2
            --bench-warmup=0 --bench-precision=fp32 --bench-compile=off --bench-act-ckpt=off --bench-timeout=120
-           --bench-target-ci-pct=0)
+           --bench-target-ci-pct=0 --bench-no-probes)
 elif [[ -n ${FSDP_BENCH_REFERENCE_STANDIN:-} ]]; then
   usage_error "FSDP_BENCH_REFERENCE_STANDIN='$FSDP_BENCH_REFERENCE_STANDIN': the only stand-in is 'cpu'"
 fi

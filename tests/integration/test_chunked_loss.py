@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 
 from fsdp_bench.plan.case import Case
-from tests.integration.test_peak_model import CONFIGS, SMALL, _simulated_rank0
+from tests.integration.test_peak_model import CONFIGS, SMALL
+from tests.sweep_helpers import simulated_rank0
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.versions  # autograd Functions and MemTracker move with torch versions
@@ -47,7 +48,7 @@ def test_the_peak_model_counts_the_chunked_loss_within_5_percent(name, strategy,
     case = Case(
         strategy=strategy, nproc=n, simulate=True, model=CONFIGS[name], grad_accum=grad_accum, loss="chunked", **SMALL
     )
-    record = _simulated_rank0(case)
+    record = simulated_rank0(case)
     assert record["status"] == "ok"
     measured = record["memory"]["peak_allocated_bytes"]
     predicted = predict_case_peak(case)["peak_bytes"]
@@ -58,8 +59,8 @@ def test_the_chunked_loss_lowers_the_measured_peak_where_the_vocabulary_dominate
     """llama_odd_vocab (vocabulary 1,009, hidden 48): fsdp2 on 2 ranks measured 3,212,624 B with
     the full loss and 2,903,892 B chunked (-9.6%) when this test was written."""
     case = Case(strategy="fsdp2", nproc=2, simulate=True, model=CONFIGS["llama_odd_vocab"], **SMALL)
-    full = _simulated_rank0(case)["memory"]["peak_allocated_bytes"]
-    chunked = _simulated_rank0(case.replace(loss="chunked"))["memory"]["peak_allocated_bytes"]
+    full = simulated_rank0(case)["memory"]["peak_allocated_bytes"]
+    chunked = simulated_rank0(case.replace(loss="chunked"))["memory"]["peak_allocated_bytes"]
     assert chunked < 0.95 * full, (chunked, full)
 
 

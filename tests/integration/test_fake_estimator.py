@@ -2,7 +2,7 @@
 and its CLI (`python -m fsdp_bench.fit --trace`).
 
 The measured peak is rank 0's on the fake process group, in-process (test_peak_model's
-`_simulated_rank0`): MemTracker over a later training step of real tensors. Batch 2, seq 32.
+`simulated_rank0`): MemTracker over a later training step of real tensors. Batch 2, seq 32.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ import sys
 import pytest
 
 from fsdp_bench.plan.case import Case
-from tests.integration.test_peak_model import CONFIGS, SMALL, _simulated_rank0
+from tests.integration.test_peak_model import CONFIGS, SMALL
+from tests.sweep_helpers import simulated_rank0
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -37,7 +38,7 @@ def test_fake_tensor_peak_within_2_percent_of_measured(name, strategy, n):
 
     case = Case(strategy=strategy, nproc=n, simulate=True, model=CONFIGS.get(name, name), **SMALL)
     estimate = estimate_peak(case)
-    record = _simulated_rank0(case)
+    record = simulated_rank0(case)
     assert record["status"] == "ok"
     measured = record["memory"]["peak_allocated_bytes"]
     assert abs(estimate["probe_peak_bytes"] - measured) / measured <= 0.02, (estimate, measured)
@@ -130,7 +131,7 @@ def test_fast_model_predicts_deferred_gradient_reduction_within_5_percent(name, 
 
     deferred = dict(grad_accum=2, grad_sync="last")
     case = Case(strategy=strategy, nproc=2, simulate=True, model=CONFIGS.get(name, name), **SMALL, **deferred)
-    record = _simulated_rank0(case)
+    record = simulated_rank0(case)
     assert record["status"] == "ok"
     measured = record["memory"]["peak_allocated_bytes"]
     predicted = predict_case_peak(case)
@@ -158,7 +159,7 @@ def test_ddp_deferred_reduction_estimate_sees_the_rebuilt_buckets(seed, tmp_path
     model = write_generated_config(seed, tmp_path)
     case = Case(strategy="ddp", nproc=2, simulate=True, model=model, grad_accum=2, grad_sync="last", **SMALL)
     estimate = estimate_peak(case)
-    record = _simulated_rank0(case)
+    record = simulated_rank0(case)
     assert record["status"] == "ok"
     measured = record["memory"]["peak_allocated_bytes"]
     assert abs(estimate["probe_peak_bytes"] - measured) <= 0.001 * measured, (estimate["probe_peak_bytes"], measured)

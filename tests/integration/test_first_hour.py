@@ -15,10 +15,11 @@ from pathlib import Path
 import pytest
 
 from fsdp_bench.plan.options import parse_sweep
-from tests.sweep_helpers import PROJECT_ROOT, SMALL, child_env, pytest_cmd, run_dirs
+from tests.sweep_helpers import PROJECT_ROOT, SMALL, case_results, child_env, pytest_cmd, run_dirs, with_probes
 
 GOLDEN = PROJECT_ROOT / "tests" / "data" / "golden" / "base"
-ONE_CASE = [a for a in SMALL if a != "--bench-no-report"] + ["--bench-batch-sizes", "2"]
+# as a newcomer runs it: the report and the probe steps on
+ONE_CASE = [a for a in with_probes(SMALL) if a != "--bench-no-report"] + ["--bench-batch-sizes", "2"]
 
 
 def _sweep(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -103,11 +104,16 @@ def test_the_recommendation_and_the_run_are_the_last_lines(one_case_sweep):
 
 
 def test_the_benchmark_table_on_request(tmp_path):
-    proc = _sweep(tmp_path, *ONE_CASE, "--bench-benchmark-table", "--bench-no-report")
+    """pytest-benchmark's table, and its `--benchmark-only`, which keeps every case (each feeds the
+    `benchmark` fixture its measured step times)."""
+    args = ["--bench-benchmark-table", "--benchmark-only", "--bench-no-report", "--bench-no-probes"]
+    proc = _sweep(tmp_path, *ONE_CASE, *args)
     assert proc.returncode == 0, proc.stdout[-3000:]
-    assert "Name (time in" in proc.stdout
+    assert "Name (time in" in proc.stdout and "fixture 'benchmark' not found" not in proc.stdout
     (run,) = run_dirs(tmp_path / "results")
     assert _last_lines(proc.stdout, 1) == [f"results: {run}"]
+    (case,) = case_results(run).values()
+    assert case["status"] == "ok" and case["metrics"]["step_time_s_median"] > 0
 
 
 def test_env_json_holds_the_calibration_the_estimate_used(one_case_sweep):
@@ -207,15 +213,19 @@ def test_visualize_with_no_finished_run_is_one_line(tmp_path):
 def test_a_sweep_started_elsewhere_writes_under_the_project(tmp_path):
     """Issue #39 item 7: `pytest /path/to/project/...` from another folder wrote `results/` there,
     and visualize.py back in the project found an older run. The default results folder is under
-    pytest's rootdir (the project); an explicit --bench-results-dir is taken as given."""
+    pytest's rootdir (the project); an explicit --bench-results-dir is taken as given.
+
+    Its model is `hf:PATH` with PATH relative to where pytest started: collection reads it from
+    there, and so must every worker, whose working directory is its case folder (a relative path
+    once failed every case of a sweep with "is not a folder")."""
     from tests.sweep_helpers import write_sweep_project
 
     project, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
     project.mkdir()
-    elsewhere.mkdir()
     write_sweep_project(project)
     (project / "pytest.ini").write_text("[pytest]\n")  # the clone's pyproject.toml makes it pytest's rootdir
-    args = [a for a in ONE_CASE if a != "--bench-no-report"] + ["--bench-no-report", "--bench-no-probes"]
+    shutil.copytree(PROJECT_ROOT / "tests" / "data" / "hf_configs" / "llama_odd_vocab", elsewhere / "configs" / "mine")
+    args = [*ONE_CASE, "--bench-model", "hf:configs/mine", "--bench-no-report", "--bench-no-probes"]
     proc = subprocess.run(
         pytest_cmd(str(project / "test_sweep.py"), *args),
         cwd=elsewhere,
@@ -229,6 +239,8 @@ def test_a_sweep_started_elsewhere_writes_under_the_project(tmp_path):
     # (pytest-benchmark still makes its own empty .benchmarks/ in the working folder)
     assert not (elsewhere / "results").exists(), list(elsewhere.iterdir())
     assert _last_lines(proc.stdout, 1) == [f"results: {run}"]
+    results = case_results(run)
+    assert [r["status"] for r in results.values()] == ["ok"], {k: r.get("reason") for k, r in results.items()}
 
 
 def test_the_default_results_folder_is_the_projects(tmp_path, monkeypatch):

@@ -5,7 +5,7 @@ step counters) and the recorded prediction match the model state the worker meas
 
 The sweep over world sizes runs the real worker (`loop.run`) in-process on the fake process group
 `python -m fsdp_bench.worker.simulate` sets up, one case after another (a subprocess per world
-size would cost ~7 s of imports each); each config also runs once through the runner's real
+size would cost ~7 s of imports each); the GQA config also runs once through the runner's real
 simulate subprocess, and the prime-vocab llama on 3 real gloo ranks under torchrun.
 """
 
@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from fsdp_bench.plan.case import Case
+from tests.sweep_helpers import simulated_rank0
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -37,15 +38,6 @@ PARTS = ("params", "grads", "optimizer", "total")
 SMALL = dict(batch_size=1, seq_len=16, steps=1, warmup=0)
 
 
-def _simulated_rank0(case: Case) -> dict:
-    """Rank 0 of `case` on the fake process group, the way fsdp_bench.worker.simulate runs it."""
-    from fsdp_bench.worker.loop import run
-    from fsdp_bench.worker.simulate import fake_rank0
-
-    with fake_rank0(case):
-        return run(case)
-
-
 def _worst_error(expected: dict, measured: dict) -> float:
     return max(abs(measured[k] - expected[k]) / expected[k] for k in PARTS)
 
@@ -54,7 +46,7 @@ def _worst_error(expected: dict, measured: dict) -> float:
 def records():
     assert len(CONFIGS) == 3, CONFIGS
     return {
-        (name, s, n): _simulated_rank0(Case(strategy=s, nproc=n, simulate=True, model=model, **SMALL))
+        (name, s, n): simulated_rank0(Case(strategy=s, nproc=n, simulate=True, model=model, **SMALL))
         for name, model in sorted(CONFIGS.items())
         for s in STRATEGIES
         for n in WORLD_SIZES
@@ -88,15 +80,13 @@ def test_the_odd_configs_really_exercise_padding(records):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "name,strategy,n",
-    [("llama_odd_vocab", "fsdp1_full_shard", 511), ("mistral_gqa_tied", "fsdp2", 7), ("gpt2_small_odd", "fsdp2", 512)],
-)
-def test_simulate_subprocess_on_an_hf_path(tmp_path, name, strategy, n):
+def test_simulate_subprocess_on_an_hf_path(tmp_path):
+    """The runner's simulate subprocess on one config, GQA with tied embeddings at 7 ranks (the
+    in-process records above hold every config's figures)."""
     from fsdp_bench.launch.runner import run_case
 
     (tmp_path / "cases").mkdir()
-    case = Case(strategy=strategy, nproc=n, simulate=True, model=CONFIGS[name], **SMALL)
+    case = Case(strategy="fsdp2", nproc=7, simulate=True, model=CONFIGS["mistral_gqa_tied"], **SMALL)
     result = run_case(case, tmp_path, timeout_s=300)
     assert result["status"] == "ok", result.get("reason", "") + result.get("log_tail", "")[-2000:]
     rank = result["ranks"][0]

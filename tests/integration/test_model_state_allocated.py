@@ -16,6 +16,7 @@ from fsdp_bench.analysis.model_state import (
 )
 from fsdp_bench.plan.case import Case
 from fsdp_bench.plan.flavors import MODEL_FLAVORS
+from tests.sweep_helpers import simulated_rank0
 
 TINY = dict(model="gpt_tiny", batch_size=2, seq_len=32, steps=2, warmup=1)
 ALLOCATED_TOLERANCE = 0.001  # 0.1%: the expectation counts every padded element
@@ -72,13 +73,11 @@ def test_fsdp1_parameters_outside_the_chunk_get_no_step_counter():
 
 
 @pytest.fixture(scope="module")
-def simulated(tmp_path_factory):
-    from fsdp_bench.launch.runner import run_case
-
-    run_dir = tmp_path_factory.mktemp("allocated")
-    (run_dir / "cases").mkdir()
+def simulated():
+    """Rank 0's record of each case, in this process (the runner's simulate subprocess is tested in
+    test_simulation.py and test_hf_simulated_world_sizes.py)."""
     return {
-        (s, n): run_case(Case(strategy=s, nproc=n, simulate=True, **TINY), run_dir, timeout_s=300)
+        (s, n): simulated_rank0(Case(strategy=s, nproc=n, simulate=True, **TINY))
         for s in ("fsdp2", "fsdp1_full_shard")
         for n in (2, 3, 4)
     }
@@ -88,9 +87,8 @@ def simulated(tmp_path_factory):
 @pytest.mark.parametrize("strategy", ["fsdp2", "fsdp1_full_shard"])
 @pytest.mark.parametrize("n", [2, 3, 4])
 def test_allocated_expectation_matches_measured(simulated, strategy, n):
-    result = simulated[strategy, n]
-    assert result["status"] == "ok", result.get("reason", "") + result.get("log_tail", "")[-2000:]
-    rank = result["ranks"][0]
+    rank = simulated[strategy, n]
+    assert rank["status"] == "ok"
     expected, measured = rank["expected_model_state_bytes"], rank["measured_model_state_bytes"]
     for part in ("params", "grads", "optimizer", "total"):
         assert measured[part] == pytest.approx(expected[part], rel=ALLOCATED_TOLERANCE), (part, expected, measured)

@@ -15,6 +15,7 @@ import pytest
 from fsdp_bench.analysis.fit import predict_case_peak
 from fsdp_bench.plan.case import Case
 from fsdp_bench.worker.simulate import simulated_peak
+from tests.sweep_helpers import simulated_rank0
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -73,14 +74,6 @@ def test_counted_activations_equal_what_autograd_saves(model, mode):
     assert counted.total == pytest.approx(saved, rel=0.005 if model == "gemma_tiny" else 0.003)
 
 
-def _simulated_rank0(case: Case) -> dict:
-    from fsdp_bench.worker.loop import run
-    from fsdp_bench.worker.simulate import fake_rank0
-
-    with fake_rank0(case):
-        return run(case)
-
-
 # The misses: FSDP2 at 512 ranks under-predicted by a third (dim-0 padding of every gathered and
 # reduce-scattered buffer), the no-reshard and reshard FSDP2 cases in between; then no-reshard
 # at 512 ranks (-12.8%: the later block's reduce-scatter input still alive) and FSDP2 with
@@ -100,7 +93,7 @@ def _simulated_rank0(case: Case) -> dict:
 )
 def test_predicted_peak_within_5_percent_of_measured(name, strategy, n, extra):
     model = CONFIGS.get(name, name)
-    record = _simulated_rank0(Case(strategy=strategy, nproc=n, simulate=True, model=model, **{**SMALL, **extra}))
+    record = simulated_rank0(Case(strategy=strategy, nproc=n, simulate=True, model=model, **{**SMALL, **extra}))
     assert record["status"] == "ok"
     measured = record["memory"]["peak_allocated_bytes"]
     predicted = record["prediction"]["peak_bytes"]
@@ -129,7 +122,7 @@ def test_largest_batch_that_fits_measures_within_the_budget():
     assert batch >= 2
     predicted = predict_peak_bytes("fsdp2_no_reshard", flavor, 2, batch, seq_len=32)["peak_bytes"]
     assert predicted * (1 + FIT_MARGIN) <= budget
-    record = _simulated_rank0(
+    record = simulated_rank0(
         Case(
             strategy="fsdp2_no_reshard",
             nproc=2,
@@ -164,7 +157,7 @@ def test_ddp_accumulation_peak_on_held_out_generated_configs(seed, tmp_path):
     assert seed in HOLDOUT_SEEDS
     model = write_generated_config(seed, tmp_path)
     case = Case(strategy="ddp", nproc=2, simulate=True, model=model, grad_accum=2, grad_sync="last", **SMALL)
-    record = _simulated_rank0(case)
+    record = simulated_rank0(case)
     measured, predicted = record["memory"]["peak_allocated_bytes"], record["prediction"]["peak_bytes"]
     assert abs(predicted - measured) / measured <= 0.05, (predicted, measured, record["prediction"]["phase"])
     tied = record["prediction"]["parts_bytes"]["tied_grad_copy"]
@@ -180,7 +173,7 @@ def test_fsdp2_deferred_reduction_peak_on_a_held_out_generated_config(tmp_path):
     assert 100_000 in HOLDOUT_SEEDS
     model = write_generated_config(100_000, tmp_path)
     case = Case(strategy="fsdp2", nproc=512, simulate=True, model=model, grad_accum=2, grad_sync="last", **SMALL)
-    record = _simulated_rank0(case)
+    record = simulated_rank0(case)
     measured, predicted = record["memory"]["peak_allocated_bytes"], record["prediction"]["peak_bytes"]
     assert abs(predicted - measured) / measured <= 0.05, (predicted, measured, record["prediction"]["phase"])
 
@@ -196,7 +189,7 @@ def test_no_reshard_one_layer_peak_at_the_loss_on_generated_dev_configs(seed, tm
     assert seed in DEV_SEEDS and generated_config(seed)["num_hidden_layers"] == 1
     model = write_generated_config(seed, tmp_path)
     case = Case(strategy="fsdp2_no_reshard", nproc=512, simulate=True, model=model, **SMALL)
-    record = _simulated_rank0(case)
+    record = simulated_rank0(case)
     measured, predicted = record["memory"]["peak_allocated_bytes"], record["prediction"]["peak_bytes"]
     assert abs(predicted - measured) / measured <= 0.01, (predicted, measured, record["prediction"]["phase"])
     assert record["prediction"]["phase"] == "forward"
@@ -213,7 +206,7 @@ def test_no_reshard_block_backward_on_generated_dev_configs(seed, tmp_path):
     assert seed in DEV_SEEDS
     model = write_generated_config(seed, tmp_path)
     case = Case(strategy="fsdp2_no_reshard", nproc=64, simulate=True, model=model, **SMALL)
-    record = _simulated_rank0(case)
+    record = simulated_rank0(case)
     measured, predicted = record["memory"]["peak_allocated_bytes"], record["prediction"]["peak_bytes"]
     assert abs(predicted - measured) / measured <= 0.02, (predicted, measured, record["prediction"]["phase"])
 

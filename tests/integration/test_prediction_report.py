@@ -5,10 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from fsdp_bench.plan.case import Case
-
-CASES = [("gpt_tiny", "ddp"), ("gpt_tiny", "fsdp2"), ("gpt_tiny", "fsdp1_full_shard"), ("qwen2_tiny", "fsdp2")]
-
 
 def test_prediction_section_flags_and_names_the_worst():
     pd = pytest.importorskip("pandas")
@@ -111,44 +107,6 @@ def test_worst_peak_error_line_from_the_golden_runs_records():
         assert [x for x in section if x.startswith("Worst peak")] == [line]
         html = render_html(Page(run_name=name, env=None, df=df, summary=[], charts=[]))
         assert f"<p>{line}</p>" in html
-
-
-@pytest.mark.slow
-def test_simulated_cases_record_prediction_and_report_shows_it(tmp_path):
-    pytest.importorskip("pandas")
-    from fsdp_bench.launch.runner import run_case
-    from fsdp_bench.report.page import prediction_section
-    from fsdp_bench.report.table import build_table
-
-    (tmp_path / "cases").mkdir()
-    results = [
-        run_case(
-            Case(strategy=s, nproc=2, simulate=True, model=m, batch_size=2, seq_len=32, steps=2, warmup=1),
-            tmp_path,
-            timeout_s=300,
-        )
-        for m, s in CASES
-    ]
-    for r in results:
-        assert r["status"] == "ok", r.get("reason", "") + r.get("log_tail", "")[-2000:]
-        m = r["metrics"]
-        assert m["predicted_peak_gib"] > 0 and m["predicted_model_state_gib"] > 0
-        assert abs(m["model_state_prediction_error_pct"]) < 1.0, (r["case_id"], m)
-        if r["ranks"][0]["memory"].get("peak_allocated_bytes") is not None:  # FSDP1 on CPU: no peak
-            assert abs(m["peak_prediction_error_pct"]) < 10.0, (r["case_id"], m)
-        print(r["case_id"], m.get("peak_prediction_error_pct"), m["model_state_prediction_error_pct"])
-        print(
-            r["case_id"],
-            m.get("peak_prediction_error_pct"),
-            r["ranks"][0]["memory"],
-            m.get("peak_allocated_gib"),
-            m["model_state_prediction_error_pct"],
-        )
-    hf = next(r for r in results if r["case"]["model"] == "qwen2_tiny")
-    assert "comm_null_reason" not in hf["simulation"] and hf["simulation"]["volume"]["all_gather_bytes"] > 0
-    text = "\n".join(prediction_section(build_table(results)))
-    print(text)
-    assert "Worst peak prediction error:" in text
 
 
 def test_frozen_cases_are_explained_from_observation_not_names():

@@ -13,7 +13,16 @@ torch = pytest.importorskip("torch")
 
 from fsdp_bench.plan.case import Case  # noqa: E402
 from fsdp_bench.worker.loop import run  # noqa: E402
-from tests.sweep_helpers import SMALL, case_results, child_env, processes_of, pytest_cmd, run_dirs, write_sweep_project  # noqa: E402
+from tests.sweep_helpers import (  # noqa: E402
+    SMALL,
+    case_results,
+    child_env,
+    processes_of,
+    pytest_cmd,
+    run_dirs,
+    with_probes,
+    write_sweep_project,
+)
 
 # A path that moves with torch/accelerate versions: .ci/run also runs it under the GPU machine's set.
 pytestmark = pytest.mark.versions
@@ -56,7 +65,7 @@ def test_two_ranks_skip_together_after_a_failure_mid_probe(tmp_path):
     results = tmp_path / "results"
     faults = "raise@probe_step:0/-bs1-,oom@probe_step:1/-bs2-"
     started = time.monotonic()
-    args = ["fsdp2" if a == "ddp" else a for a in SMALL]
+    args = ["fsdp2" if a == "ddp" else a for a in with_probes(SMALL)]
     proc = subprocess.run(
         pytest_cmd(
             "test_sweep.py",

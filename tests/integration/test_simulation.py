@@ -160,6 +160,31 @@ def sim_vs_real(tmp_path_factory):
 
 
 @pytest.mark.slow
+def test_simulated_cases_record_prediction_and_report_shows_it(sim_vs_real, tmp_path):
+    """Every ok case records the predicted peak and model state beside the measured ones, and
+    report.md's prediction section shows them (the gpt_tiny ddp and fsdp2 cases are sim_vs_real's)."""
+    pytest.importorskip("pandas")
+    from fsdp_bench.report.page import prediction_section
+    from fsdp_bench.report.table import build_table
+
+    (tmp_path / "cases").mkdir()
+    more = [Case(strategy="fsdp1_full_shard", nproc=2, simulate=True, **TINY)]
+    more.append(Case(strategy="fsdp2", nproc=2, simulate=True, **{**TINY, "model": "qwen2_tiny"}))
+    results = [sim_vs_real["ddp", 2, True], sim_vs_real["fsdp2", 2, True]]
+    results += [run_case(case, tmp_path, timeout_s=300) for case in more]
+    for r in results:
+        assert r["status"] == "ok", r.get("reason", "") + r.get("log_tail", "")[-2000:]
+        m = r["metrics"]
+        assert m["predicted_peak_gib"] > 0 and m["predicted_model_state_gib"] > 0
+        assert abs(m["model_state_prediction_error_pct"]) < 1.0, (r["case_id"], m)
+        if r["ranks"][0]["memory"].get("peak_allocated_bytes") is not None:  # FSDP1 on CPU: no peak
+            assert abs(m["peak_prediction_error_pct"]) < 10.0, (r["case_id"], m)
+    hf = results[-1]
+    assert "comm_null_reason" not in hf["simulation"] and hf["simulation"]["volume"]["all_gather_bytes"] > 0
+    assert "Worst peak prediction error:" in "\n".join(prediction_section(build_table(results)))
+
+
+@pytest.mark.slow
 @pytest.mark.versions  # the fake process group
 @pytest.mark.parametrize("strategy, n", [("fsdp2", 2), ("fsdp2", 4), ("ddp", 2)])
 def test_simulated_rank0_memory_matches_a_real_run(sim_vs_real, strategy, n):

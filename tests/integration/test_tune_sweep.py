@@ -7,18 +7,21 @@ import json
 import subprocess
 from pathlib import Path
 
-from tests.sweep_helpers import SMALL, case_results, child_env, pytest_cmd, run_dirs, write_sweep_project
+from tests.sweep_helpers import SMALL, case_results, child_env, pytest_cmd, run_dirs, with_probes, write_sweep_project
 
 GRID = [a for a in SMALL if a != "--bench-no-report"]
 GRID[GRID.index("--bench-strategies") + 1] = "ddp,fsdp1_full_shard,fsdp2"
 GRID[GRID.index("--bench-steps") + 1] = "4"  # 2 steps give intervals too wide to rule anything out
 
 
-def _tune(tmp_path: Path, *extra: str) -> tuple[subprocess.CompletedProcess, Path, dict]:
+def _tune(tmp_path: Path, *extra: str, probes: bool = False) -> tuple[subprocess.CompletedProcess, Path, dict]:
+    """A tune of GRID and `extra`; `probes`: a memory budget's check reads the measured CPU peak,
+    which a probe step gives."""
     write_sweep_project(tmp_path)
     results = tmp_path / "results"
+    grid = with_probes(GRID) if probes else GRID
     proc = subprocess.run(
-        pytest_cmd("-q", "test_sweep.py", *GRID, "--bench-tune", "--bench-results-dir", str(results), *extra),
+        pytest_cmd("-q", "test_sweep.py", *grid, "--bench-tune", "--bench-results-dir", str(results), *extra),
         cwd=tmp_path,
         env=child_env(),
         capture_output=True,
@@ -83,6 +86,7 @@ def test_tune_under_a_tiny_budget_never_picks_a_case_over_it(tmp_path):
         "--bench-budget-gib",
         str(budget),
         "--bench-no-report",
+        probes=True,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     skipped = {s["case_id"] for s in answer["skipped"]}
@@ -110,7 +114,7 @@ def test_tune_never_launches_a_case_the_sweep_skips_at_collection(tmp_path):
 def test_a_budget_under_every_case_is_kept_by_the_last_line(tmp_path):
     """No case fits 0.0001 GiB: the tuner picks none, and the sweep's closing recommendation
     answers under the same budget instead of recommending the measured boundary case (issue 37)."""
-    proc, run, answer = _tune(tmp_path, "--bench-batch-sizes", "2", "--bench-budget-gib", "0.0001")
+    proc, run, answer = _tune(tmp_path, "--bench-batch-sizes", "2", "--bench-budget-gib", "0.0001", probes=True)
     out = proc.stdout + proc.stderr
     assert answer["pick"] is None
     assert "no memory budget" not in out
