@@ -287,6 +287,44 @@ def processes_left(results: Path, settle_s: float = 5.0) -> list[int]:
     return left
 
 
+BUDGET_MIN = 4  # holds the stand-in sweep's estimate (part 3), perhaps not part 4's after it
+
+
+def budgeted_plan(tmp_path: Path, budget_min: int, *parts: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["bash", str(SCRIPT), "--budget-min", str(budget_min), "--out", str(tmp_path / "out")]
+        + ["--results", str(tmp_path / "results"), *parts],
+        cwd=PROJECT_ROOT,
+        env=script_env(FSDP_BENCH_REFERENCE_STANDIN="cpu"),
+        capture_output=True,
+        text=True,
+        timeout=budget_min * 60 + 100,
+    )
+
+
+def check_budgeted_plan(tmp_path: Path, out: str, returncode: int, took_s: float) -> None:
+    """--budget-min as a 15-minute GPU slot uses it: each part starts only when its estimate fits
+    in what is left (less the reserve for the last stop), runs under `timeout` with that, and
+    leaves its archive; the whole call ends within the budget. (A part cut by `timeout`:
+    test_timeout_leaves_the_archive.) Run by the SIGINT test, as the rerun of parts 3 and 4 after
+    part 3 was stopped: part 3 resumes its remaining cases."""
+    assert returncode in (0, 124), out[-3000:]
+    assert took_s <= BUDGET_MIN * 60 + 5, took_s  # the budget counts from the script's start
+    ran = re.findall(r"^== part (\d): estimated (\d+) s, (\d+) s left of the budget$", out, re.M)
+    skipped = re.findall(
+        r"^== part (\d): not started, (?:estimated (\d+) s with (-?\d+) s left|(-?\d+) s left)", out, re.M
+    )
+    assert sorted([n for n, *_ in ran] + [n for n, *_ in skipped]) == ["3", "4"], out[-3000:]
+    assert ran and ran[0][0] == "3", out[-3000:]
+    for part, estimate, left in ran:
+        assert int(estimate) <= int(left)
+        name = {"3": "part3_gpt2_sweep", "4": "part4_fidelity"}[part]
+        check_archive(tmp_path, name)
+    for _part, estimate, left, short in skipped:
+        assert (estimate and int(estimate) > int(left)) or int(short) < 60
+    assert processes_left(tmp_path / "results") == []
+
+
 @pytest.mark.slow
 def test_sigint_leaves_the_archive_and_a_rerun_continues(tmp_path):
     proc = start_part("part3_gpt2_sweep", tmp_path)
@@ -304,10 +342,12 @@ def test_sigint_leaves_the_archive_and_a_rerun_continues(tmp_path):
     assert "INT received" in log and "with status 130" in log
     assert processes_left(tmp_path / "results") == []
 
-    proc = start_part("part3_gpt2_sweep", tmp_path)
-    out, _ = proc.communicate(timeout=300)
-    assert proc.returncode == 0, out[-3000:]
-    assert "--bench-resume" in out and "with status 0" in out
+    # the rerun, as a GPU slot starts it: the plan under a budget (check_budgeted_plan)
+    started = time.monotonic()
+    proc = budgeted_plan(tmp_path, BUDGET_MIN, "3", "4")
+    out = proc.stdout + proc.stderr
+    check_budgeted_plan(tmp_path, out, proc.returncode, time.monotonic() - started)
+    assert "--bench-resume" in out and "part3_gpt2_sweep: ended" in out and "with status 0" in out
     members = check_archive(tmp_path, "part3_gpt2_sweep")
     results = [m for m in members if re.fullmatch(RESULT.format(part="part3_gpt2_sweep", run="gpt2-124m-sweep"), m)]
     assert len(results) == 4  # ddp, fsdp1_no_shard, fsdp2, fsdp2_no_reshard (the others need CUDA)
@@ -426,50 +466,4 @@ def test_a_stop_of_the_whole_plan_ends_after_the_running_parts_archive(tmp_path)
     assert "part3_gpt2_sweep: ended" in out and "with status 143" in out
     assert "ended without its archive" not in out  # the part wrote its own
     assert not (tmp_path / "out" / "part1_smoke.tar.gz").exists() and "part1_smoke" not in out
-    assert processes_left(tmp_path / "results") == []
-
-
-@pytest.mark.slow
-def test_budget_starts_only_parts_that_fit_and_ends_in_time(tmp_path):
-    """--budget-min as a 15-minute GPU slot uses it: each part starts only when its estimate fits
-    in what is left (less the reserve for the last stop), runs under `timeout` with that, and
-    leaves its archive; the whole call ends within the budget. (A part cut by `timeout`:
-    test_timeout_leaves_the_archive.)"""
-    budget_min = 4
-    started = time.monotonic()
-    proc = subprocess.run(
-        [
-            "bash",
-            str(SCRIPT),
-            "--budget-min",
-            str(budget_min),
-            "--out",
-            str(tmp_path / "out"),
-            "--results",
-            str(tmp_path / "results"),
-            "3",
-            "4",
-        ],
-        cwd=PROJECT_ROOT,
-        env=script_env(FSDP_BENCH_REFERENCE_STANDIN="cpu"),
-        capture_output=True,
-        text=True,
-        timeout=400,
-    )
-    took = time.monotonic() - started
-    out = proc.stdout + proc.stderr
-    assert proc.returncode in (0, 124), out[-3000:]
-    assert took <= budget_min * 60 + 5, took  # the budget counts from the script's start
-    ran = re.findall(r"^== part (\d): estimated (\d+) s, (\d+) s left of the budget$", out, re.M)
-    skipped = re.findall(
-        r"^== part (\d): not started, (?:estimated (\d+) s with (-?\d+) s left|(-?\d+) s left)", out, re.M
-    )
-    assert sorted([n for n, *_ in ran] + [n for n, *_ in skipped]) == ["3", "4"], out[-3000:]
-    assert ran and ran[0][0] == "3", out[-3000:]  # 4 minutes hold the stand-in sweep's estimate
-    for part, estimate, left in ran:
-        assert int(estimate) <= int(left)
-        name = {"3": "part3_gpt2_sweep", "4": "part4_fidelity"}[part]
-        check_archive(tmp_path, name)
-    for _part, estimate, left, short in skipped:
-        assert (estimate and int(estimate) > int(left)) or int(short) < 60
     assert processes_left(tmp_path / "results") == []
