@@ -55,7 +55,7 @@ def test_ci_pins_torch_accelerate_and_transformers_in_two_sets():
     run = (ROOT / ".ci" / "run").read_text()
     # the whole suite, as the README says, on two xdist workers
     assert '"$NEWEST_PINS" "$NEWEST_LIMIT_S" tests -n 2 --dist loadfile -q' in run
-    assert '"$GPU_PINS" "$GPU_LIMIT_S" tests -m versions' in run
+    assert '"$GPU_PINS" "$GPU_LIMIT_S" tests -m versions -n 2 --dist loadfile' in run
 
 
 def test_pyproject_ranges_are_exactly_the_tested_versions():
