@@ -1,7 +1,7 @@
 """The fake-tensor estimator (fsdp_bench.worker.estimate) against the measured peak of the same case,
 and its CLI (`python -m fsdp_bench.fit --trace`).
 
-The measured peak is rank 0's on the fake process group, in-process (test_peak_model's
+The measured peak is rank 0's on the fake process group, in-process (tests/sweep_helpers'
 `simulated_rank0`): MemTracker over a later training step of real tensors. Batch 2, seq 32.
 """
 

@@ -290,15 +290,15 @@ def processes_left(results: Path, settle_s: float = 5.0) -> list[int]:
 BUDGET_MIN = 4  # holds the stand-in sweep's estimate (part 3), perhaps not part 4's after it
 
 
-def budgeted_plan(tmp_path: Path, budget_min: int, *parts: str) -> subprocess.CompletedProcess:
+def budgeted_plan(tmp_path: Path, *parts: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        ["bash", str(SCRIPT), "--budget-min", str(budget_min), "--out", str(tmp_path / "out")]
+        ["bash", str(SCRIPT), "--budget-min", str(BUDGET_MIN), "--out", str(tmp_path / "out")]
         + ["--results", str(tmp_path / "results"), *parts],
         cwd=PROJECT_ROOT,
         env=script_env(FSDP_BENCH_REFERENCE_STANDIN="cpu"),
         capture_output=True,
         text=True,
-        timeout=budget_min * 60 + 100,
+        timeout=BUDGET_MIN * 60 + 100,
     )
 
 
@@ -344,7 +344,7 @@ def test_sigint_leaves_the_archive_and_a_rerun_continues(tmp_path):
 
     # the rerun, as a GPU slot starts it: the plan under a budget (check_budgeted_plan)
     started = time.monotonic()
-    proc = budgeted_plan(tmp_path, BUDGET_MIN, "3", "4")
+    proc = budgeted_plan(tmp_path, "3", "4")
     out = proc.stdout + proc.stderr
     check_budgeted_plan(tmp_path, out, proc.returncode, time.monotonic() - started)
     assert "--bench-resume" in out and "part3_gpt2_sweep: ended" in out and "with status 0" in out

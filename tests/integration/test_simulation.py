@@ -168,8 +168,10 @@ def test_simulated_cases_record_prediction_and_report_shows_it(sim_vs_real, tmp_
     from fsdp_bench.report.table import build_table
 
     (tmp_path / "cases").mkdir()
-    more = [Case(strategy="fsdp1_full_shard", nproc=2, simulate=True, **TINY)]
-    more.append(Case(strategy="fsdp2", nproc=2, simulate=True, **{**TINY, "model": "qwen2_tiny"}))
+    more = [
+        Case(strategy="fsdp1_full_shard", nproc=2, simulate=True, **TINY),
+        Case(strategy="fsdp2", nproc=2, simulate=True, **{**TINY, "model": "qwen2_tiny"}),
+    ]
     results = [sim_vs_real["ddp", 2, True], sim_vs_real["fsdp2", 2, True]]
     results += [run_case(case, tmp_path, timeout_s=300) for case in more]
     for r in results:
