@@ -276,6 +276,8 @@ def _why_blocks(df) -> list:
 
 def _chart_blocks(page: Page) -> list:
     blocks: list = [Heading("Charts")]
+    if not page.charts:  # draw_charts notes every chart it skips, so none at all is --no-charts
+        return [*blocks, Paragraph(plain("Not drawn: written with --no-charts (python visualize.py RUN draws them)."))]
     for outcome in page.charts:
         if outcome.path is not None:
             blocks += [Heading(outcome.chart.title, level=3), Image(outcome.chart.title, outcome.path.name)]

@@ -86,7 +86,11 @@ def test_every_broken_case_field_is_drawn_or_one_note_and_the_report_is_written(
             data["case_id"] += f"-fuzz{n}"
         names[f"fuzz{n}.json"] = (name, data.get("case_id"))
         (run / "cases" / f"fuzz{n}.json").write_text(json.dumps(data))
-    written, notes = write_report(run)
+    # Charts read the records as migrated to the current version, whose run breaks every field and
+    # draws them; an older version's broken fields reach them as that run's do, for ~15 s of CPU
+    # each. Not so the migration that computes a field (the interval) from broken step times.
+    charts = version in (READABLE_SCHEMA_VERSIONS[-1], "2-without-interval")
+    written, notes = write_report(run, charts=charts)
     assert run / "report.md" in written and run / "comparison.csv" in written
     drawn = {row["case_id"] for row in csv.DictReader((run / "comparison.csv").open())}
     noted = "\n".join(notes)

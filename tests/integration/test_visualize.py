@@ -161,11 +161,15 @@ def test_only_owned_outputs_change(report):
         assert path.read_bytes() == data, path
 
 
-def test_a_second_report_is_identical_in_its_table(report, tmp_path):
+def test_a_second_report_is_identical_in_its_table_with_or_without_charts(report, tmp_path):
     run, _, _ = report
-    proc = visualize(run, "--out", tmp_path)
-    assert proc.returncode == 0
+    proc = visualize(run, "--out", tmp_path, "--no-charts")
+    assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "comparison.csv").read_text() == (run / "comparison.csv").read_text()
+    assert not list(tmp_path.glob("*.png")) and list(run.glob("*.png"))
+    page = (tmp_path / "report.md").read_text()
+    assert "Not drawn: written with --no-charts" in page and "Recommendation (" in page
+    assert " skipped" not in proc.stderr  # no chart was skipped for lack of data: none was tried
 
 
 # --- comparison of two runs ---------------------------------------------------------------------
