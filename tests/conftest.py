@@ -28,6 +28,21 @@ def _checkout_on_pythonpath(monkeypatch):
         monkeypatch.delenv(name)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _a_share_of_the_cores_per_xdist_worker(request):
+    """Under `-n N`, the in-process tests' torch gets cores // N threads instead of every core: two
+    workers' OpenMP threads outnumbered the 2 cores and spun while waiting for one (an in-process
+    peak-model test beside a .ci/run: 27-31 s of CPU on one thread, 44-52 s on two). The sweeps'
+    ranks set their own (launch.processes)."""
+    workers = getattr(request.config, "workerinput", {}).get("workercount")
+    if workers:
+        try:
+            import torch
+        except ImportError:  # the no-torch tests run without it
+            return
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(workers)))
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _run_alone_under_xdist(request, tmp_path_factory):
     """Under pytest-xdist, a module marked `run_alone` runs while no other worker runs a module
