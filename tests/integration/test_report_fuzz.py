@@ -86,9 +86,10 @@ def test_every_broken_case_field_is_drawn_or_one_note_and_the_report_is_written(
             data["case_id"] += f"-fuzz{n}"
         names[f"fuzz{n}.json"] = (name, data.get("case_id"))
         (run / "cases" / f"fuzz{n}.json").write_text(json.dumps(data))
-    # Charts read the records as migrated to the current version, whose run breaks every field and
-    # draws them; an older version's broken fields reach them as that run's do, for ~15 s of CPU
-    # each. Not so the migration that computes a field (the interval) from broken step times.
+    # Charts read records migrated to the current version, and the current version's run breaks
+    # every field and draws them: an older version's broken fields reach the charts as that run's
+    # do, so drawing them again cost ~15 s of CPU each for nothing. The migration that computes a
+    # field (the interval) from broken step times makes new values: that run draws them too.
     charts = version in (READABLE_SCHEMA_VERSIONS[-1], "2-without-interval")
     written, notes = write_report(run, charts=charts)
     assert run / "report.md" in written and run / "comparison.csv" in written
