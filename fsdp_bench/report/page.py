@@ -59,7 +59,7 @@ class Page:
     env: Environment | None
     df: Any
     summary: Sequence[tuple[str, str]]
-    charts: Sequence[Any]  # ChartOutcome
+    charts: Sequence[Any] | None  # ChartOutcome; None: not drawn on request (--no-charts)
     problems: Sequence[str] = field(default_factory=list)
     files: Sequence[str] = field(default_factory=list)
     tuning: Sequence[TuneAnswer] = field(default_factory=list)  # --bench-tune answers
@@ -276,7 +276,7 @@ def _why_blocks(df) -> list:
 
 def _chart_blocks(page: Page) -> list:
     blocks: list = [Heading("Charts")]
-    if not page.charts:  # draw_charts notes every chart it skips, so none at all is --no-charts
+    if page.charts is None:
         return [*blocks, Paragraph(plain("Not drawn: written with --no-charts (python visualize.py RUN draws them)."))]
     for outcome in page.charts:
         if outcome.path is not None:

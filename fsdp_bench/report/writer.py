@@ -114,7 +114,7 @@ def write_report(
         env=env,
         df=df,
         summary=summary_lines(df, budget_gib),
-        charts=outcomes,
+        charts=outcomes if charts else None,
         problems=list(notes),
         files=list(TABLE_FILES),
         tuning=tuning,
