@@ -14,12 +14,14 @@ import contextlib
 import json
 import os
 import time
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.nn.parallel import DistributedDataParallel
 
+from fsdp_bench.results.io import write_text_atomic
 from fsdp_bench.worker.models.build import build_model, get_flavor
 
 # What a fidelity report compared against (scripts/gpu_reference names its reports with it): 2 is
@@ -98,9 +100,8 @@ def main() -> None:
     # like the suite, a step lasts as long as its slowest rank
     t = torch.tensor(times, dtype=torch.float64, device=device)  # NCCL reduces device tensors only
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    if rank == 0:
-        with open(args.out, "w") as fh:
-            json.dump(t.tolist(), fh)
+    if rank == 0:  # whole or not at all: measure_fidelity.py reads it
+        write_text_atomic(Path(args.out), json.dumps(t.tolist()))
     dist.barrier()  # as the worker does: without it gloo can abort in teardown ("terminate called ...")
     dist.destroy_process_group()
 

@@ -75,6 +75,7 @@ def aggregate_rank_metrics(
         curve = mean_across_ranks(losses)
         metrics["loss_first"] = curve[0]
         metrics["loss_last"] = curve[-1]
+        metrics["loss_finite"] = all(isinstance(x, (int, float)) and math.isfinite(x) for rank in losses for x in rank)
     for key in ("peak_allocated_bytes", "peak_reserved_bytes", "peak_rss_bytes"):
         values = [r["memory"][key] for r in ranks if r.get("memory", {}).get(key) is not None]
         if values:

@@ -56,8 +56,9 @@ def widened(low: float, high: float, repeats: int | None, spread_pct: float | No
     least as wide as the repeats' own medians (`spread_pct`, the metric repeat_spread_pct:
     (max - min) / median). The pooled steps of two or three processes still hide what a fresh
     process changes: a llama3_tiny case whose repeats' medians were 37 % apart had a pooled
-    interval of +-3 %."""
-    if (repeats or 1) <= 1:
+    interval of +-3 %. `repeats` may come from a table's column, where pandas holds it as a float
+    (3.0) once any case lacks it, and as NaN for that case: both read as the count they stand for."""
+    if not (isinstance(repeats, (int, float)) and repeats > 1):  # None, NaN, 0 or 1: a single run
         return low * (1 - SINGLE_RUN_NOISE), high * (1 + SINGLE_RUN_NOISE)
     if not isinstance(spread_pct, (int, float)) or not spread_pct > 0 or not low > 0:
         return low, high

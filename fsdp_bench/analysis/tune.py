@@ -48,6 +48,7 @@ from fsdp_bench.plan.case import Case, skip_reason
 from fsdp_bench.results.metrics import M
 from fsdp_bench.results.records import TUNE_SCHEMA_VERSION, CaseResult, TuneAnswer, TuneDrift, TuneMeasured, TuneRound
 from fsdp_bench.results.schema import GIB
+from fsdp_bench.results.trained import untrained_reason
 
 PROBE_CASES = 2  # round 0: cases of the grid measured once to calibrate the model
 ROUND_SIZE = 3  # at most this many new cases measured in one round
@@ -79,7 +80,7 @@ def measured_from_result(result: CaseResult) -> Measured:
     case = result.get("case") or {}
     case_id = result.get("case_id") or Case.from_dict(case).id
     repeats = len(result.get(M.repeats) or []) or 1
-    if result.get("status") != "ok" or metrics.get(M.params_changed) is False:
+    if result.get("status") != "ok" or untrained_reason(metrics):
         return Measured(
             case_id,
             result.get("status") or "failed",

@@ -5,7 +5,9 @@ pytest's (only the plugin imports pytest); what it shares with the other hooks i
 
 Outcomes: ok passes (None); `skipped` skips; `oom` is an expected failure (xfail: a result worth
 having); failed / timeout fail with the log's tail; a case that ran but never changed its
-parameters is an xfail, so its speed never reads as a pass a user could pick.
+parameters (an optimizer built before sharding, unfixed) is an xfail, so its speed never reads as
+a pass a user could pick; one whose loss diverged (NaN, inf) or never moved fails. Either stays a
+row of the table, never ranked (results.trained).
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ from fsdp_bench.launch.progress import BenchState
 from fsdp_bench.launch.session import DiskFull, SessionError
 from fsdp_bench.plan.case import Case
 from fsdp_bench.plan.catalog import optimizer_timing
-from fsdp_bench.results.metrics import M
 from fsdp_bench.results.records import CaseResult, TuneAnswer
+from fsdp_bench.results.trained import PARAMETERS_UNCHANGED, untrained_reason
 
 LOG_TAIL_SHOWN_CHARS = 1500  # of a failed case's log, under its FAILED line
 Outcome = tuple[str, str] | None  # ("skip" | "xfail" | "fail", message), None: passed
@@ -70,8 +72,11 @@ def item_outcome(case: Case, result: CaseResult) -> Outcome:
     if status != "ok":
         tail = result.get("log_tail", "")[-LOG_TAIL_SHOWN_CHARS:]
         return "fail", f"{status.upper()}: {reason}\n--- log tail ---\n{tail}"
-    if (result.get("metrics") or {}).get(M.params_changed) is False:
-        return "xfail", optimizer_timing(case.optimizer_timing).not_trained_reason or "parameters never changed"
+    untrained = untrained_reason(result.get("metrics") or {})
+    if untrained == PARAMETERS_UNCHANGED:  # what an optimizer built before sharding does, unfixed
+        return "xfail", optimizer_timing(case.optimizer_timing).not_trained_reason or untrained
+    if untrained:  # a diverged or frozen loss is nothing this program expects
+        return "fail", f"DID NOT TRAIN: {untrained}"
     return None
 
 

@@ -20,6 +20,7 @@ from fsdp_bench.plan.sweep import Sweep
 from fsdp_bench.results.metrics import M, label
 from fsdp_bench.results.records import CaseResult, Metrics
 from fsdp_bench.results.stats import NOISY_CV_PCT
+from fsdp_bench.results.trained import untrained_reason
 
 
 @dataclass
@@ -155,7 +156,7 @@ def progress_line(
     The ETA is `eta_s` when given (shown when > 0), else the elapsed time per case times the cases left."""
     metrics = result.get("metrics") or {}
     status = result.get("status", "?")
-    if status == "ok" and metrics.get(M.params_changed) is False:
+    if status == "ok" and untrained_reason(metrics):
         status = "ok(not trained)"
     parts = [f"[{i}/{total}] {case_id}", status]
     if result.get("status") == "ok":

@@ -71,7 +71,8 @@ def answer_line(rec: Recommendation, ranked: int) -> str:
         tail = f"; {len(rec.tied)} of {ranked} tied within noise{listed}; to separate them: {separator(rec.tied)}"
     elif len(rec.picks) > 1:
         second = rec.picks[1]
-        tail = f"; {100 * (1 - second[SPEED] / best[SPEED]):.0f}% ahead of {short_name(second, ANSWER_TIMING_WORD)}, beyond noise"
+        # its gain over the runner-up, as report.md's "+N% over" reads it (not the runner-up's shortfall)
+        tail = f"; {100 * (best[SPEED] / second[SPEED] - 1):.0f}% ahead of {short_name(second, ANSWER_TIMING_WORD)}, beyond noise"
     text = f"{head}{short_name(best, ANSWER_TIMING_WORD)}, {best[SPEED]:,.0f} tok/s/dev{memory}{bound}{tail}"
     if len(text) > ANSWER_MAX_CHARS:
         text = text.replace(listed, "")
@@ -97,7 +98,7 @@ def answer_lines(df, budget_gib: float | None = None) -> list[str]:
     ok = trained_rows(df)
     lines = []
     for rec in recommend(df, budget_gib):
-        ranked = int(ok[(ok["model"] == rec.model) & ok[SPEED].notna()].shape[0])
+        ranked = int(rec.rows_of(ok)[SPEED].notna().sum())
         lines.append(answer_line(rec, ranked))
         reason = why_line(rec)
         if reason:

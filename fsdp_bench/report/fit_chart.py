@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import re
 import sys
 from pathlib import Path
@@ -24,6 +25,7 @@ from fsdp_bench.plan.option_values import parse_models, positive_gib, positive_i
 from fsdp_bench.plan.options import OPTIONS
 from fsdp_bench.report.charts.style import pyplot, save_figure
 from fsdp_bench.report.trace import trace_cases, trace_line, trace_rows
+from fsdp_bench.results.io import write_text_atomic
 from fsdp_bench.results.layout import RunLayout
 from fsdp_bench.results.load import load_run
 from fsdp_bench.results.metrics import M
@@ -35,10 +37,11 @@ def write_fit(rows: list[TableRow], out: Path) -> list[Path]:
     """fit.csv and one chart per model: predicted peak per device against world size."""
     out.mkdir(parents=True, exist_ok=True)
     csv_path = out / "fit.csv"
-    with open(csv_path, "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    text = io.StringIO(newline="")
+    writer = csv.DictWriter(text, fieldnames=list(rows[0]))
+    writer.writeheader()
+    writer.writerows(rows)
+    write_text_atomic(csv_path, text.getvalue())  # whole or not at all, as every other file the report writes
     written = [csv_path]
     plt = pyplot()
     for model in dict.fromkeys(r["model"] for r in rows):

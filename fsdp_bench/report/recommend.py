@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from fsdp_bench.analysis.busy import HOST_BOUND_BUSY_PCT, host_bound_detail, host_bound_text
 from fsdp_bench.analysis.run_noise import SINGLE_RUN_NOISE, speed_interval, widened
 from fsdp_bench.plan.catalog import intended_timing
-from fsdp_bench.report.table import is_set, left_out, trained_rows
+from fsdp_bench.report.table import is_set, left_out, model_settings, trained_rows
 from fsdp_bench.report.why import short_name
 from fsdp_bench.results.metrics import M
 from fsdp_bench.results.records import TableRow
@@ -27,7 +27,7 @@ def memory_column(df) -> str | None:
 
 @dataclass
 class Recommendation:
-    model: str
+    model: str  # with its sequence length and precision where the run has it at several (table.model_settings)
     memory: str  # the column the budget was checked against
     budget_gib: float | None
     picks: list[TableRow]  # best first; at most two
@@ -35,6 +35,10 @@ class Recommendation:
     unmeasured: int = 0  # trained cases without a measurement of that memory (left out only under a budget)
     tied: list[TableRow] = field(default_factory=list)  # the leaders within noise of the fastest
     unmeasured_strategies: tuple[str, ...] = ()
+
+    def rows_of(self, df):
+        """The rows of `df` this recommendation chose among: its model (table.model_settings)."""
+        return df[model_settings(df) == self.model] if "model" in df else df.iloc[0:0]
 
 
 def recommend(df, budget_gib: float | None = None) -> list[Recommendation]:
@@ -47,7 +51,7 @@ def recommend(df, budget_gib: float | None = None) -> list[Recommendation]:
     if memory is None or SPEED not in ok or ok.empty:
         return []
     out = []
-    for model, every in ok.groupby("model"):
+    for model, every in ok.groupby(model_settings(ok), sort=True):
         timed = every[every[SPEED].notna()]
         part = timed[timed[memory].notna()]
         fits = timed if budget_gib is None else part[part[memory] <= budget_gib]
@@ -110,7 +114,7 @@ def noise_band(row: TableRow) -> tuple[float, float] | None:
     run's widened for run-to-run noise, a case with repeats' as measured and spanning its repeats."""
     interval = speed_interval(row)
     repeats, spread = row.get(M.repeats), row.get(M.repeat_spread_pct)
-    return None if interval is None else widened(*interval, repeats if isinstance(repeats, int) else None, spread)
+    return None if interval is None else widened(*interval, repeats, spread)
 
 
 def speeds_overlap(best: TableRow, second: TableRow) -> bool:
@@ -120,6 +124,20 @@ def speeds_overlap(best: TableRow, second: TableRow) -> bool:
         return True
     a, b = noise_band(best), noise_band(second)
     return a is None or b is None or a[0] <= b[1]
+
+
+def tied_with_best(df, best: TableRow) -> int:
+    """How many other trained cases of the best one's like-for-like group (`compare_group`) its
+    tokens/s is within noise of (speeds_overlap): a "best" they tie with is best by chance."""
+    if "compare_group" not in df or SPEED not in df:
+        return 0
+    peers = trained_rows(df)
+    peers = peers[
+        (peers["compare_group"] == best.get("compare_group"))
+        & peers[SPEED].notna()
+        & (peers["case_id"] != best.get("case_id"))
+    ]
+    return sum(speeds_overlap(best, r) for r in peers.to_dict("records"))
 
 
 NOISE_RULE = (
@@ -208,6 +226,6 @@ def recommendation_lines(df, budget_gib: float | None = None) -> list[str]:
                 if rec.budget_gib is not None
                 else ", ranked by speed all the same"
             )
-        omitted = left_out(df[df["model"] == rec.model], SPEED) if "model" in df else ""
+        omitted = left_out(rec.rows_of(df), SPEED) if "model" in df else ""
         lines.append(text + (f"; {omitted}" if omitted else "") + ".")
     return lines

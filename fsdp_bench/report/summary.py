@@ -12,7 +12,7 @@ from typing import Any
 from fsdp_bench.analysis.aggregate import LOSS_MATCH_TOL, LOSS_ROUNDING_TOL
 from fsdp_bench.analysis.busy import HOST_BOUND_BUSY_PCT, host_bound_detail
 from fsdp_bench.plan.catalog import PRECISIONS, intended_timing, is_baseline, strategy_order, timings_before_shard
-from fsdp_bench.report.table import is_set, left_out, ok_rows, trained_rows
+from fsdp_bench.report.table import is_set, left_out, model_settings, ok_rows, trained_rows
 from fsdp_bench.results.metrics import M
 from fsdp_bench.results.schema import FAILED_STATUSES, memory_unit
 from fsdp_bench.results.stats import CONFIDENCE_PCT, NOISY_CV_PCT
@@ -43,7 +43,7 @@ def _main_slice(df):
 
 def largest_batch_that_fits(df) -> list[str]:
     lines = []
-    for model, mdf in df.groupby("model"):
+    for model, mdf in df.groupby(model_settings(df)):
         part = _main_slice(mdf)
         items = []
         for strategy in _strategies(part):
@@ -95,7 +95,7 @@ def _host_decided(best, second) -> str:
 
 def fastest_per_batch(df) -> list[str]:
     lines = []
-    for model, every in df.groupby("model"):
+    for model, every in df.groupby(model_settings(df)):
         main = _main_slice(every)
         mdf, part = trained_rows(every), trained_rows(main)
         if M.tokens_per_s_per_device not in part:
@@ -134,7 +134,8 @@ _MEMORY_COLUMNS = (
 
 def memory_saved_vs_ddp(df) -> list[str]:
     lines = []
-    for model, mdf in ok_rows(df).groupby("model"):
+    ok = ok_rows(df)
+    for model, mdf in ok.groupby(model_settings(ok)):
         part = _main_slice(mdf)
         ddp = part[part["strategy"].map(is_baseline)]
         if ddp.empty:

@@ -16,6 +16,7 @@ from fsdp_bench.results.metrics import HIGHER_IS_BETTER, LOWER_IS_BETTER, M
 from fsdp_bench.results.metrics import label as metric_label
 from fsdp_bench.results.records import CaseResult, RankRecord, TableRow
 from fsdp_bench.results.schema import GIB
+from fsdp_bench.results.trained import untrained_reason
 
 # The axes a person compares along, in sort order; the CSV starts with them.
 AXES = ("model", "strategy", "batch_size", "grad_accum", "optimizer_timing")
@@ -33,6 +34,8 @@ LEAD_COLUMNS = (
     "status",
     "reason",
 )
+# The column of the model a case is ranked and summarised within (model_settings).
+MODEL_SETTING = "model_setting"
 # What ranks cases against each other: the same work per optimizer step (model, seq_len, tokens
 # per optimizer step = batch * grad-accum * ranks * seq_len) at the same precision.
 RANK_METRIC = M.tokens_per_s_per_device
@@ -131,10 +134,39 @@ def build_table(results: Iterable[CaseResult]):
     df[M.loss_max_abs_dev_vs_ddp] = [deviation.get(c) for c in df["case_id"]]
     onset = loss_dev_onset_step_vs_ddp(rows, curves)
     df[M.loss_dev_onset_step_vs_ddp] = pd.array([onset.get(c) for c in df["case_id"]], dtype="Int64")
+    df[MODEL_SETTING] = _model_settings(df)
     df = add_why_vs_best(add_ranking(df))
     lead = [c for c in LEAD_COLUMNS if c in df.columns]
     df = df[lead + [c for c in df.columns if c not in lead]]
     return _sorted(df)
+
+
+def model_settings(df):
+    """Each row's model, with its sequence length and precision ("gpt_tiny sl128 bf16") where the
+    table holds that model at several: what the recommendation, the summary lines and the chart
+    panels rank within. Tokens/s at another sequence length or precision is not the same work (a
+    longer sequence costs more per token, a lower precision computes something else); batch size,
+    accumulation, strategy and optimizer timing are the knobs they choose among. build_table's
+    tables carry it as a column, decided once over every case (failed ones too), so a subset of
+    the table is labelled as the whole is."""
+    return df[MODEL_SETTING] if MODEL_SETTING in df else _model_settings(df)
+
+
+def _model_settings(df):
+    import pandas as pd
+
+    if "model" not in df:
+        return pd.Series("", index=df.index, dtype="object")
+    model = df["model"]
+    seq = df["seq_len"] if "seq_len" in df else pd.Series(None, index=df.index, dtype="object")
+    precision = df["precision"] if "precision" in df else pd.Series(None, index=df.index, dtype="object")
+    setting = [
+        " ".join(([f"sl{s:g}"] if isinstance(s, (int, float)) and s == s else []) + ([p] if isinstance(p, str) else []))
+        for s, p in zip(seq, precision)
+    ]
+    setting = pd.Series(setting, index=df.index, dtype="object")
+    several = setting.groupby(model).transform("nunique") > 1
+    return model.where(~several, model.astype(str) + " " + setting)
 
 
 def did_train(row: Mapping[str, Any]) -> bool:
@@ -148,14 +180,9 @@ def did_train(row: Mapping[str, Any]) -> bool:
 
 
 def learned(row: Mapping[str, Any]) -> bool:
-    """Finished ok and the model learned: parameters changed and the loss moved."""
-    if row.get("status") != "ok" or row.get(M.params_changed) is False:
-        return False
-    first, last = row.get(M.loss_first), row.get(M.loss_last)
-    steps = row.get(M.steps_measured)
-    if isinstance(first, float) and isinstance(last, float) and first == last and (steps or 0) > 1:
-        return False  # a flat loss: the optimizer never touched what the model uses
-    return True
+    """Finished ok and the model learned: parameters changed, the loss finite and moving
+    (results.trained)."""
+    return row.get("status") == "ok" and untrained_reason(row) is None
 
 
 def add_ranking(df):
@@ -221,7 +248,10 @@ def flatten_rank(result: CaseResult, rank: RankRecord) -> TableRow:
     for name, value in (rank.get("memory_breakdown_bytes") or {}).items():
         row[f"breakdown_{name}_gib"] = _gib(value)
     for name, value in (rank.get("expected_model_state_bytes") or {}).items():
-        row[f"expected_model_state_{name}_gib"] = _gib(value)
+        if isinstance(value, str):  # its layout and method, beside the byte counts
+            row[f"expected_model_state_{name}"] = value
+        else:
+            row[f"expected_model_state_{name}_gib"] = _gib(value)
     for name, value in (rank.get("allocator") or {}).items():
         if isinstance(value, (int, float)):
             row[f"allocator_{name}"] = value

@@ -24,15 +24,18 @@ def sweep_summary_lines(results: list[CaseResult]) -> list[str]:
 def summary_body_lines(results: list[CaseResult]) -> list[str]:
     """Cases by status, the fastest trained case per group of like-for-like cases, where the time went."""
     from fsdp_bench.report.cost import time_line
+    from fsdp_bench.report.recommend import tied_with_best
     from fsdp_bench.report.table import build_table, unranked
 
     counts = Counter(r.get("status") for r in results)
     lines = ["cases: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items(), key=lambda x: str(x[0])))]
     df = build_table(results)
     if "is_best" in df:
-        for _, row in df[df["is_best"] == True].iterrows():  # noqa: E712
+        for row in df[df["is_best"] == True].to_dict("records"):  # noqa: E712
+            tied = tied_with_best(df, row)
             lines.append(
                 f"best of {row['compare_group']}: {row['case_id']} ({row[M.tokens_per_s_per_device]:,.0f} tok/s/dev)"
+                + (f"; {tied} more within noise of it" if tied else "")
             )
     simulated, untrained = unranked(df)
     if len(simulated):  # a fake process group: its communication is free, its memory is the answer

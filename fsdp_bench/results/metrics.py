@@ -77,6 +77,8 @@ METRICS: tuple[Metric, ...] = (
        "--bench-target-ci-pct), time_cap (--bench-measure-cap-s), max_steps, fixed_steps (no target)"),
     _m("loss_first", "loss", "rank-mean loss of the first step (warmup included)", None, "loss first", TABLE),
     _m("loss_last", "loss", "rank-mean loss of the last step", None, "loss last", TABLE),
+    _m("loss_finite", "bool", "every rank's loss was a finite number at every step; false: training diverged (NaN or "
+       "inf), so the case did not train and is never ranked (results.trained)"),
     _m("loss_max_abs_dev_vs_ddp", "loss", "filled by the report: max over steps of abs(rank-mean loss minus the "
        "DDP case with the same model, world size, batch, grad accum, seq_len, seed, lr, precision); a diverged "
        "(non-finite) loss is inf; empty when there is no such DDP case", LOWER),

@@ -31,21 +31,62 @@ MEDIAN_CI_LEVEL = CONFIDENCE
 CONFIDENCE_PCT = round(100 * CONFIDENCE)
 
 
+# Up to this many degrees of freedom t_quantile inverts the exact distribution function; beyond it
+# the expansion is exact to far better than 0.1%.
+EXACT_T_MAX_DOF = 200
+
+
 def t_quantile(p: float, dof: float) -> float:
-    """Student's t quantile (Cornish-Fisher expansion around the normal one; within 1% of the
-    exact value for dof >= 3, exact as dof grows; no scipy)."""
-    if dof == 1:  # closed forms where the expansion is poor
+    """Student's t quantile, no scipy: for whole dof up to EXACT_T_MAX_DOF the exact value (the
+    distribution function's closed form, inverted by bisection), else a Cornish-Fisher expansion
+    around the normal quantile. The expansion alone read 2.7% low at dof 3 in the Bonferroni
+    tails the comparison uses (p = 1 - 0.05/48: 9.80 against 10.07), which narrowed its intervals."""
+    if dof == 1:  # closed forms
         return math.tan(math.pi * (p - 0.5))
     if dof == 2:
         return (2 * p - 1) / math.sqrt(2 * p * (1 - p))
-    z = statistics.NormalDist().inv_cdf(p)
     if dof <= 0 or math.isinf(dof):
-        return z
+        return statistics.NormalDist().inv_cdf(p)
+    if dof == int(dof) and dof <= EXACT_T_MAX_DOF and 0 < p < 1:
+        return _t_quantile_exact(p, int(dof))
+    z = statistics.NormalDist().inv_cdf(p)
     g1 = (z**3 + z) / 4
     g2 = (5 * z**5 + 16 * z**3 + 3 * z) / 96
     g3 = (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / 384
     g4 = (79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / 92160
     return z + g1 / dof + g2 / dof**2 + g3 / dof**3 + g4 / dof**4
+
+
+def _t_within(t: float, dof: int) -> float:
+    """P(|T| < t) for Student's t with a whole number of degrees of freedom (Abramowitz and Stegun
+    26.7.3-4: a finite sum of powers of cos(theta), theta = atan(t / sqrt(dof)))."""
+    theta = math.atan(t / math.sqrt(dof))
+    c2, s = math.cos(theta) ** 2, math.sin(theta)
+    term, total = 1.0, 1.0
+    if dof % 2 == 0:  # sin(theta) * (1 + 1/2 c^2 + 1*3/(2*4) c^4 + ... up to c^(dof-2))
+        for k in range(1, dof // 2):
+            term *= c2 * (2 * k - 1) / (2 * k)
+            total += term
+        return s * total
+    # 2/pi * (theta + sin(theta) cos(theta) (1 + 2/3 c^2 + 2*4/(3*5) c^4 + ... up to c^(dof-3)))
+    for k in range(1, (dof - 1) // 2):
+        term *= c2 * (2 * k) / (2 * k + 1)
+        total += term
+    return 2 / math.pi * (theta + s * math.cos(theta) * total)
+
+
+def _t_quantile_exact(p: float, dof: int) -> float:
+    if p < 0.5:
+        return -_t_quantile_exact(1 - p, dof)
+    target, low, high = 2 * p - 1, 0.0, 1.0
+    while _t_within(high, dof) < target:
+        high *= 2
+    for _ in range(200):  # bisection to the float's resolution
+        mid = (low + high) / 2
+        if mid in (low, high):
+            break
+        low, high = (mid, high) if _t_within(mid, dof) < target else (low, mid)
+    return (low + high) / 2
 
 
 def ci_halfwidth_pct(low: float, high: float, median: float) -> float | None:

@@ -73,3 +73,21 @@ def test_models_are_initialized_once_by_their_init_weights(monkeypatch):
     assert bound * 0.99 < w.abs().max().item() <= bound and 0 < b.abs().max().item() <= bound
     nn.Linear(2, 2)  # outside a build: torch's default initialization again
     assert len(calls) == 1
+
+
+def test_a_run_whose_loss_diverges_is_recorded_as_not_trained():
+    """A real divergence (AdamW at lr 1e30: the loss is NaN from the second step on) changes the
+    parameters all the same, so params_changed alone called it trained and the report ranked it."""
+    import math
+
+    from fsdp_bench.analysis.aggregate import case_metrics
+    from fsdp_bench.results.trained import LOSS_NOT_FINITE, untrained_reason
+
+    case = Case(strategy="ddp", nproc=1, steps=2, warmup=1, seq_len=16, lr=1e30)
+    record = run(case)
+    assert record["status"] == "ok" and record["params_changed"] is True
+    assert math.isfinite(record["losses"][0]) and not math.isfinite(record["losses"][-1])
+    metrics = case_metrics(case, [record])
+    assert metrics["loss_finite"] is False and untrained_reason(metrics) == LOSS_NOT_FINITE
+    healthy = case_metrics(case, [{**record, "losses": [6.0, 5.5, 5.2]}])
+    assert healthy["loss_finite"] is True and untrained_reason(healthy) is None

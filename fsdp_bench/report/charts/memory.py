@@ -23,7 +23,7 @@ from fsdp_bench.report.charts.style import (
     strategy_color,
     strategy_handles,
 )
-from fsdp_bench.report.table import ok_rows
+from fsdp_bench.report.table import model_settings, ok_rows
 from fsdp_bench.results.metrics import M
 from fsdp_bench.results.readings import MemorySample
 from fsdp_bench.results.records import CaseResult
@@ -190,11 +190,12 @@ def _timeline_cases(run: RunData) -> list[str]:
     have = df[df["case_id"].map(lambda c: bool(_timeline(run.results.get(c, {}))))]
     if have.empty:
         raise ChartSkipped("no case recorded memory_timeline (the allocator timeline is read on GPUs)")
-    groups = have.groupby(["model", "strategy", "batch_size", "grad_accum"])["optimizer_timing"].nunique()
+    model = model_settings(have)  # a model at several sequence lengths or precisions: one of them
+    groups = have.groupby([model, "strategy", "batch_size", "grad_accum"])["optimizer_timing"].nunique()
     if groups.max() > 1:
         key = groups.sort_values(ascending=False).index[0]
         part = have[
-            (have["model"] == key[0])
+            (model == key[0])
             & (have["strategy"] == key[1])
             & (have["batch_size"] == key[2])
             & (have["grad_accum"] == key[3])

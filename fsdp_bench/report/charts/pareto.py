@@ -19,35 +19,35 @@ def chart_pareto(run: RunData, path: Path) -> None:
     timed = ok[ok[SPEED].notna()]
     ok = timed[timed[memory].notna()]
     missing = timed[timed[memory].isna()]  # named on the chart, never silently dropped
-    models = sorted(ok["model"].unique())
     scale, unit = (1024, "MiB") if ok[memory].max() < 0.1 else (1, "GiB")
-    # The ringed points are what the recommendation says: its pick, or every configuration tied
-    # within noise with it (one ring beside a text saying "tied" picked a winner by chance).
-    picks = {
-        r.model: [t["case_id"] for t in r.tied] or [r.picks[0]["case_id"]]
-        for r in recommend(run.df, run.budget_gib)
-        if r.picks
-    }
+    # One panel per recommendation: a model, or a model at one sequence length and precision where
+    # it ran at several (table.model_settings). The ringed points are what the
+    # recommendation says: its pick, or every configuration tied within noise with it (one ring
+    # beside a text saying "tied" picked a winner by chance).
+    recs = [r for r in recommend(run.df, run.budget_gib) if not r.rows_of(ok).empty]
+    if not recs:
+        raise ChartSkipped(f"no case that trained has both tokens_per_s_per_device and {memory}")
     plt = pyplot()
-    fig, axes = plt.subplots(1, len(models), figsize=(6.5 * len(models), 4.8), squeeze=False)
-    for ax, model in zip(axes[0], models):
-        part = ok[ok["model"] == model].reset_index(drop=True)
+    fig, axes = plt.subplots(1, len(recs), figsize=(6.5 * len(recs), 4.8), squeeze=False)
+    for ax, rec in zip(axes[0], recs):
+        picks = [t["case_id"] for t in rec.tied] or [r["case_id"] for r in rec.picks[:1]]
+        part = rec.rows_of(ok).reset_index(drop=True)
         x, y = part[memory] * scale, part[SPEED]
         for strategy, rows in part.groupby("strategy"):
             ax.scatter(x[rows.index], y[rows.index], color=strategy_color(strategy), label=strategy, s=30)
         front = pareto_front(list(zip(x, y)))
         ax.plot(x[front], y[front], color="black", linewidth=1, linestyle="--", label="Pareto frontier")
-        chosen = part.index[part["case_id"].isin(picks.get(model, []))]
+        chosen = part.index[part["case_id"].isin(picks)]
         if len(chosen):
-            ring = "recommended" if len(picks[model]) == 1 else _tied_label(len(picks[model]), len(chosen))
+            ring = "recommended" if len(picks) == 1 else _tied_label(len(picks), len(chosen))
             ax.scatter(x[chosen], y[chosen], s=220, facecolors="none", edgecolors="#c0392b", linewidths=2, label=ring)
-        gone = missing[missing["model"] == model]
+        gone = rec.rows_of(missing)
         notes = (
             [f"not shown, no measured {memory}: {len(gone)} case(s) ({', '.join(dict.fromkeys(gone['strategy']))})"]
             if len(gone)
             else []
         )
-        omitted = left_out(run.df[run.df["model"] == model], SPEED)  # did not train, failed, no tokens/s
+        omitted = left_out(rec.rows_of(run.df), SPEED)  # did not train, failed, no tokens/s
         if omitted:
             notes.append("not shown, " + omitted)
         if notes:
@@ -65,7 +65,7 @@ def chart_pareto(run: RunData, path: Path) -> None:
             ax.axvline(run.budget_gib * scale, color="#c0392b", linewidth=1, label="memory budget")
         ax.set_xlabel(f"{memory.replace('_gib', '').replace('_', ' ')} per device ({unit})")
         ax.set_ylabel("tokens/s per device")
-        ax.set_title(model)
+        ax.set_title(rec.model)
         ax.legend(fontsize=7)
     fig.suptitle("Throughput vs peak memory (cases that trained; up and left is better)")
     save_figure(fig, path)

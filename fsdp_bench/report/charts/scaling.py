@@ -26,7 +26,7 @@ from fsdp_bench.report.charts.style import (
     timings_in,
 )
 from fsdp_bench.report.recommend import level_pct, speeds_overlap
-from fsdp_bench.report.table import ok_rows, trained_rows
+from fsdp_bench.report.table import model_settings, ok_rows, trained_rows
 from fsdp_bench.results.metrics import M
 from fsdp_bench.results.metrics import label as metric_label
 from fsdp_bench.results.stats import CONFIDENCE_PCT
@@ -50,6 +50,7 @@ def _batch_axis(ax: Any, sizes: list[int]) -> None:
 def _facets(df, extra: list[tuple[str, str]] | None = None):
     """(panel title, rows, column) per model x grad-accum (x extra columns)."""
     panels = []
+    df = df.assign(model=model_settings(df))  # one panel per sequence length and precision of a model run at several
     models = sorted(df["model"].unique())
     for model in models:
         for ga in sorted(df["grad_accum"].unique()):

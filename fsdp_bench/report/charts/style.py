@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from fsdp_bench.plan.catalog import OPTIMIZER_TIMING_ROWS, STRATEGIES, intended_timing, strategy_order
-from fsdp_bench.report.table import ok_rows
+from fsdp_bench.report.table import model_settings, ok_rows
 from fsdp_bench.results.records import CaseResult, TuneAnswer
 from fsdp_bench.results.schema import FAILED_STATUSES
 
@@ -187,7 +187,7 @@ class Slice:
 
     def select(self, df):
         part = df[
-            (df["model"] == self.model)
+            (model_settings(df) == self.model)
             & (df["grad_accum"] == self.grad_accum)
             & (df["optimizer_timing"] == self.optimizer_timing)
         ]
@@ -206,6 +206,8 @@ def reference_slice(df, column: str | None = None, *, with_batch: bool = True) -
         ok = ok[ok[column].notna()] if column in ok else ok.iloc[0:0]
     if ok.empty:
         raise ChartSkipped(f"no finished case has {column}")
+    # a model at several sequence lengths or precisions: one of them (Slice.select reads the same labels)
+    ok = ok.assign(model=model_settings(ok))
     keys = ["model", "grad_accum", "optimizer_timing"] + (["batch_size"] if with_batch else [])
     counts = ok.groupby(keys)["strategy"].nunique().reset_index()
     counts["_after"] = counts["optimizer_timing"] == intended_timing().name

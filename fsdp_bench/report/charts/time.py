@@ -23,7 +23,8 @@ from fsdp_bench.report.charts.style import (
     strategy_handles,
     timings_in,
 )
-from fsdp_bench.report.table import ok_rows
+from fsdp_bench.report.recommend import tied_with_best
+from fsdp_bench.report.table import model_settings, ok_rows
 from fsdp_bench.results.metrics import M
 from fsdp_bench.results.metrics import label as metric_label
 from fsdp_bench.results.records import CaseResult
@@ -63,7 +64,9 @@ def chart_loss_curves(run: RunData, path: Path) -> None:
     df = df[df["case_id"].map(lambda c: len(loss_curve(run.results.get(c, {}))) > 1)]
     if df.empty:
         raise ChartSkipped("no finished case recorded more than one loss")
-    # The model / batch / accum with the most (strategy, timing) curves, so panels compare like with like.
+    # The model / batch / accum with the most (strategy, timing) curves, so panels compare like with like
+    # (a model at several sequence lengths or precisions: at one of them).
+    df = df.assign(model=model_settings(df))
     counts = df.groupby(["model", "batch_size", "grad_accum"]).size().reset_index(name="n")
     top = counts.sort_values(["n", "grad_accum", "batch_size"], ascending=[False, True, False]).iloc[0]
     part = df[
@@ -174,9 +177,11 @@ def _measured_parts(df) -> list[tuple[str, str, str]]:
     )
 
 
-def _mark_winner(ax, x: int, top: float) -> None:
-    """The fastest case of its like-for-like group, marked above its bar."""
-    ax.annotate("fastest", (x, top), xytext=(0, 4), textcoords="offset points", ha="center", fontsize=8, weight="bold")
+def _mark_winner(ax, x: int, top: float, tied: int) -> None:
+    """The fastest case of its like-for-like group, marked above its bar, with how many it is
+    within noise of (recommend.tied_with_best)."""
+    text = "fastest" + (f"\n{tied} within noise" if tied else "")
+    ax.annotate(text, (x, top), xytext=(0, 4), textcoords="offset points", ha="center", fontsize=8, weight="bold")
 
 
 def chart_step_breakdown(run: RunData, path: Path) -> None:
@@ -207,7 +212,8 @@ def chart_step_breakdown(run: RunData, path: Path) -> None:
                 bottom += value
             measured = getattr(row, M.step_time_s_median, None)
             if getattr(row, "is_best", False) is True:
-                _mark_winner(ax, x, max(bottom, measured if measured == measured and measured else 0.0))
+                top = max(bottom, measured if measured == measured and measured else 0.0)
+                _mark_winner(ax, x, top, tied_with_best(run.df, row._asdict()))
             if measured is not None and measured == measured:
                 ax.errorbar(
                     [x],

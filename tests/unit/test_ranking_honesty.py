@@ -1,0 +1,116 @@
+"""The report ranks only cases that do the same work and trained, and calls a difference within
+noise what it is. Each test is one way a review (2026-11-29) found it did not: a diverged loss
+ranked best, a failed case that turned the repeats' column into floats and so dropped every
+repeated case's measured spread, bf16 and fp32 cases ranked against each other, a "best of" line
+for a winner within noise of others, an "ahead" that was the runner-up's shortfall, per_rank.csv's
+text fields read as GiB, and t quantiles 3-6% low in the Bonferroni tails."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from fsdp_bench.analysis.run_noise import SINGLE_RUN_NOISE, widened
+from fsdp_bench.analysis.tune import measured_from_result
+from fsdp_bench.launch.item import item_outcome
+from fsdp_bench.launch.progress import progress_line
+from fsdp_bench.plan.case import Case
+from fsdp_bench.report.answer import answer_lines
+from fsdp_bench.report.recommend import recommendation_lines
+from fsdp_bench.report.summary import fastest_per_batch
+from fsdp_bench.report.table import build_per_rank_table, build_table
+from fsdp_bench.report.terminal import summary_body_lines
+from fsdp_bench.results.stats import t_quantile
+from fsdp_bench.results.trained import LOSS_NOT_FINITE, untrained_reason
+from fsdp_bench.results.work import work_of
+
+
+def _result(strategy: str, tps: float, *, status="ok", precision="fp32", batch=4, **metrics) -> dict:
+    case = Case(strategy=strategy, batch_size=batch, seq_len=128, precision=precision).to_dict()
+    values = {
+        "params_changed": True,
+        "loss_first": 6.0,
+        "loss_last": 5.0,
+        "loss_finite": True,
+        "steps_measured": 10,
+        "tokens_per_s_per_device": tps,
+        "step_time_s_median": 1024 / tps,
+        "step_time_s_median_ci_low": 0.99 * 1024 / tps,
+        "step_time_s_median_ci_high": 1.01 * 1024 / tps,
+        "peak_allocated_gib": 0.5,
+        **metrics,
+    }
+    case_id = f"{strategy}-{precision}-bs{batch}"
+    ok = status == "ok"
+    return {"case_id": case_id, "case": case, "work": work_of(case), "status": status, "metrics": values if ok else {}}
+
+
+def test_a_diverged_loss_is_never_ranked_nor_picked_and_its_test_fails():
+    diverged = _result("fsdp2", 200.0, loss_last=math.nan, loss_finite=False)  # NaN gradients still move weights
+    df = build_table([diverged, _result("ddp", 100.0)])
+    assert untrained_reason(diverged["metrics"]) == LOSS_NOT_FINITE
+    assert list(df.loc[df["strategy"] == "fsdp2", ["trained", "is_best"]].iloc[0]) == [False, False]
+    (line,) = answer_lines(df)
+    assert line.startswith("Recommendation (gpt_tiny): ddp batch 4 x accum 1, 100 tok/s/dev"), line
+    assert "not trained (never ranked): fsdp2-fp32-bs4" in summary_body_lines([diverged, _result("ddp", 100.0)])
+    assert measured_from_result(diverged).tokens_per_s is None  # the tuner cannot pick it either
+    assert "ok(not trained)" in progress_line(1, 2, diverged["case_id"], diverged, 10.0)
+    outcome, message = item_outcome(Case(strategy="fsdp2"), diverged)
+    assert outcome == "fail" and LOSS_NOT_FINITE in message
+
+
+def test_a_failed_case_does_not_turn_repeated_cases_into_single_runs():
+    """pandas holds `repeats` as 3.0 once a failed case lacks it: still three repeats, whose
+    medians 60% apart tie two cases 25% apart."""
+    repeated = {"repeats": 3, "repeat_spread_pct": 60.0}
+    cases = [_result("ddp", 100.0, **repeated), _result("fsdp2", 75.0, **repeated)]
+    alone = answer_lines(build_table(cases))
+    with_oom = build_table([*cases, _result("fsdp1_full_shard", 1.0, status="oom")])
+    assert with_oom["repeats"].dtype == float
+    assert answer_lines(with_oom) == alone and "2 of 2 tied within noise" in alone[0], alone
+    assert widened(100.0, 110.0, 3.0, 60.0) == widened(100.0, 110.0, 3, 60.0) != (100.0, 110.0)
+    single = (100.0 * (1 - SINGLE_RUN_NOISE), 110.0 * (1 + SINGLE_RUN_NOISE))
+    assert widened(100.0, 110.0, math.nan, math.nan) == widened(100.0, 110.0, None) == single
+
+
+def test_precisions_are_ranked_apart_and_each_named():
+    results = [_result("fsdp2", 300.0, precision="bf16"), _result("ddp", 100.0), _result("fsdp2", 70.0)]
+    df = build_table(results)
+    answers = answer_lines(df)
+    assert [a.split(":")[0] for a in answers] == [
+        "Recommendation (gpt_tiny sl128 bf16)",
+        "Recommendation (gpt_tiny sl128 fp32)",
+    ], answers
+    assert "ahead" not in answers[0] and "ddp batch 4 x accum 1, 100 tok/s/dev" in answers[1]
+    full = recommendation_lines(df)
+    assert "runner-up fsdp2" in full[1] and "fsdp2 batch 4 x accum 1 (300" not in full[1], full
+    lines = fastest_per_batch(df)
+    assert len(lines) == 2 and "gpt_tiny sl128 fp32" in lines[1] and "+200%" not in "".join(lines), lines
+    # one precision: the label stays the model's name
+    (single,) = answer_lines(build_table(results[1:]))
+    assert single.startswith("Recommendation (gpt_tiny): ddp"), single
+
+
+def test_best_of_says_when_others_are_within_noise_of_it():
+    tied = summary_body_lines([_result("ddp", 100.0), _result("fsdp2", 99.0)])
+    assert "best of gpt_tiny sl128 tok1024 fp32: ddp-fp32-bs4 (100 tok/s/dev); 1 more within noise of it" in tied
+    apart = summary_body_lines([_result("ddp", 100.0), _result("fsdp2", 50.0)])
+    assert "best of gpt_tiny sl128 tok1024 fp32: ddp-fp32-bs4 (100 tok/s/dev)" in apart
+
+
+def test_per_rank_text_fields_keep_their_text():
+    result = _result("ddp", 100.0)
+    state = {"layout": "replicated", "params": 2**30, "method": "allocated"}
+    result["ranks"] = [{"rank": 0, "expected_model_state_bytes": state}]
+    row = build_per_rank_table([result]).iloc[0]
+    assert row["expected_model_state_layout"] == "replicated" and row["expected_model_state_method"] == "allocated"
+    assert row["expected_model_state_params_gib"] == 1.0 and "expected_model_state_layout_gib" not in row
+
+
+@pytest.mark.parametrize(
+    ("p", "dof", "exact"),  # R's qt(), to 9 digits
+    [(0.975, 3, 3.182446305), (0.9995, 3, 12.92397863), (0.025, 7, -2.364624252), (0.975, 200, 1.971896224)],
+)
+def test_t_quantiles_are_exact_where_the_bonferroni_tails_need_them(p, dof, exact):
+    assert t_quantile(p, dof) == pytest.approx(exact, rel=1e-8)
