@@ -166,6 +166,11 @@ def memory_saved_vs_ddp(df) -> list[str]:
     return lines
 
 
+def _span(low: int, high: int) -> str:
+    """ "28", or "12-28" when the counts differ."""
+    return str(low) if low == high else f"{low}-{high}"
+
+
 def _stale_cause(frozen) -> str:
     """Why the frozen cases did not train, from what the workers observed (never from names)."""
     column = M.optimizer_tensors_not_model_params
@@ -174,7 +179,7 @@ def _stale_cause(frozen) -> str:
     if stale.empty:
         return "the records do not show why (no optimizer tensor was seen outside the model)."
     return (
-        f"in {len(stale)} of them the optimizer steps {int(stale.min())}-{int(stale.max())} tensors that are "
+        f"in {len(stale)} of them the optimizer steps {_span(int(stale.min()), int(stale.max()))} tensors that are "
         f"not the model's parameters (observed after sharding), so the model's weights are never updated."
     )
 

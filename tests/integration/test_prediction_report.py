@@ -118,7 +118,7 @@ def test_frozen_cases_are_explained_from_observation_not_names():
         [{**base, "case_id": "a", "strategy": "fsdp1_full_shard", "optimizer_tensors_not_model_params": 12}]
     )
     line = optimizer_timing_effect(seen)[0]
-    assert "12-12 tensors that are not the model's parameters" in line
+    assert "steps 12 tensors that are not the model's parameters" in line
     unseen = pd.DataFrame(
         [{**base, "case_id": "b", "strategy": "fsdp1_full_shard", "optimizer_tensors_not_model_params": 0}]
     )
