@@ -88,13 +88,17 @@ def _models(option: str, raw: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
+# The spellings of on and off every switch and on/off axis accepts.
+_TRUE, _FALSE = ("on", "true", "yes", "1"), ("off", "false", "no", "0")
+
+
 def _on_off(option: str, raw: str) -> tuple[bool, ...]:
-    values = {"on": True, "off": False, "true": True, "false": False, "1": True, "0": False}
+    """A sweep axis of on/off values ("off,on"), spelled as every switch is (_TRUE, _FALSE)."""
     out = []
     for item in _split(option, raw):
-        if item.lower() not in values:
+        if item.lower() not in _TRUE + _FALSE:
             raise CaseError(f"{option}: {item!r} is not on or off")
-        out.append(values[item.lower()])
+        out.append(item.lower() in _TRUE)
     return tuple(dict.fromkeys(out))
 
 
@@ -147,9 +151,6 @@ def _can_write_in(folder: Path) -> bool:
     os.close(fd)
     os.unlink(tmp)
     return True
-
-
-_TRUE, _FALSE = ("on", "true", "yes", "1"), ("off", "false", "no", "0")
 
 
 def _switch(option: str, text: str) -> bool:

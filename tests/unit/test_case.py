@@ -100,3 +100,16 @@ def test_an_hf_folder_whose_name_holds_a_newline_is_one_line(tmp_path):
     with pytest.raises(CaseError) as info:
         parse_models("--bench-model", f"hf:{folder}")
     assert "\n" not in str(info.value) and "control character" in str(info.value)
+
+
+def test_on_off_axes_take_the_spellings_every_switch_takes():
+    """--bench-compile took "1" and "true" but refused "yes", which the flags with a value take."""
+    import pytest
+
+    from fsdp_bench.plan.case import CaseError
+    from fsdp_bench.plan.option_values import _on_off
+
+    assert _on_off("--bench-compile", "yes,No") == (True, False)
+    assert _on_off("--bench-act-ckpt", "ON,off,1,false") == (True, False)
+    with pytest.raises(CaseError, match=r"^--bench-compile: 'maybe' is not on or off$"):
+        _on_off("--bench-compile", "maybe")
