@@ -336,7 +336,8 @@ def parse_sweep(
 
     `plan_only` (pytest --collect-only): nothing will launch, so `--bench-device cuda` and its
     `--bench-nproc` are not checked against the GPUs of this machine; a sweep for a GPU node can
-    be listed and its duration estimated anywhere. `root` (pytest's rootdir, the project): the
+    be listed and its duration estimated anywhere. CPU ranks are checked as a run checks them: a
+    CPU plan is one for this machine, and a plan the run then refuses answers nothing. `root` (pytest's rootdir, the project): the
     default results folder is under it, not under the working directory (`project_results_dir`)."""
     values: dict[str, Any] = {}
     knobs: dict[str, tuple[Any, ...]] = {}
@@ -354,6 +355,8 @@ def parse_sweep(
     sweep = Sweep(**values)
     if not plan_only:
         _check_devices(sweep)
+    elif resolve_device(sweep.device) == "cpu":  # a plan of CPU ranks is one for this machine, as a run is
+        _check_cpu_ranks(sweep)
     sweep = _check_launch(sweep)
     _check_tune(sweep)
     _check_mesh(sweep)
@@ -427,7 +430,12 @@ def _check_devices(sweep: Sweep) -> None:
         available = count_cuda_devices()
         if sweep.nproc > available:
             raise CaseError(f"--bench-nproc: {sweep.nproc} ranks requested but only {available} GPU(s) visible")
-    elif sweep.nproc > max_cpu_ranks():
+    else:
+        _check_cpu_ranks(sweep)
+
+
+def _check_cpu_ranks(sweep: Sweep) -> None:
+    if sweep.nproc is not None and sweep.nproc > max_cpu_ranks():
         raise CaseError(
             f"--bench-nproc: {sweep.nproc} CPU ranks requested but at most {max_cpu_ranks()} "
             f"are allowed on this machine ({os.cpu_count()} cores; CPU ranks beyond the cores only time-slice)"

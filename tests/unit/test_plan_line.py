@@ -31,3 +31,16 @@ def test_a_busy_machine_is_said_beside_the_estimate():
         "the estimate allows for the load as it was over the last minute"
     )
     assert busy_machine_line(cases, 1.5, 2) is None
+
+
+def test_a_cpu_plan_refuses_the_ranks_a_cpu_run_refuses():
+    """`--collect-only --bench-nproc 100` estimated 34 minutes for a sweep the run then refused."""
+    import pytest
+
+    from fsdp_bench.plan.case import CaseError
+    from fsdp_bench.plan.devices import max_cpu_ranks
+
+    too_many = str(max_cpu_ranks() + 1)
+    with pytest.raises(CaseError, match=rf"^--bench-nproc: {too_many} CPU ranks requested but at most "):
+        parse_sweep({"device": "cpu", "nproc": too_many}, plan_only=True)
+    assert parse_sweep({"device": "cuda", "nproc": "100"}, plan_only=True).nproc == 100  # a GPU node's plan, anywhere
