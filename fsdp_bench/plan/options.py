@@ -410,9 +410,14 @@ def _check_mesh(sweep: Sweep) -> None:
 
 def _check_tune(sweep: Sweep) -> None:
     if not sweep.tune:
-        for option, value in (("--bench-budget-gib", sweep.budget_gib), ("--bench-tune-time-s", sweep.tune_time_s)):
-            if value is not None:
-                raise CaseError(f"{option}: only with --bench-tune (the report's budget: visualize.py --budget-gib)")
+        if sweep.budget_gib is not None:
+            raise CaseError(
+                "--bench-budget-gib: only with --bench-tune (the report's budget: visualize.py --budget-gib)"
+            )
+        if sweep.tune_time_s is not None:
+            raise CaseError(
+                "--bench-tune-time-s: only with --bench-tune (the case-seconds after which the tuning stops)"
+            )
         return
     if sweep.suite is not None or sweep.simulate_world_sizes or sweep.nnodes > 1:
         raise CaseError(

@@ -44,3 +44,16 @@ def test_a_cpu_plan_refuses_the_ranks_a_cpu_run_refuses():
     with pytest.raises(CaseError, match=rf"^--bench-nproc: {too_many} CPU ranks requested but at most "):
         parse_sweep({"device": "cpu", "nproc": too_many}, plan_only=True)
     assert parse_sweep({"device": "cuda", "nproc": "100"}, plan_only=True).nproc == 100  # a GPU node's plan, anywhere
+
+
+def test_the_tuner_options_without_the_tuner_each_say_what_they_are():
+    import pytest
+
+    from fsdp_bench.plan.case import CaseError
+
+    with pytest.raises(
+        CaseError, match=r"^--bench-budget-gib: only with --bench-tune \(the report's budget: visualize"
+    ):
+        parse_sweep({"budget-gib": "8"}, plan_only=True)
+    with pytest.raises(CaseError, match=r"^--bench-tune-time-s: only with --bench-tune \(the case-seconds after which"):
+        parse_sweep({"tune-time-s": "60"}, plan_only=True)
