@@ -342,9 +342,9 @@ def tuning_rows(answer: TuneAnswer, df=None) -> tuple[list[str], list[list[str]]
         "case",
         "status",
         "repeat runs",
-        "predicted step s",
+        "predicted step s (when chosen)",  # the model as it stood then: round 0's probes were chosen uncalibrated
         "measured step s",
-        "error %",
+        "error % (when chosen)",
         "tokens/s/device",
         f"peak {unit}",
         "fits budget",
@@ -417,7 +417,7 @@ def tuning_lines(answer: TuneAnswer) -> list[str]:
             f"Step-time model after calibration on {model['fitted_on_cases']} case(s): "
             f"{model['device_flops_per_s'] / 1e9:.3g} GFLOP/s per rank, {model['wire_bytes_per_s'] / 1e9:.3g} GB/s "
             f"on the wire, {1000 * model['micro_step_overhead_s']:.3g} ms per micro-step, error band "
-            f"{model['model_error_pct']:.0f}%."
+            f"{model['model_error_pct']:.0f}% (the table's predictions are the model's when each case was chosen)."
         )
     for s in answer["skipped"]:
         lines.append(f"Skipped {s['case_id']}: {s['reason']}.")
