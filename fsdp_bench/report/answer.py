@@ -5,13 +5,12 @@ what would separate them, and report.md keeps the full list (`recommend.recommen
 
 from __future__ import annotations
 
-from fsdp_bench.report.recommend import SPEED, Recommendation, recommend
+from fsdp_bench.report.recommend import SPEED, Recommendation, recommend, separator
 from fsdp_bench.report.table import is_set, trained_rows
 from fsdp_bench.report.why import short_name, why_slower
 from fsdp_bench.results.metrics import M, label
 from fsdp_bench.results.records import TableRow
 from fsdp_bench.results.schema import memory_unit
-from fsdp_bench.results.stats import NOISY_CV_PCT
 
 # A person reads one terminal line or two; the issue that asked for this measured 767-1,476.
 ANSWER_MAX_CHARS = 250
@@ -43,21 +42,10 @@ def _model(name: str) -> str:
     return f"hf:{name.rstrip('/').rsplit('/', 1)[-1]}" if name.startswith("hf:") else name
 
 
-def separator(tied: list[TableRow]) -> str:
-    """What would tell tied configurations apart, read off their measurements: a noisy step time
-    (CV over NOISY_CV_PCT) is the machine's load, which more steps do not fix; single runs are
-    widened for run-to-run noise, which only repeats measure; repeated ones need more steps."""
-    noisy = sum(1 for r in tied if (r.get(M.step_time_cv_pct) or 0) > NOISY_CV_PCT)
-    repeated = all(isinstance(r.get(M.repeats), (int, float)) and r[M.repeats] > 1 for r in tied)
-    parts = [f"a quieter machine ({noisy} NOISY)"] if noisy else []
-    parts.append("a longer --bench-measure-cap-s" if repeated else "--bench-repeats 3")
-    return " and ".join(parts)
-
-
 def answer_line(rec: Recommendation, ranked: int) -> str:
     """One model's answer; `ranked` is how many trained configurations competed. Where a long
-    model name, optimizer timing and budget meet, the pointer to the list and then the memory go
-    (both are in report.md), so the line stays within ANSWER_MAX_CHARS."""
+    model name, optimizer timing and budget meet, the pointer to the list, the memory and then the
+    count over the budget go (all are in report.md), so the line stays within ANSWER_MAX_CHARS."""
     budget = "" if rec.budget_gib is None else f", budget {rec.budget_gib:g} GiB/device"
     head = f"Recommendation ({_model(rec.model)}{budget}): "
     if not rec.picks:
@@ -73,11 +61,12 @@ def answer_line(rec: Recommendation, ranked: int) -> str:
         second = rec.picks[1]
         # its gain over the runner-up, as report.md's "+N% over" reads it (not the runner-up's shortfall)
         tail = f"; {100 * (best[SPEED] / second[SPEED] - 1):.0f}% ahead of {short_name(second, ANSWER_TIMING_WORD)}, beyond noise"
-    text = f"{head}{short_name(best, ANSWER_TIMING_WORD)}, {best[SPEED]:,.0f} tok/s/dev{memory}{bound}{tail}"
-    if len(text) > ANSWER_MAX_CHARS:
-        text = text.replace(listed, "")
-    if len(text) > ANSWER_MAX_CHARS:
-        text = text.replace(memory, "")
+    # what the budget cost: the configurations over it, faster or not, left out
+    over = f"; {rec.over_budget} over the budget left out" if rec.over_budget else ""
+    text = f"{head}{short_name(best, ANSWER_TIMING_WORD)}, {best[SPEED]:,.0f} tok/s/dev{memory}{bound}{tail}{over}"
+    for optional in (listed, memory, over):  # each is in report.md too
+        if len(text) > ANSWER_MAX_CHARS and optional:
+            text = text.replace(optional, "")
     return text
 
 

@@ -13,7 +13,7 @@ from fsdp_bench.report.table import is_set, left_out, model_settings, trained_ro
 from fsdp_bench.report.why import short_name
 from fsdp_bench.results.metrics import M
 from fsdp_bench.results.records import TableRow
-from fsdp_bench.results.stats import CONFIDENCE_PCT
+from fsdp_bench.results.stats import CONFIDENCE_PCT, NOISY_CV_PCT
 
 SPEED = M.tokens_per_s_per_device
 # The memory a budget is checked against: what the allocator holds when known, else RSS (CPU).
@@ -146,10 +146,15 @@ NOISE_RULE = (
 )
 
 
-SEPARATE = (
-    "to separate them: a tighter --bench-target-ci-pct or a longer --bench-measure-cap-s (more steps), "
-    "and --bench-repeats 3 (run-to-run noise)"
-)
+def separator(tied: list[TableRow]) -> str:
+    """What would tell tied configurations apart, read off their measurements: a noisy step time
+    (CV over NOISY_CV_PCT) is the machine's load, which more steps do not fix; single runs are
+    widened for run-to-run noise, which only repeats measure; repeated ones need more steps."""
+    noisy = sum(1 for r in tied if (r.get(M.step_time_cv_pct) or 0) > NOISY_CV_PCT)
+    repeated = all(isinstance(r.get(M.repeats), (int, float)) and r[M.repeats] > 1 for r in tied)
+    parts = [f"a quieter machine ({noisy} NOISY)"] if noisy else []
+    parts.append("a longer --bench-measure-cap-s" if repeated else "--bench-repeats 3")
+    return " and ".join(parts)
 
 
 def _winner_text(rec: Recommendation, budget: str) -> str:
@@ -158,7 +163,7 @@ def _winner_text(rec: Recommendation, budget: str) -> str:
         names = "; ".join(describe(r, rec.memory) for r in rec.tied)
         return (
             f"Recommendation ({rec.model}, {budget}): no single winner, {len(rec.tied)} configurations tied "
-            f"within noise (their {NOISE_RULE}, overlap the fastest's): {names}; {SEPARATE}"
+            f"within noise (their {NOISE_RULE}, overlap the fastest's): {names}; to separate them: {separator(rec.tied)}"
         )
     text = f"Recommendation ({rec.model}, {budget}): {describe(best, rec.memory)}"
     if len(rec.picks) > 1:

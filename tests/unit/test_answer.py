@@ -76,3 +76,21 @@ def test_the_longest_answer_fits():
     df = pd.DataFrame([row, other]).assign(model="hf:tests/data/hf_configs/mistral_gqa_tied")
     (line,) = answer_lines(df, budget_gib=40.0)
     assert len(line) <= ANSWER_MAX_CHARS, (len(line), line)
+
+
+def test_a_budget_answer_says_what_it_left_out_and_report_md_separates_ties_alike():
+    """The terminal's budget answer had dropped report.md's count of faster configurations over the
+    budget, and the two gave different advice for separating a tie."""
+    big = _row("ddp", 4, 1, 100.0, cv=2, low=0.99, high=1.01, peak_allocated_gib=2.0)
+    small = _row("fsdp2", 4, 1, 70.0, cv=2, low=0.99, high=1.01, peak_allocated_gib=1.0)
+    (line,) = answer_lines(pd.DataFrame([big, small]), budget_gib=1.5)
+    assert "fsdp2 batch 4 x accum 1" in line and line.endswith("; 1 over the budget left out"), line
+    (full,) = recommendation_lines(_busy_sweep())
+    (short,) = answer_lines(_busy_sweep())
+    assert short.rsplit("to separate them: ", 1)[1] in full.split("; to separate them: ", 1)[1]
+    # the longest answer with a budget that left some out still fits: the count goes last
+    row = _row("fsdp2_no_reshard", 16, 16, 123_456.0, cv=50, optimizer_timing="before_shard_fixed", host_bound=True)
+    heavy = {**row, "case_id": "y", "strategy": "ddp", "tokens_per_s_per_device": 200_000.0, "peak_allocated_gib": 99.0}
+    df = pd.DataFrame([row, {**row, "case_id": "x", "strategy": "accelerate_fsdp2"}, heavy])
+    (line,) = answer_lines(df.assign(model="hf:tests/data/hf_configs/mistral_gqa_tied"), budget_gib=40.0)
+    assert len(line) <= ANSWER_MAX_CHARS, (len(line), line)
