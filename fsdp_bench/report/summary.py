@@ -242,7 +242,7 @@ def loss_agreement(df) -> list[str]:
         lines.append(
             f"{lead} stay within rounding ({LOSS_ROUNDING_TOL:g}) of it for their first {LOSS_PARITY_STEPS} steps and "
             f"part from it later (from step {int(late[M.loss_dev_onset_step_vs_ddp].min())} on; largest "
-            f"{worst[M.loss_max_abs_dev_vs_ddp]:.3g}, {worst['case_id']}): sums added in another order round "
+            f"{worst[M.loss_max_abs_dev_vs_ddp]:.3g} apart in loss at one step, {worst['case_id']}): sums added in another order round "
             "differently and training amplifies that over the steps, while a sharding error shows in the first steps."
         )
     return lines
@@ -252,7 +252,7 @@ def _loss_mismatch(off, compared: int) -> str:
     worst = off.sort_values(M.loss_max_abs_dev_vs_ddp, ascending=False).iloc[0]
     line = (
         f"Loss curves differ from ddp by more than {LOSS_MATCH_TOL:g} in {len(off)} of {compared} cases "
-        f"(largest: {worst['case_id']}, {worst[M.loss_max_abs_dev_vs_ddp]:.3g})."
+        f"(largest: {worst['case_id']}, {worst[M.loss_max_abs_dev_vs_ddp]:.3g} apart in loss at one step)."
     )
     if "precision" in off and off["precision"].isin(LOW_PRECISIONS).any():
         # Seen on an H100 at bf16: 0.77 apart after 4 steps, 0.08-0.37 after 25, in every FSDP case.
