@@ -81,7 +81,12 @@ OPTIONS: dict[str, tuple[str, Callable[[str, str], Any], str]] = {
     ),
     "model": ("models", _models, f"model flavor(s): {', '.join(MODEL_FLAVORS)}, hf:PATH"),
     "nproc": ("nproc", _positive_int, "ranks per case"),
-    "steps": ("steps", _positive_int, "measured optimizer steps"),
+    "steps": (
+        "steps",
+        _positive_int,
+        "measured optimizer steps; the least while --bench-target-ci-pct is above 0 (on CPU unless set to 0): "
+        "measuring goes on to the target, --bench-measure-cap-s or 300 steps",
+    ),
     "warmup": ("warmup", _non_negative_int, "warmup steps excluded from statistics"),
     "seq-len": ("seq_len", _positive_int, "tokens per sample"),
     "device": ("device", lambda o, r: _names(o, r, ("auto", *DEVICES))[0], "auto, cpu or cuda"),

@@ -72,6 +72,7 @@ REPORT_COLUMN_ORDER = (
     M.effective_sharding,
     M.loss_first,
     M.loss_last,
+    M.steps_measured,  # loss_last is after this many measured steps, which adaptive measurement varies
     M.params_changed,
     M.repeats,
     M.repeat_spread_pct,

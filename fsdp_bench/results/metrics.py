@@ -68,7 +68,8 @@ METRICS: tuple[Metric, ...] = (
     _m("step_time_cv_pct", "%", "stdev / mean of the measured steps", LOWER, "step time CV (%)", LIVE),
     _m("time_per_optimizer_step_s", "s", "= step_time_s_median; one step = grad_accum micro-batches + one "
        "optimizer step", LOWER),
-    _m("steps_measured", "count", "measured steps"),
+    _m("steps_measured", "count", "measured steps (adaptive measurement: they differ between cases, and so does the "
+       "step loss_last is read after)", None, "steps measured", TABLE),
     _m("measure_timed_share_pct", "%", "timed steps / wall time of the measured stretch (start of the stage of the "
        "first measured step to the start of the checkpoint, probes or end), the rank with the least; the rest is "
        "bookkeeping between and after the steps (analysis.case_time). Null for files without stage times", None,
