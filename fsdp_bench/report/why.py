@@ -71,7 +71,8 @@ def add_why_vs_best(df):
     texts = []
     for row in df.to_dict("records"):
         top = best.get(row.get("compare_group"))
-        eligible = top is not None and row.get("trained") and row.get("case_id") != top.get("case_id")
+        # a case tied at rank 1 with the one kept as `top` is no slower: it gets no reason either
+        eligible = top is not None and row.get("trained") and not row.get("is_best")
         texts.append((why_slower(row, top) or "") if eligible else "")
     df[WHY_COLUMN] = texts
     return df

@@ -67,5 +67,8 @@ def test_a_loss_curve_that_parts_from_ddp_late_reads_as_rounding_not_a_mismatch(
     assert "differ from" not in line
     # a curve off from the first steps is a mismatch, said first (a small gap included); a late one is told apart
     early, late = loss_agreement(_loss_table({"fsdp2-a": (0.0162, 43), "fsdp1-c": (0.3, 2), "fsdp1-d": (0.01, 2)}))
-    assert early == "Loss curves differ from ddp by more than 0.001 in 2 of 3 cases (largest: fsdp1-c, 0.3 apart in loss at one step)."
+    assert (
+        early
+        == "Loss curves differ from ddp by more than 0.001 in 2 of 3 cases (largest: fsdp1-c, 0.3 apart in loss at one step)."
+    )
     assert late.startswith("1 other case(s) stay within rounding (1e-05) of it for their first 10 steps")

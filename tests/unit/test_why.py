@@ -62,3 +62,12 @@ def test_different_work_is_compared_per_thousand_tokens():
     text = why_slower(big, small)
     assert " slower per 1,000 tokens per device than " in text
     assert why_slower({**big, "probe_step_s": None}, small) is None
+
+
+def test_cases_tied_at_rank_one_get_no_reason_against_each_other():
+    """Two cases at exactly the same tokens/s both rank 1: neither is slower, so neither gets a
+    "why slower" (the one not kept as the group's best read "X is not slower per step than Y")."""
+    a, b = _row("ddp", 0.041, host=0.005), _row("fsdp2", 0.041, host=0.006)
+    slower = _row("fsdp1_full_shard", 0.088, host=0.052)
+    table = add_why_vs_best(pd.DataFrame([a, b, slower]).assign(is_best=[True, True, False]))
+    assert table["why_vs_best"].tolist()[:2] == ["", ""] and table["why_vs_best"].tolist()[2]
