@@ -287,12 +287,21 @@ def timing_noise(df) -> list[str]:
 
 
 def best_mfu(df) -> list[str]:
+    """The highest MFU of each model (model_settings), among cases that trained."""
     ok = trained_rows(df)  # a case that did not train is never called best
     if M.mfu_pct not in ok or ok[M.mfu_pct].isna().all():
         return []
-    best = ok.loc[ok[M.mfu_pct].idxmax()]
-    omitted = left_out(df, M.mfu_pct)
-    return [f"Highest MFU: {best[M.mfu_pct]:.1f}% ({best['case_id']})" + (f"; {omitted}" if omitted else "") + "."]
+    lines = []
+    scopes = model_settings(df)
+    several = ok.groupby(model_settings(ok)).ngroups > 1
+    for model, rows in ok[ok[M.mfu_pct].notna()].groupby(model_settings(ok)):
+        best = rows.loc[rows[M.mfu_pct].idxmax()]
+        omitted = left_out(df[scopes == model], M.mfu_pct)
+        name = f" ({model})" if several else ""
+        lines.append(
+            f"Highest MFU{name}: {best[M.mfu_pct]:.1f}% ({best['case_id']})" + (f"; {omitted}" if omitted else "") + "."
+        )
+    return lines
 
 
 def exposed_communication(df) -> list[str]:

@@ -18,7 +18,7 @@ from fsdp_bench.launch.progress import progress_line
 from fsdp_bench.plan.case import Case
 from fsdp_bench.report.answer import answer_lines
 from fsdp_bench.report.recommend import recommendation_lines
-from fsdp_bench.report.summary import fastest_per_batch
+from fsdp_bench.report.summary import best_mfu, fastest_per_batch
 from fsdp_bench.report.table import build_per_rank_table, build_table
 from fsdp_bench.report.terminal import summary_body_lines
 from fsdp_bench.results.stats import t_quantile
@@ -26,8 +26,8 @@ from fsdp_bench.results.trained import LOSS_NOT_FINITE, untrained_reason
 from fsdp_bench.results.work import work_of
 
 
-def _result(strategy: str, tps: float, *, status="ok", precision="fp32", batch=4, **metrics) -> dict:
-    case = Case(strategy=strategy, batch_size=batch, seq_len=128, precision=precision).to_dict()
+def _result(strategy: str, tps: float, *, status="ok", precision="fp32", batch=4, model="gpt_tiny", **metrics) -> dict:
+    case = Case(strategy=strategy, model=model, batch_size=batch, seq_len=128, precision=precision).to_dict()
     values = {
         "params_changed": True,
         "loss_first": 6.0,
@@ -41,7 +41,7 @@ def _result(strategy: str, tps: float, *, status="ok", precision="fp32", batch=4
         "peak_allocated_gib": 0.5,
         **metrics,
     }
-    case_id = f"{strategy}-{precision}-bs{batch}"
+    case_id = f"{strategy}-{precision}-bs{batch}" + ("" if model == "gpt_tiny" else f"-{model}")
     ok = status == "ok"
     return {"case_id": case_id, "case": case, "work": work_of(case), "status": status, "metrics": values if ok else {}}
 
@@ -114,3 +114,13 @@ def test_per_rank_text_fields_keep_their_text():
 )
 def test_t_quantiles_are_exact_where_the_bonferroni_tails_need_them(p, dof, exact):
     assert t_quantile(p, dof) == pytest.approx(exact, rel=1e-8)
+
+
+def test_the_highest_mfu_is_said_per_model():
+    """One "Highest MFU" line over every model named a GPT-2 case against a Llama one."""
+    results = [_result("ddp", 100.0, mfu_pct=30.0), _result("ddp", 50.0, model="llama3_tiny", mfu_pct=40.0)]
+    assert best_mfu(build_table(results)) == [
+        "Highest MFU (gpt_tiny): 30.0% (ddp-fp32-bs4).",
+        "Highest MFU (llama3_tiny): 40.0% (ddp-fp32-bs4-llama3_tiny).",
+    ]
+    assert best_mfu(build_table(results[:1])) == ["Highest MFU: 30.0% (ddp-fp32-bs4)."]
