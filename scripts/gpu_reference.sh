@@ -10,6 +10,15 @@
 #   bash scripts/gpu_reference.sh --budget-min M --out DIR [--results DIR] # a GPU slot: the queue, within M minutes
 #   bash scripts/gpu_reference.sh --dry-run [--budget-min M] [--gpu-name NAME] [--results DIR] [PART...]
 #
+#   --out DIR        where each part leaves its log and archive (a dry run writes nothing)
+#   --results DIR    where the run folders go; default results/reference/<the visible GPU's name>,
+#                    so a run without it needs a GPU that nvidia-smi lists
+#   --gpu-name NAME  whose published peak FLOPs the estimates use (a row of the table in
+#                    fsdp_bench/analysis/flops.py; default: the visible GPU, else H100 SXM)
+#   --budget-min M   run the queue (below) within M minutes
+#   --dry-run        launch nothing: each part's cases and estimated minutes; no GPU needed
+#   -h, --help       this text
+#
 # The queue is the parts in value order (QUEUE); each counts only what the results folder (default
 # results/reference/<gpu>, see common.sh) does not hold yet at this measurement version, so a part
 # that is done costs nothing and an interrupted one continues. --budget-min M runs, in queue order,
@@ -33,15 +42,26 @@ usage_error() {
   exit 2
 }
 
+fail() {  # fail MESSAGE: a check before any part; one line, exit 2
+  echo "gpu_reference.sh: $1" >&2
+  exit 2
+}
+
+show_help() {  # the header above, which is the one place the usage and the options are written
+  sed -n '2,/^[^#]/s/^# \{0,1\}//p' scripts/gpu_reference.sh
+  exit 0
+}
+
 part_script() {  # part_script N: the one script of part N
   local found=(scripts/gpu_reference/part"$1"_*.sh)
   [[ $1 =~ ^[0-9]+$ && -f ${found[0]} && ${#found[@]} == 1 ]] || return 1
   echo "${found[0]}"
 }
 
-pass=() parts=() dry_run="" budget_s=""
+pass=() parts=() dry_run="" budget_s="" out_dir="" results_dir="" gpu_name=""
 while (( $# )); do
   case $1 in
+    -h|--help) show_help ;;
     --dry-run) dry_run=1 ;;
     --budget-min)
       (( $# >= 2 )) && [[ $2 =~ ^[0-9]+(\.[0-9]+)?$ ]] || usage_error "--budget-min needs a number of minutes"
@@ -50,7 +70,10 @@ while (( $# )); do
       shift ;;
     --out|--results|--gpu-name)
       (( $# >= 2 )) && [[ -n $2 ]] || usage_error "$1 needs a value"
-      pass+=("$1" "$2"); shift ;;
+      pass+=("$1" "$2")
+      # the last one wins, as in the parts
+      case $1 in --out) out_dir=$2 ;; --results) results_dir=$2 ;; --gpu-name) gpu_name=$2 ;; esac
+      shift ;;
     -*) usage_error "unknown option '$1'" ;;
     *) part_script "$1" >/dev/null || usage_error "no part '$1' (scripts/gpu_reference/part$1_*.sh)"; parts+=("$1") ;;
   esac
@@ -66,6 +89,45 @@ if (( ${#parts[@]} == 0 )); then
       parts+=("${name%%_*}")
     done
     mapfile -t parts < <(printf '%s\n' "${parts[@]}" | sort -n)
+  fi
+fi
+
+# --- checks before any part ---------------------------------------------------------------------
+# Each part checks these too, but only once it runs: every part would then fail on the same input
+# and say so (and write an empty archive), ten times over. Checked here once instead.
+
+if [[ -n $gpu_name ]]; then
+  # the project's own check (the one pytest --bench-gpu-name makes), against its one peak-FLOPs table
+  # shellcheck disable=SC2016  # Python, not shell
+  check='import sys
+from fsdp_bench.analysis.duration import check_gpu_name
+try:
+    check_gpu_name(sys.argv[1])
+except ValueError as e:
+    print(str(e).replace("--bench-gpu-name", "--gpu-name", 1))
+    sys.exit(3)'
+  said=$(python3 -c "$check" "$gpu_name" 2>&1)
+  case $? in
+    0) ;;
+    3) fail "${said##*$'\n'}" ;;  # the message is its last line
+    *) fail "--gpu-name $gpu_name: python3 could not check it against fsdp_bench's peak-FLOPs table (${said##*$'\n'})" ;;
+  esac
+fi
+
+if [[ -z $dry_run ]]; then
+  # Without --results a part names its run folders after the GPU that nvidia-smi lists (common.sh's
+  # results_folder): the same query, so that this stops no run the parts would have started. The
+  # stand-in runs on CPU and names its own folder.
+  if [[ -z $results_dir && -z ${FSDP_BENCH_REFERENCE_STANDIN:-} ]] &&
+     [[ -z $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1) ]]; then
+    fail "no NVIDIA GPU listed by nvidia-smi, whose name the default results folder takes (results/reference/<GPU name>): without a GPU, plan with --dry-run; if the GPU is there but nvidia-smi cannot list it, give --results DIR (where the run folders go) to run anyway"
+  fi
+  # every part writes its log and archive under --out
+  if ! said=$(mkdir -p -- "$out_dir" 2>&1); then
+    said=${said%%$'\n'*}
+    fail "--out $out_dir: cannot create that folder (${said##*: }); each part leaves its log and archive in it"
+  elif [[ ! -w $out_dir ]]; then
+    fail "--out $out_dir: that folder is not writable; each part leaves its log and archive in it"
   fi
 fi
 

@@ -160,7 +160,7 @@ results_folder() {  # the default --results: results/reference/<gpu-name>
     echo "results/reference/${REFERENCE_GPU_DIR:-NVIDIA-H100-80GB-HBM3}"
     return
   fi
-  [[ -n $name ]] || { echo "!! no NVIDIA GPU visible (nvidia-smi); give --results DIR to run anyway" >&2; return 1; }
+  [[ -n $name ]] || { echo "!! no NVIDIA GPU listed by nvidia-smi, whose name the default results folder takes: without a GPU, plan with --dry-run; if the GPU is there but nvidia-smi cannot list it, give --results DIR (where the run folders go) to run anyway" >&2; return 1; }
   echo "results/reference/$name"
 }
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from fsdp_bench.analysis.duration import SESSION_S, case_seconds
+from fsdp_bench.analysis.duration import SESSION_S, case_seconds, gpu_names
 from fsdp_bench.plan.options import parse_sweep
 from tests.sweep_helpers import PROJECT_ROOT, child_env, processes_of
 
@@ -169,6 +169,81 @@ def test_bad_arguments_are_one_line_and_exit_2(args, message):
     proc = bash(str(SCRIPT), *args, timeout=60)
     assert proc.returncode == 2
     assert proc.stdout == "" and len(proc.stderr.strip().splitlines()) == 1 and message in proc.stderr
+
+
+def with_nvidia_smi(tmp_path: Path, listed: str) -> dict[str, str]:
+    """script_env with an `nvidia-smi` first on PATH that lists `listed` as the GPU's name (none
+    when empty, as on a machine without a GPU or its driver): the same answer on any machine."""
+    stub = tmp_path / "bin"
+    stub.mkdir(exist_ok=True)
+    body = f"echo '{listed}'" if listed else "echo 'No devices were found' >&2; exit 6"
+    (stub / "nvidia-smi").write_text(f"#!/usr/bin/env bash\n{body}\n")
+    (stub / "nvidia-smi").chmod(0o755)
+    env = script_env()
+    env["PATH"] = os.pathsep.join([str(stub), env["PATH"]])
+    return env
+
+
+def run_plan(args: list[str], env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["bash", str(SCRIPT), *args], cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def assert_one_line_before_any_part(proc: subprocess.CompletedProcess, *said: str) -> None:
+    """Exit 2 with one line on stderr, and no part started (each would print its `== partN` lines)."""
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stdout == "" and len(proc.stderr.splitlines()) == 1, proc.stdout + proc.stderr
+    assert proc.stderr.startswith("gpu_reference.sh: ") and all(s in proc.stderr for s in said), proc.stderr
+
+
+def test_no_gpu_is_one_line_before_any_part(tmp_path):
+    """Once every part said it and wrote an empty archive (50 lines); now nothing is written."""
+    out = tmp_path / "out"
+    proc = run_plan(["--out", str(out)], with_nvidia_smi(tmp_path, ""))
+    assert_one_line_before_any_part(proc, "no NVIDIA GPU listed by nvidia-smi", "--dry-run", "--results DIR")
+    assert not out.exists()
+
+
+# The next tests give --results: were the check gone, a part would otherwise put its run folders
+# in the checkout's results/reference/<GPU> (the committed results).
+
+
+@pytest.mark.parametrize("where", ["under-proc", "a-file", "under-a-file"])
+def test_an_out_that_cannot_be_written_is_one_line_before_any_part(tmp_path, where):
+    """Once each part failed on it twice (70 lines)."""
+    (tmp_path / "file").write_text("")
+    out = {"under-proc": "/proc/gpu-reference-out", "a-file": tmp_path / "file", "under-a-file": tmp_path / "file/out"}
+    results = tmp_path / "results"
+    proc = run_plan(
+        ["--out", str(out[where]), "--results", str(results)], with_nvidia_smi(tmp_path, "NVIDIA H100 80GB HBM3")
+    )
+    assert_one_line_before_any_part(proc, f"--out {out[where]}: cannot create that folder (")
+    assert not results.exists()
+
+
+@pytest.mark.parametrize("mode", ["--dry-run", "--out"])
+def test_an_unknown_gpu_name_is_one_line_naming_the_known_ones(tmp_path, mode):
+    """The names are the project's peak-FLOPs table's; once every run of every part said it (66
+    lines) and the dry run printed a table of zeros."""
+    out, results = tmp_path / "out", tmp_path / "results"
+    args = [mode, str(out)] if mode == "--out" else [mode]
+    proc = run_plan(
+        [*args, "--results", str(results), "--gpu-name", "Z9000"], with_nvidia_smi(tmp_path, "NVIDIA H100 80GB HBM3")
+    )
+    assert_one_line_before_any_part(proc, "--gpu-name: 'Z9000' is not in the peak-FLOPs table", *gpu_names())
+    assert not out.exists() and not results.exists()
+
+
+@pytest.mark.parametrize("args", [["--help"], ["-h"], ["--dry-run", "--budget-min", "9", "-h"]])
+def test_help_prints_the_usage_and_exits_0(args):
+    proc = bash(str(SCRIPT), *args, timeout=60)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stdout + proc.stderr
+    for said in ("bash scripts/gpu_reference.sh --out DIR", "--dry-run", "-h, --help", "queue"):
+        assert said in proc.stdout, said
+    for option in ("--out DIR", "--results DIR", "--gpu-name NAME", "--budget-min M"):
+        assert re.search(rf"^  {re.escape(option)} +\S", proc.stdout, re.M), option  # each option is explained
+    assert not re.search(r"^part\d+_\S+: \d+ case", proc.stdout, re.M)  # no part's dry run
 
 
 def test_a_part_without_out_is_one_line_and_exit_2(tmp_path):
