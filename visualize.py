@@ -19,12 +19,12 @@ import sys
 from pathlib import Path
 
 from fsdp_bench.plan.case import CaseError
-from fsdp_bench.plan.option_values import writable_dir
+from fsdp_bench.plan.option_values import positive_gib, writable_dir
 from fsdp_bench.plan.options import project_results_dir
 from fsdp_bench.plan.sweep import Sweep
 from fsdp_bench.report.writer import condensed_notes, write_report
 from fsdp_bench.results.layout import RunLayout
-from fsdp_bench.results.load import newest_finished_run
+from fsdp_bench.results.load import first_readable_case, newest_finished_run
 from fsdp_bench.results.schema import ResultError
 
 
@@ -69,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="percent change in the wrong direction that counts as a regression (default: 5)",
     )
     parser.add_argument(
-        "--budget-gib", type=float, default=None, help="memory budget per device for the recommendation (default: none)"
+        "--budget-gib", default=None, help="memory budget per device for the recommendation, in GiB (default: none)"
     )
     parser.add_argument(
         "--no-charts",
@@ -89,28 +89,83 @@ def main(argv: list[str] | None = None) -> int:
     if args.history:
         return history_main(args)
     try:  # every argument is checked before anything is written
+        budget = parse_budget(args.budget_gib)
         runs = args.runs or [_newest_finished(args.results_dir)]
+        outs = out_dirs(runs, args.out)
         for run in runs:
-            if not RunLayout(run).is_run():
-                raise ResultError(f"{run}: not a fsdp-bench run folder (no cases/ or env.json)")
-        if args.budget_gib is not None and not args.budget_gib > 0:
-            raise ResultError(f"--budget-gib: {args.budget_gib:g} is not a positive number of GiB")
+            if problem := run_folder_problem(run):
+                raise ResultError(problem)
         if args.out is not None:
             writable_dir("--out", str(args.out))
+        check_out(runs, args.out)
+        for run in runs:  # the arguments first, then what the runs hold
+            check_drawable(run)
     except (ResultError, CaseError) as exc:
         print(f"visualize.py: {exc}", file=sys.stderr)
         return 2
     status = 0
-    for run in runs:
-        out = args.out / run.name if args.out is not None and len(runs) > 1 else args.out
-        written, notes = write_report(run, out, budget_gib=args.budget_gib, charts=not args.no_charts)
+    for run, out in zip(runs, outs):
+        written, notes = write_report(run, out, budget_gib=budget, charts=not args.no_charts)
         for note in condensed_notes(notes):
             print(f"visualize.py: {note}", file=sys.stderr)
-        for line in closing_lines(run, written, args.budget_gib):
+        for line in closing_lines(run, written, budget):
             print(line)
-        if not written or not RunLayout(run).result_files():
-            status = 2  # an empty report is written, but a run without results is an error
+        if not written:
+            status = 2  # the run folder went away or became unreadable while the report was drawn
     return status
+
+
+def parse_budget(text: str | None) -> float | None:
+    """--budget-gib as a finite number of GiB above 0: 'inf' or '1e400' would pass every case as
+    fitting and print 'budget inf GiB/device'. The rule is the sweep's --bench-budget-gib's."""
+    if text is None:
+        return None
+    try:
+        return positive_gib("--budget-gib", text)
+    except CaseError:
+        raise ResultError(f"--budget-gib: {text} is not a positive number of GiB") from None
+
+
+def run_folder_problem(path: Path) -> str | None:
+    """Why `path` is not a run folder, in one line; None when it is one."""
+    if not path.exists():
+        return f"{path}: not a fsdp-bench run folder (the path does not exist)"
+    if not RunLayout(path).is_run():
+        return f"{path}: not a fsdp-bench run folder (no cases/ or env.json)"
+    return None
+
+
+def check_drawable(run: Path) -> None:
+    """ResultError unless the run folder `run` holds at least one case file that reads: a report
+    of no case is no answer, and is refused before anything is written."""
+    layout = RunLayout(run)
+    if not layout.cases_dir.is_dir():
+        raise ResultError(f"{run}: no cases/ folder; the run has no case results")
+    count, first = first_readable_case(run)
+    if count == 0:
+        raise ResultError(f"{layout.cases_dir}: holds no case results (did the sweep run any case?)")
+    if first is not None:
+        raise ResultError(f"{run}: none of its {count} case files can be read; the first: {first}")
+
+
+def out_dirs(runs: list[Path], out: Path | None) -> list[Path | None]:
+    """Where each run's report goes: --out itself for one run, a folder per run inside it for several."""
+    return [out / run.name if out is not None and len(runs) > 1 else out for run in runs]
+
+
+def check_out(runs: list[Path], out: Path | None) -> None:
+    """ResultError when a report would land in another run's folder, replacing that run's
+    report.md and comparison.csv (or, for several runs, filling it with their folders)."""
+    if out is None:
+        return
+    if len(runs) > 1 and RunLayout(out).is_run():
+        raise ResultError(f"--out: {out} is a fsdp-bench run folder; give a new folder for the {len(runs)} reports")
+    for run, dest in zip(runs, out_dirs(runs, out)):
+        if RunLayout(dest).is_run() and dest.resolve() != run.resolve():
+            raise ResultError(
+                f"--out: {dest} is another fsdp-bench run folder; its report would be replaced by {run}'s "
+                "(give a new folder, or no --out to write into the run)"
+            )
 
 
 def closing_lines(run: Path, written: list[Path], budget_gib: float | None) -> list[str]:
@@ -120,12 +175,17 @@ def closing_lines(run: Path, written: list[Path], budget_gib: float | None) -> l
         return []
     from fsdp_bench.report.answer import answer_lines
     from fsdp_bench.report.table import build_table
-    from fsdp_bench.report.writer import load_report_inputs
+    from fsdp_bench.report.writer import read_report_inputs
 
     folder = written[0].parent
     lines = [f"written in {folder}: {', '.join(p.name for p in written)}"]
-    results, _, _ = load_report_inputs(run)
-    lines += answer_lines(build_table(results), budget_gib)
+    inputs = read_report_inputs(run)
+    lines += answer_lines(build_table(inputs.results), budget_gib)
+    if inputs.unreadable:  # the answer was chosen without them: say so beside it, not only above
+        lines.append(
+            f"{inputs.unreadable} of {inputs.case_files} case files could not be read (named above); "
+            "the answer is chosen without them"
+        )
     report = folder / "report.md"
     return [*lines, f"results: {run}" + (f"  (report: {report})" if report in written else "")]
 
@@ -151,8 +211,8 @@ def compare_main(args: argparse.Namespace) -> int:
         if not args.threshold >= 0:
             raise ResultError(f"--threshold: {args.threshold:g} is not a non-negative percentage")
         for run in (base, new):
-            if not RunLayout(run).is_run():
-                raise ResultError(f"{run}: not a fsdp-bench run folder (no cases/ or env.json)")
+            if problem := run_folder_problem(run):
+                raise ResultError(problem)
         if Path(base).resolve() == Path(new).resolve():
             raise ResultError(f"--compare: {base} and {new} are the same run; give the base run and a new one")
         out = args.out if args.out is not None else new

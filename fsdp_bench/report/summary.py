@@ -264,12 +264,20 @@ def _loss_mismatch(off, compared: int) -> str:
     return line
 
 
-def failures(df) -> list[str]:
+def failures(df, unreadable: int = 0) -> list[str]:
+    """How many cases finished. `unreadable`: the run's case files that could not be read (the
+    report writer counts them); df has no row for them, so without the count a run with a
+    corrupt file would read 'All N cases finished'."""
     counts = df["status"].value_counts()
     bad = {s: int(counts.get(s, 0)) for s in ("oom", "timeout", "failed", "skipped") if counts.get(s, 0)}
+    text = ", ".join(f"{n} {s}" for s, n in bad.items())
+    if unreadable:
+        read = f"{len(df)} of {len(df) + unreadable} case files read, {unreadable} unreadable (see Problems)"
+        if not bad:
+            return [f"{read}; the {len(df)} read finished."]
+        return [f"{read}; {int(counts.get('ok', 0))} of the {len(df)} read finished; {text} (see Failed cases)."]
     if not bad:
         return [f"All {len(df)} cases finished."]
-    text = ", ".join(f"{n} {s}" for s, n in bad.items())
     return [f"{int(counts.get('ok', 0))} of {len(df)} cases finished; {text} (see Failed cases)."]
 
 

@@ -7,16 +7,17 @@ nothing else in the run folder is touched. No torch import.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from fsdp_bench.report.charts import CHART_FILES, draw_charts
 from fsdp_bench.report.charts.style import RunData
 from fsdp_bench.report.page import Page, render_html, render_markdown
-from fsdp_bench.report.summary import summary_lines
+from fsdp_bench.report.summary import QUESTIONS, failures, summary_lines
 from fsdp_bench.report.table import build_per_rank_table, build_table
 from fsdp_bench.results.io import write_text_atomic
 from fsdp_bench.results.layout import RunLayout
-from fsdp_bench.results.load import load_environment_file, load_run, load_tune_answer
+from fsdp_bench.results.load import load_environment_file, load_tune_answer, read_case_files
 from fsdp_bench.results.records import CaseResult, Environment, TuneAnswer
 from fsdp_bench.results.schema import ResultError
 
@@ -33,24 +34,41 @@ def load_environment(run_dir: Path) -> tuple[Environment | None, str | None]:
         return None, f"{exc}; the environment section is left unknown"
 
 
-def load_report_inputs(run_dir: Path) -> tuple[list[CaseResult], Environment | None, list[str]]:
-    """The readable case results, the environment, and one line per problem found."""
+@dataclass
+class ReportInputs:
+    """What a report is drawn from, and how many of the run's case files could not be read: a
+    report that counted only the readable ones would say every case finished (each problem is
+    also a line in `problems`)."""
+
+    results: list[CaseResult]
+    env: Environment | None
+    problems: list[str]
+    case_files: int = 0
+    unreadable: int = 0
+
+
+def read_report_inputs(run_dir: Path) -> ReportInputs:
+    """The readable case results, the environment, one line per problem found, and the counts."""
     run_dir = Path(run_dir)
     layout = RunLayout(run_dir)
     if not run_dir.is_dir():
         raise ResultError(f"{run_dir}: not a folder")
+    read: dict[Path, CaseResult] = {}
+    unreadable: dict[Path, str] = {}
     if not layout.cases_dir.is_dir():
         problems = [f"{layout.cases_dir}: missing; the run has no case results"]
-        results: list[CaseResult] = []
     else:
-        results, problems = load_run(run_dir)
-        if not results and not problems:
+        read, unreadable = read_case_files(run_dir)
+        problems = list(unreadable.values())
+        if not read and not problems:
             problems.append(f"{layout.cases_dir}: holds no case results (did the sweep run any case?)")
     seen: set[str] = set()
     unique = []
-    for result in results:
+    bad_case = 0
+    for path, result in read.items():
         if not isinstance(result.get("case"), dict):
-            problems.append(f"{layout.result_file(str(result.get('case_id')))}: 'case' is not an object")
+            problems.append(f"{path}: 'case' is not an object")
+            bad_case += 1
             continue
         if result["case_id"] in seen:
             continue
@@ -61,7 +79,13 @@ def load_report_inputs(run_dir: Path) -> tuple[list[CaseResult], Environment | N
         problems.append(env_problem)
     if unique and not any(r.get("status") == "ok" for r in unique):
         problems.append(f"{run_dir}: no case finished ok ({len(unique)} cases); charts need finished cases")
-    return unique, env, problems
+    return ReportInputs(unique, env, problems, len(read) + len(unreadable), len(unreadable) + bad_case)
+
+
+def load_report_inputs(run_dir: Path) -> tuple[list[CaseResult], Environment | None, list[str]]:
+    """The readable case results, the environment, and one line per problem found."""
+    inputs = read_report_inputs(run_dir)
+    return inputs.results, inputs.env, inputs.problems
 
 
 def load_tuning(run_dir: Path) -> tuple[list[TuneAnswer], list[str]]:
@@ -85,9 +109,10 @@ def write_report(
     run_dir = Path(run_dir)
     out_dir = Path(out_dir) if out_dir is not None else run_dir
     try:
-        results, env, notes = load_report_inputs(run_dir)
+        inputs = read_report_inputs(run_dir)
     except ResultError as exc:
         return [], [str(exc)]
+    results, env, notes = inputs.results, inputs.env, inputs.problems
     if env and env.get("planted_faults"):
         notes = [
             f"planted faults (FSDP_BENCH_FAULTS={env['planted_faults']}): this run was slowed or broken on purpose; "
@@ -113,7 +138,7 @@ def write_report(
         run_name=run_dir.resolve().name,
         env=env,
         df=df,
-        summary=summary_lines(df, budget_gib),
+        summary=report_summary(df, budget_gib, inputs.unreadable),
         charts=outcomes if charts else None,
         problems=list(notes),
         files=list(TABLE_FILES),
@@ -124,6 +149,27 @@ def write_report(
         write_text_atomic(path, render(page))
         written.append(path)
     return written, notes + chart_notes
+
+
+def report_summary(df, budget_gib: float | None, unreadable: int) -> list[tuple[str, str]]:
+    """The page's summary; with case files that could not be read, 'Did every case finish?'
+    counts them and the recommendation says it chose without them (the table has no row for a
+    file it could not read, so the summary alone would call a run with a corrupt file complete)."""
+    lines = summary_lines(df, budget_gib)
+    if not unreadable or not lines:
+        return lines
+    finished = next(q for q, answer in QUESTIONS if answer is failures)
+    # summary_lines puts the recommendation first and 'Did every case finish?' right after it
+    at = next(i for i, (q, _) in enumerate(lines) if q == finished)
+    caveat = [
+        (
+            lines[0][0],
+            f"{unreadable} case file(s) could not be read (see Problems): this recommendation is chosen "
+            "without their cases, and one of them may have been the better pick.",
+        )
+    ]
+    counted = [(finished, line) for line in failures(df, unreadable)]
+    return [*lines[:at], *(caveat if at else []), *counted, *lines[at + 1 :]]
 
 
 def condensed_notes(notes: list[str]) -> list[str]:

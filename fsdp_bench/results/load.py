@@ -78,18 +78,39 @@ def _check(path: Path, data: Any, record: Any) -> None:
         raise ResultError(f"{path}: {problem}")
 
 
-def load_run(run_dir: Path) -> tuple[list[CaseResult], list[str]]:
-    """Every readable case result of a run, and one line per file that could not be read."""
+def read_case_files(run_dir: Path) -> tuple[dict[Path, CaseResult], dict[Path, str]]:
+    """Every case file of a run, by path: the readable ones' results, and the others' one-line
+    problem (the CI gate needs to know which case a file that could not be read was)."""
     layout = RunLayout(Path(run_dir))
     if not layout.root.is_dir():
         raise ResultError(f"{run_dir}: not a folder")
-    results, problems = [], []
+    read, unreadable = {}, {}
     for path in layout.result_files():
         try:
-            results.append(load_case_result(path))
+            read[path] = load_case_result(path)
         except ResultError as exc:
-            problems.append(str(exc))
-    return results, problems
+            unreadable[path] = str(exc)
+    return read, unreadable
+
+
+def load_run(run_dir: Path) -> tuple[list[CaseResult], list[str]]:
+    """Every readable case result of a run, and one line per file that could not be read."""
+    read, unreadable = read_case_files(run_dir)
+    return list(read.values()), list(unreadable.values())
+
+
+def first_readable_case(run_dir: Path) -> tuple[int, str | None]:
+    """How many case files the run holds, and None as soon as one of them reads, else the first
+    one's problem (0, None: no case file). Cheap on a good run: it stops at the first file."""
+    files = RunLayout(Path(run_dir)).result_files()
+    first = None
+    for path in files:
+        try:
+            load_case_result(path)
+            return len(files), None
+        except ResultError as exc:
+            first = first or str(exc)
+    return len(files), first
 
 
 def has_finished_case(run_dir: Path) -> bool:

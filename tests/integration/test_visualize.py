@@ -234,14 +234,68 @@ def test_empty_results_folder(tmp_path):
 
 
 def test_unknown_folder(tmp_path):
-    _one_line_error(visualize(tmp_path / "nope"), "nope", "not a fsdp-bench run folder")
+    _one_line_error(visualize(tmp_path / "nope"), "nope", "the path does not exist")
+    (tmp_path / "plain").mkdir()
+    _one_line_error(visualize(tmp_path / "plain"), "plain", "not a fsdp-bench run folder (no cases/ or env.json)")
 
 
-def test_run_with_no_finished_cases(tmp_path):
+def _written(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if p.is_file())
+
+
+def test_a_run_without_readable_cases_is_refused_before_anything_is_written(tmp_path):
+    """An empty cases/ was refused with exit 2 after report.md was written; a run whose every case
+    file was unreadable got a report saying 'No finished cases to summarize.' and exit 0."""
     run = tmp_path / "run"
     (run / "cases").mkdir(parents=True)
-    proc = visualize(run)
-    assert proc.returncode == 2 and "no case results" in proc.stderr and "Traceback" not in proc.stderr
+    _one_line_error(visualize(run), "holds no case results")
+    assert _written(run) == []
+    shutil.copy(GOLDEN / "base" / "env.json", run)
+    (run / "cases").rmdir()
+    _one_line_error(visualize(run), "no cases/ folder")
+    assert _written(run) == ["env.json"]
+    broken = copy_run("base", tmp_path / "broken")
+    files = sorted((broken / "cases").glob("*.json"))
+    for path in files:
+        path.write_text(path.read_text()[:300])
+    _one_line_error(visualize(broken), f"none of its {len(files)} case files can be read", files[0].name)
+    assert _written(broken) == ["env.json"]
+
+
+def test_a_run_with_an_unreadable_case_file_says_so_in_the_summary(tmp_path):
+    run = copy_run("base", tmp_path)
+    ok = [p for p in sorted((run / "cases").glob("*.json")) if json.loads(p.read_text())["status"] == "ok"]
+    for path in sorted((run / "cases").glob("*.json")):
+        if path not in ok[:3]:
+            path.unlink()
+    ok[0].write_text("{")
+    proc = visualize(run, "--no-charts")
+    assert proc.returncode == 0, proc.stderr
+    assert f"{ok[0].name}: not valid JSON" in proc.stderr
+    assert "1 of 3 case files could not be read (named above); the answer is chosen without them" in proc.stdout
+    page = (run / "report.md").read_text()
+    assert "All 2 cases finished" not in page
+    assert (
+        "**Did every case finish?** 2 of 3 case files read, 1 unreadable (see Problems); the 2 read finished." in page
+    )
+    assert "**Which configuration should I use?** 1 case file(s) could not be read (see Problems)" in page
+    assert ok[0].name in page.split("## Problems reading this run", 1)[1]
+
+
+@pytest.mark.parametrize("budget", ["inf", "1e400", "nan", "-1"])
+def test_a_budget_that_is_not_a_finite_positive_number_is_refused(tmp_path, budget):
+    run = copy_run("base", tmp_path)
+    _one_line_error(visualize(run, "--budget-gib", budget), f"--budget-gib: {budget} is not a positive number of GiB")
+    assert _written(run) == ["env.json"]
+
+
+def test_out_may_not_be_another_run_folder(tmp_path):
+    run, other = copy_run("base", tmp_path), copy_run("new", tmp_path)
+    before = {p: p.read_bytes() for p in other.rglob("*") if p.is_file()}
+    _one_line_error(visualize(run, "--out", other, "--no-charts"), "--out: ", "is another fsdp-bench run folder")
+    assert {p: p.read_bytes() for p in other.rglob("*") if p.is_file()} == before
+    proc = visualize(run, "--out", run, "--no-charts")  # the run itself is where it writes anyway
+    assert proc.returncode == 0 and (run / "report.md").is_file(), proc.stderr
 
 
 def test_truncated_and_old_files_are_named_and_the_rest_is_drawn(tmp_path):
