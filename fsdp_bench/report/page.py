@@ -25,7 +25,7 @@ from fsdp_bench.report.document import (
 )
 from fsdp_bench.report.document import render_html as document_html
 from fsdp_bench.report.document import render_markdown as document_markdown
-from fsdp_bench.report.table import REPORT_COLUMNS, best_index, learned
+from fsdp_bench.report.table import MODEL_SETTING, REPORT_COLUMNS, best_index, learned
 from fsdp_bench.results.metrics import M
 from fsdp_bench.results.records import Environment, TuneAnswer
 from fsdp_bench.results.schema import memory_unit
@@ -82,11 +82,18 @@ def format_value(value: Any) -> str:
 
 
 def _table_columns(df) -> list[tuple[str, str]]:
-    if len(df.get("model", [])) and df["model"].nunique() > 1:
-        lead = [("model", "model")]
-    else:
-        lead = []
-    return lead + [(c, label) for c, label in REPORT_COLUMNS if c in df and df[c].notna().any()]
+    """The report table's columns: a model column (its sequence length and precision too where a
+    model ran at several, else rows would differ by nothing shown) when the run has more than one;
+    a GiB column in MiB when its largest value is under 1 GiB (schema.memory_unit), as the
+    terminal's and the summary's peaks are."""
+    lead = [(MODEL_SETTING, "model")] if MODEL_SETTING in df and df[MODEL_SETTING].nunique() > 1 else []
+    columns = []
+    for c, label in REPORT_COLUMNS:
+        if c in df and df[c].notna().any():
+            largest = max((v for v in df[c] if isinstance(v, (int, float)) and v == v), default=0.0)
+            unit = memory_unit(float(largest))[1] if c.endswith("_gib") else "GiB"
+            columns.append((c, label.replace("(GiB)", f"({unit})")))
+    return lead + columns
 
 
 def _env_rows(env: Environment | None) -> list[tuple[str, str]]:
@@ -238,8 +245,9 @@ def _comparison_blocks(df) -> list:
     for idx, row in df.iterrows():
         bad = row["status"] != "ok"
         cells = []
-        for c, _ in columns:
-            text = format_value(row.get(c))
+        for c, label in columns:
+            value = row.get(c)
+            text = format_value(value * 1024 if label.endswith("(MiB)") and isinstance(value, float) else value)
             strong = c == "status" and bad
             cells.append(
                 Cell(

@@ -124,3 +124,19 @@ def test_the_highest_mfu_is_said_per_model():
         "Highest MFU (llama3_tiny): 40.0% (ddp-fp32-bs4-llama3_tiny).",
     ]
     assert best_mfu(build_table(results[:1])) == ["Highest MFU: 30.0% (ddp-fp32-bs4)."]
+
+
+def test_the_report_table_shows_small_peaks_in_mib_and_which_setting_a_row_is():
+    """report.md's table read "peak alloc (GiB) 0.005224" beside the terminal's 5.3 MiB, and a
+    model at two precisions gave rows that differed by nothing shown."""
+    from fsdp_bench.report.page import _comparison_blocks
+
+    rows = [
+        _result("ddp", 100.0, peak_allocated_gib=0.005),
+        _result("ddp", 300.0, precision="bf16", peak_allocated_gib=0.004),
+    ]
+    table = _comparison_blocks(build_table(rows))[-1]
+    assert table.header[0] == "model" and "peak alloc (MiB)" in table.header, table.header
+    column = table.header.index("peak alloc (MiB)")
+    cells = {row.cells[0].text: row.cells[column].text for row in table.rows}
+    assert cells == {"gpt_tiny sl128 bf16": "4.096", "gpt_tiny sl128 fp32": "5.12"}, cells
