@@ -8,6 +8,7 @@ Collection imports no torch: cases come from `fsdp_bench.plan`, which is pure Py
 
 from __future__ import annotations
 
+import sys
 from functools import partial
 from typing import Any
 
@@ -73,6 +74,7 @@ def pytest_configure(config: pytest.Config) -> None:
     except SessionError as exc:
         raise pytest.UsageError(f"--bench-resume: {exc}") from None
     config.stash[_STATE_KEY] = state
+    state.invocation = progress.invocation_words(sys.argv[0], config.invocation_params.args)
     if not config.pluginmanager.hasplugin("benchmark"):
         config.pluginmanager.register(_NoBenchmark(), "fsdp-bench-no-benchmark")
     if not config.getoption("bench_benchmark_table") and hasattr(config.option, "benchmark_quiet"):
@@ -149,6 +151,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     state.progress.total = 0 if state.sweep.tune else len(cases)  # a tuning's count is not known ahead
     if not cases and config.getoption("benchmark_skip", False) and progress.cases_skipped(session.items):
         _write_line(config, BENCHMARK_SKIP_LINE)
+    elif not (cases or config.option.collectonly):  # said last, where pytest says only "N skipped"
+        state.skip_reasons = progress.skip_reasons(session.items)
     if not cases or is_xdist_worker(config):
         return
     skipped = progress.cases_skipped(session.items)
@@ -211,7 +215,7 @@ def bench_run(request: pytest.FixtureRequest, benchmark: Any):
         try:
             result, outcome = run_item(state, case, benchmark=benchmark, node_id=request.node.nodeid, write=write)
         except SessionError as exc:  # a full disk, an unusable run folder: one line, no further case
-            pytest.exit(f"fsdp-bench: {exc}", returncode=stop_exit_code(exc))
+            pytest.exit(state.stop_line(exc), returncode=stop_exit_code(exc))
         except TuneError as exc:
             raise pytest.UsageError(str(exc)) from None
         if outcome is not None:
@@ -224,7 +228,13 @@ def bench_run(request: pytest.FixtureRequest, benchmark: Any):
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     state = config.stash.get(_STATE_KEY, None)
-    if state is None or state.session.run_dir is None:
+    if state is None:
+        return
+    if state.session.run_dir is None:
+        if state.skip_reasons:
+            from fsdp_bench.report.terminal import no_case_line
+
+            config.stash[_CLOSING_KEY] = [no_case_line(state.skip_reasons)]
         return
     state.interrupted |= exitstatus == pytest.ExitCode.INTERRUPTED  # Ctrl-C or SIGTERM
     terminalreporter.write_sep("-", "fsdp-bench")
@@ -233,23 +243,28 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         terminalreporter.write_line(line)
     if not writes_report:
         return
-    from fsdp_bench.report.terminal import report_sections
+    from fsdp_bench.report.terminal import report_sections, with_run_status
 
-    run_dir = state.session.run_dir
+    run_dir, (partial_run, resume) = state.session.run_dir, state.run_status()
     try:
         body, closing = report_sections(
-            run_dir, state.session.results, write=state.sweep.report, budget_gib=state.sweep.budget_gib
+            run_dir,
+            state.session.results,
+            write=state.sweep.report,
+            budget_gib=state.sweep.budget_gib,
+            kept=state.session.kept,
         )
     except KeyboardInterrupt:
         # Ctrl-C while charts are drawn: every file is written atomically, so nothing is
         # half-written; say how to finish instead of a traceback, and exit as interrupted.
+        finish = f"; {resume}" if resume else ""
         pytest.exit(
-            f"report interrupted; the results are safe. To write it: python visualize.py {run_dir}",
+            f"report interrupted; the results are safe. To write it: python visualize.py {run_dir}{finish}",
             returncode=pytest.ExitCode.INTERRUPTED,
         )
     for line in body:
         terminalreporter.write_line(line)
-    config.stash[_CLOSING_KEY] = closing
+    config.stash[_CLOSING_KEY] = with_run_status(closing, partial_run, resume)
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

@@ -49,7 +49,7 @@ def run_item(
         state.stopped = str(exc) if isinstance(exc, SessionError) else state.stopped
         mark_untimed(benchmark)
         raise
-    line = state.progress.finish_case(node_id, case.id, result)
+    line = state.progress.finish_case(node_id, case.id, result, kept=case.id in state.session.kept)
     if line:
         write(line)
     record_benchmark_stats(benchmark, case, result)

@@ -4,17 +4,18 @@ as pytest-benchmark keeps `plugin.py` and `session.py` apart)."""
 
 from __future__ import annotations
 
+import shlex
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from fsdp_bench.analysis.busy import host_bound_detail
 from fsdp_bench.analysis.duration import format_duration
-from fsdp_bench.launch.session import SessionError, SweepSession
+from fsdp_bench.launch.session import DiskFull, SessionError, SweepSession
 from fsdp_bench.plan.case import Case
 from fsdp_bench.plan.sweep import Sweep
 from fsdp_bench.results.metrics import M, label
@@ -28,10 +29,12 @@ class Progress:
     """How far the sweep is: cases done of those collected, since when, and which node ids
     already had their outcome printed on a live line. With repeats, the ETA counts launches
     (one per repeat; interleaved, the first case's line comes after most of the sweep's repeats):
-    `launched` so far, and `launches_left` (the session's rounds) still to come."""
+    `launched` so far, and `launches_left` (the session's rounds) still to come. `kept`: cases a
+    resume kept from the run folder, done in no time, so the ETA's time per case leaves them out."""
 
     total: int = 0
     done: int = 0
+    kept: int = 0
     started: float | None = None
     shown: set[str] = field(default_factory=set)
     launched: int = 0
@@ -44,15 +47,34 @@ class Progress:
         self.started = time.monotonic()
         return True
 
-    def finish_case(self, node_id: str, case_id: str, result: CaseResult) -> str | None:
-        """The case's live line (None before the sweep started)."""
+    def finish_case(
+        self, node_id: str, case_id: str, result: CaseResult, *, kept: bool = False, counter: str | None = None
+    ) -> str | None:
+        """The case's live line (None before the sweep started). A kept case's line says so and
+        gives no time (it took none); `counter` replaces `i/N` (the tuner's, whose N is not known
+        ahead), its lines without an ETA (the tuner's round lines give its own estimate)."""
         if self.started is None:
             return None
         self.done += 1
+        self.kept += kept
         self.shown.add(node_id)
-        total, elapsed = max(self.total, self.done), time.monotonic() - self.started
-        eta = self._eta_by_launches(elapsed) if self.done < total else None
-        return progress_line(self.done, total, case_id, result, elapsed, eta_s=eta)
+        total = max(self.total, self.done)
+        if kept:
+            return kept_line(counter or f"{self.done}/{total}", case_id, result)
+        elapsed = time.monotonic() - self.started
+        eta = 0.0 if counter else self._eta(elapsed, total)
+        return progress_line(self.done, total, case_id, result, elapsed, eta_s=eta, counter=counter)
+
+    def _eta(self, elapsed_s: float, total: int) -> float:
+        """The cases left times the time per case launched in this session so far (with
+        repeats: per launch, times the launches left); 0 (not shown) when nothing is left."""
+        if self.done >= total:
+            return 0.0
+        by_launches = self._eta_by_launches(elapsed_s)
+        if by_launches is not None:
+            return by_launches
+        ran = self.done - self.kept
+        return elapsed_s / ran * (total - self.done) if ran else 0.0
 
     def finish_repeat(self, case_id: str, repeat: int, planned: int, result: CaseResult) -> str | None:
         """One launched repeat's live line (`[repeat r/N] case-id ...`), counted for the ETA."""
@@ -81,6 +103,8 @@ class BenchState:
     progress: Progress = field(default_factory=Progress)
     interrupted: bool = False  # Ctrl-C, SIGTERM, or a full disk stopped the sweep
     stopped: str | None = None  # the one line a SessionError stopped the sweep with (the plugin printed it)
+    invocation: tuple[str, ...] | None = None  # the command the user ran (invocation_words), for the resume hint
+    skip_reasons: list[str] = field(default_factory=list)  # why each collected case was skipped before launch
 
     @classmethod
     def open(cls, sweep: Sweep, *, check_resume: bool = True) -> BenchState:
@@ -134,39 +158,111 @@ class BenchState:
                 f"results: {session.run_dir}",
                 f"node {node}: logs under {session.layout.node_root(node)}; node 0 writes the results and the report",
             ], False
-        hint = self.resume_hint()
-        return ([hint] if hint else []), True
+        return [], True
 
-    def resume_hint(self) -> str | None:
-        """How to finish the run, when it was interrupted or some case is not ok."""
-        not_ok = sum(r.get("status") not in ("ok", "skipped") for r in self.session.results)
-        if not (self.interrupted or not_ok):
-            return None
-        why = "interrupted" if self.interrupted else f"{not_ok} case(s) not ok"
-        return (
-            f"{why}; to finish this run (ok cases are kept, the rest re-run): "
-            f"pytest benchmarks --bench-resume {self.session.run_dir} [same --bench-* options]"
-        )
+    def stop_line(self, exc: SessionError) -> str:
+        """The one line a SessionError stops the sweep with. A full disk's ends with the command
+        that resumes the run: pytest prints no summary (nor its closing lines) after that exit."""
+        line = f"fsdp-bench: {exc}"
+        if isinstance(exc, DiskFull):
+            line += f": {resume_command(self.invocation, self.session.run_dir)}"
+        return line
+
+    def run_status(self) -> tuple[str | None, str | None]:
+        """What the closing lines say of the run besides its answer: (`partial run: 1 of 4 case(s)
+        ran, interrupted` when the sweep stopped before every planned case had a result, else
+        None; the command that finishes the run when it stopped or a case is not ok, else None)."""
+        results = self.session.results
+        not_ok = sum(r.get("status") not in ("ok", "skipped") for r in results)
+        done, total = len(results), self.progress.total
+        why = "stopped" if self.stopped else "interrupted" if self.interrupted else "stopped early"
+        partial = None
+        if self.interrupted or done < total:
+            kept = len(self.session.kept)
+            if self.sweep.tune:  # how many cases a tuning measures is not known ahead
+                partial = f"partial run: the tuning was {why} after {done} case(s) measured"
+            elif kept:  # a kept case did not run in this session
+                partial = f"partial run: {done} of {total} case(s) done ({kept} kept from the resumed run), {why}"
+            else:
+                partial = f"partial run: {done} of {total} case(s) ran, {why}"
+        if partial is None and not not_ok:
+            return None, None
+        what = "" if partial else f"{not_ok} case(s) not ok; "
+        if self.session.launch.multi_node:
+            return partial, f"{what}--bench-resume is single-node only: run the missing cases in a new run"
+        command = resume_command(self.invocation, self.session.run_dir)
+        return partial, f"{what}to finish this run (ok cases are kept, the rest re-run): {command}"
+
+
+# Options that name the run folder: a resume names it with --bench-resume alone (with
+# --bench-run-id it is refused, plan.options), so both are dropped before it is added.
+_RUN_FOLDER_OPTIONS = ("--bench-resume", "--bench-run-id")
+
+
+def resume_command(invocation: Sequence[str] | None, run_dir: Path | None) -> str:
+    """The command that finishes `run_dir`: the one the user ran (`invocation`: the program's
+    words, then pytest's arguments as given), its selection (-k, paths, node ids) and options
+    kept, so the resumed plan is the same cases; any --bench-resume / --bench-run-id replaced by
+    `--bench-resume RUN`. Quoted for a POSIX shell."""
+    if not invocation:
+        invocation = ("pytest", "benchmarks")
+    words, skip_value = [], False
+    for word in invocation:
+        if skip_value:
+            skip_value = False
+        elif word in _RUN_FOLDER_OPTIONS:
+            skip_value = True
+        elif not word.startswith(tuple(f"{o}=" for o in _RUN_FOLDER_OPTIONS)):
+            words.append(word)
+    return shlex.join([*words, "--bench-resume", str(run_dir)])
+
+
+def invocation_words(argv0: str, args: Sequence[str]) -> tuple[str, ...]:
+    """How the user started pytest (`pytest`, or `python -m pytest` where `argv0` is pytest's
+    __main__.py), then its arguments."""
+    program = ("python", "-m", "pytest") if Path(argv0).name == "__main__.py" else ("pytest",)
+    return (*program, *args)
 
 
 def progress_line(
-    i: int, total: int, case_id: str, result: CaseResult, elapsed_s: float, *, eta_s: float | None = None
+    i: int,
+    total: int,
+    case_id: str,
+    result: CaseResult,
+    elapsed_s: float,
+    *,
+    eta_s: float | None = None,
+    counter: str | None = None,
 ) -> str:
     """`[i/N] case-id  status  step 0.123 s  1,234 tok/s/dev  peak alloc 51.2 MiB  elapsed 1m02s  ETA 3m10s`.
-    The ETA is `eta_s` when given (shown when > 0), else the elapsed time per case times the cases left."""
-    metrics = result.get("metrics") or {}
-    status = result.get("status", "?")
-    if status == "ok" and untrained_reason(metrics):
-        status = "ok(not trained)"
-    parts = [f"[{i}/{total}] {case_id}", status]
-    if result.get("status") == "ok":
-        parts += _measured_parts(metrics, str((result.get("case") or {}).get("device", "cpu")))
+    The ETA is `eta_s` when given (shown when > 0), else the elapsed time per case times the cases
+    left. `counter` is shown in place of `i/N`."""
+    parts = [f"[{counter or f'{i}/{total}'}] {case_id}", _status_word(result), *_result_parts(result)]
     parts.append(f"elapsed {format_duration(elapsed_s)}")
     if eta_s is None:
         eta_s = elapsed_s / i * (total - i) if i < total else 0.0
     if eta_s > 0:
         parts.append(f"ETA {format_duration(eta_s)}")
     return "  ".join(parts)
+
+
+def kept_line(counter: str, case_id: str, result: CaseResult) -> str:
+    """`[1/4] case-id  kept from the resumed run (ok)  step 0.123 s ...`: what the run folder
+    holds for a case a resume does not run again; no elapsed time or ETA, as it took none."""
+    parts = [f"[{counter}] {case_id}", f"kept from the resumed run ({_status_word(result)})", *_result_parts(result)]
+    return "  ".join(parts)
+
+
+def _status_word(result: CaseResult) -> str:
+    status = result.get("status", "?")
+    return "ok(not trained)" if status == "ok" and untrained_reason(result.get("metrics") or {}) else status
+
+
+def _result_parts(result: CaseResult) -> list[str]:
+    """An ok case's measured figures, in the live line's order; nothing for any other status."""
+    if result.get("status") != "ok":
+        return []
+    return _measured_parts(result.get("metrics") or {}, str((result.get("case") or {}).get("device", "cpu")))
 
 
 def _measured_parts(metrics: Metrics, device: str) -> list[str]:
@@ -330,4 +426,14 @@ def cases_skipped(items: list) -> list:
         if item.get_closest_marker("skip") is not None
         and hasattr(item, "callspec")
         and isinstance(item.callspec.params.get("bench_case"), Case)
+    ]
+
+
+def skip_reasons(items: list) -> list[str]:
+    """Why each collected bench item (a case, or a tuning with nothing to tune) is skipped before
+    launch, one reason per item."""
+    return [
+        str(marker.kwargs.get("reason") or (marker.args[0] if marker.args else "skipped"))
+        for item in items
+        if "bench_case" in getattr(item, "fixturenames", ()) and (marker := item.get_closest_marker("skip"))
     ]

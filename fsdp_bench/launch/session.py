@@ -68,7 +68,7 @@ def check_free_space(run_dir: Path) -> None:
     if free_mib < need_mib:
         raise DiskFull(
             f"only {free_mib:.0f} MiB free under {run_dir} (need {need_mib:.0f} MiB); "
-            f"free some space, then: pytest benchmarks --bench-resume {run_dir} [same --bench-* options]"
+            "free some space, then resume the run"
         )
 
 
@@ -81,6 +81,10 @@ class SweepSession:
         self.sweep = sweep
         self.run_dir: Path | None = None
         self.results: list[CaseResult] = []
+        # ids of the results a resume kept as they were, not run in this session: said on their
+        # live lines, and left out of what this session's time went to
+        self.kept: set[str] = set()
+        self._launched: set[str] = set()  # ids of the cases this session launched (any repeat)
         self.launch = sweep.launch()
         self.store = None  # node 0's rendezvous store process in a multi-node sweep
         self._lock_fd: int | None = None
@@ -322,8 +326,17 @@ class SweepSession:
             if previous is not None:
                 set_aside(run, case.id)
             result = self._launch(run, case)
+        self._note_kept(case.id)
         self.results.append(result)
         return result
+
+    def _note_kept(self, case_id: str) -> None:
+        """A case with a result and no launch in this session (an ok case, or every repeat of it,
+        on disk from the resumed run) is kept; one launched here is not, even if part was kept."""
+        if case_id in self._launched:
+            self.kept.discard(case_id)
+        else:
+            self.kept.add(case_id)
 
     def run_round(self, batch: Sequence[tuple[Case, int]]) -> Iterator[tuple[Case, CaseResult]]:
         """The tuner's round: each (case, repeats) of `batch` with at least that many repeats,
@@ -347,6 +360,7 @@ class SweepSession:
                     if run.result_file(case.id).exists():
                         set_aside(run, case.id, with_dir=False)
                     result = self._run_repeats(run, case, rounds)
+            self._note_kept(case.id)
             self.results = [r for r in self.results if r.get("case_id") != case.id] + [result]
             yield case, result
 
@@ -401,6 +415,7 @@ class SweepSession:
                 launch=self.launch,
                 repeat=repeat,
             )
+        self._launched.add(case.id)
         if self.on_launch is not None:
             self.on_launch(case, repeat, result)
         return result

@@ -102,22 +102,21 @@ def run_tune(
     on_round: OnLine | None = None,
     available_bytes: int | None = None,
     nnodes: int = 1,
+    on_plan: Callable[[int], None] | None = None,
 ) -> TuneAnswer:
     """Tune one model's grid; returns the answer, also written to RUN/tune/<request id>.json.
-    `on_round` hears one progress line per round (launch.tune.round_line). A candidate the
-    sweep's host-memory guard would not launch with `available_bytes` of host memory (None: no guard, as
-    with --bench-allow-memory-overcommit) is never a candidate: it is skipped with the guard's
-    line before the probe, so no round spends a slot on a case that would end `skipped`."""
-    try:
-        imported = session.torch_import_bytes() if available_bytes is not None else None
-        guard = {"nnodes": nnodes, "import_bytes": imported}
-        over = [Skip(c.id, r) for c in request.cases if (r := memory_skip_reason(c, available_bytes, **guard))]
-        refused = {s.case_id for s in over}
-        predictions = [predict_case(c) for c in request.cases if c.id not in refused]
-    except (ValueError, KeyError, OSError) as exc:
-        raise TuneError(f"--bench-tune: cannot predict {request.model}: {exc}") from None
+    `on_round` hears one progress line per round (launch.tune.round_line); `on_plan`, before the
+    first case, the most cases the tuning can measure (those predicted to fit, and the boundary
+    case). A candidate the sweep's host-memory guard would not launch with `available_bytes` of
+    host memory (None: no guard, as with --bench-allow-memory-overcommit) is never a candidate: it
+    is skipped with the guard's line before the probe, so no round spends a slot on a case that
+    would end `skipped`."""
+    over, predictions = _predict(session, request, available_bytes, nnodes)
+    refused = {s.case_id for s in over}
     fitting, skipped, boundary = split_by_budget(predictions, budget_gib)
     skipped = over + skipped
+    if on_plan is not None:
+        on_plan(len(fitting) + (boundary is not None))
     prior = prior_model(request.cases[0])
     model, log, clock = prior, TuneLog(), RoundClock(request, max_repeats, budget_gib, on_round)
     stopped = "" if fitting else _why_none(predictions, refused)
@@ -150,6 +149,18 @@ def run_tune(
     answer = tune_answer(request, log, model, skipped, ranked=ranked, **kwargs)
     write_json_atomic(session.layout.tune_file(request.id), answer, shape=TuneAnswer, overwrite=True)
     return answer
+
+
+def _predict(session: SweepSession, request: TuneRequest, available_bytes: int | None, nnodes: int):
+    """(the cases the host-memory guard refuses, as Skips; every other case's prediction)."""
+    try:
+        imported = session.torch_import_bytes() if available_bytes is not None else None
+        guard = {"nnodes": nnodes, "import_bytes": imported}
+        over = [Skip(c.id, r) for c in request.cases if (r := memory_skip_reason(c, available_bytes, **guard))]
+        refused = {s.case_id for s in over}
+        return over, [predict_case(c) for c in request.cases if c.id not in refused]
+    except (ValueError, KeyError, OSError) as exc:
+        raise TuneError(f"--bench-tune: cannot predict {request.model}: {exc}") from None
 
 
 def _unless_unreached(stopped: str, ranked, log: TuneLog, model, budget_gib: float | None) -> str:
@@ -304,13 +315,36 @@ def answer_lines(answer: TuneAnswer) -> list[str]:
     return lines
 
 
+class TuneCounter:
+    """The tuner's live lines' counter, `[tune 3 of at most 24]`: the case's number among the
+    distinct cases measured, of the most the tuning can measure (`plan`, from run_tune's
+    on_plan); a case measured again in a later round keeps its number (`[tune 1 of at most 24,
+    again]`). How many runs are left is the round lines' estimate, not this count's."""
+
+    def __init__(self) -> None:
+        self.bound: int | None = None
+        self.numbers: dict[str, int] = {}
+
+    def plan(self, bound: int) -> None:
+        self.bound = bound
+
+    def label(self, case_id: str) -> str:
+        again = case_id in self.numbers
+        number = self.numbers.setdefault(case_id, len(self.numbers) + 1)
+        of = f" of at most {self.bound}" if self.bound else ""
+        return f"tune {number}{of}" + (", again" if again else "")
+
+
 def tune_item(state, request, write_live) -> dict:
     """One `--bench-tune` test: the tuning of `request`'s grid through the sweep's session (`state`,
     a launch.progress.BenchState), each measured case's live line and then the answer written with
     `write_live`. Raises DiskFull, SessionError or TuneError for the plugin to turn into a stop."""
+    counter = TuneCounter()
 
     def on_result(case, result) -> None:
-        line = state.progress.finish_case(f"{request.id}::{case.id}", case.id, result)
+        kept = case.id in state.session.kept
+        label = counter.label(case.id)
+        line = state.progress.finish_case(f"{request.id}::{case.id}", case.id, result, kept=kept, counter=label)
         if line:
             write_live(line)
 
@@ -325,6 +359,7 @@ def tune_item(state, request, write_live) -> dict:
         on_round=write_live,
         available_bytes=None if sweep.allow_memory_overcommit else available_host_bytes(),
         nnodes=state.session.launch.nnodes,
+        on_plan=counter.plan,
     )
     for line in answer_lines(answer):
         write_live(line)

@@ -114,6 +114,8 @@ def test_resume_launches_only_the_missing_repeat(interleaved):
         f"[repeat 2/2] {FSDP2}",
         f"[2/2] {FSDP2}",
     ], out
+    kept = next(line for line in out.splitlines() if line.startswith(f"[1/2] {DDP}"))
+    assert kept.startswith(f"[1/2] {DDP}  kept from the resumed run (ok)  ") and "elapsed" not in kept, kept
     result = case_results(resumed)[FSDP2]
     assert result["status"] == "ok" and result["metrics"]["repeats"] == 2 and result["metrics"]["steps_measured"] == 4
     work = resumed / "cases" / FSDP2

@@ -254,6 +254,8 @@ def test_a_full_disk_stops_the_sweep_before_launching_with_the_resume_hint(tmp_p
     assert out.returncode == 3, text
     assert "MiB free under" in text and "--bench-resume" in text and "Traceback" not in text
     (run,) = list(results.iterdir())
+    # pytest prints no summary after this exit: the stop line itself holds the command as run
+    assert f"--bench-no-report --bench-results-dir {results} --bench-resume {run}" in text, text
     assert list(RunLayout(run).cases_dir.iterdir()) == []  # no case was launched
 
 

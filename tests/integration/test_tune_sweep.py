@@ -4,6 +4,7 @@ steps) measured in rounds through the sweep session, the answer written, the rep
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -69,6 +70,13 @@ def test_tune_picks_writes_its_section_and_spends_less_than_the_grid(tmp_path):
     assert all("elapsed " in line and " more (" in line and "run(s))" in line for line in rounds), rounds
     assert rounds[-1].endswith("estimate ~0m00s more (0 run(s))") or answer["stopped"].startswith("time"), rounds
     assert "fixture was not used" not in out and "PytestBenchmarkWarning" not in out, out
+    # each measured case's live line counts against the most the tuning can measure (the 6 cases
+    # predicted to fit), not `[n/n]`; a case measured again keeps its number
+    counted = [line for line in lines if line.startswith("[tune ")]
+    assert len(counted) == sum(len(r["runs"]) for r in answer["rounds"]), out
+    assert all(re.match(r"\[tune [1-6] of at most 6(, again)?\] ", line) for line in counted), counted
+    firsts = [int(line.split()[1]) for line in counted if ", again]" not in line]
+    assert firsts == list(range(1, len(measured) + 1)), counted
     assert answer["drift"] is None or answer["drift"]["dof"] >= 1
     assert isinstance(answer["single_winner"], bool)
 
@@ -151,3 +159,6 @@ def test_tune_resuming_a_finished_plain_run_keeps_its_ok_cases(tmp_path):
     assert {p.name: p.read_bytes() for p in (run / "cases").glob("*.json")} == before
     answer = json.loads((run / "tune" / "tune-gpt_tiny.json").read_text())
     assert answer["pick"] == "ddp-gpt_tiny-ws2-bs2-ga1-opt_after-sl32"
+    # its live line says it was kept, against the tuning's bound (the one case of the grid)
+    kept = "[tune 1 of at most 1] ddp-gpt_tiny-ws2-bs2-ga1-opt_after-sl32  kept from the resumed run (ok)  step "
+    assert kept in again.stdout, again.stdout
