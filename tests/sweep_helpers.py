@@ -115,6 +115,30 @@ def pytest_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args]
 
 
+def start_sweep(root: Path, *args: str, **env: str) -> subprocess.Popen:
+    """A child `pytest test_sweep.py ARGS` in `root` (write_sweep_project), its output piped, for
+    tests that stop it part-way (`env`: extra variables, e.g. a fault that hangs a case)."""
+    return subprocess.Popen(
+        pytest_cmd("test_sweep.py", *args),
+        cwd=root,
+        env=child_env(**env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def wait_for(predicate, timeout_s: float, what: str) -> None:
+    """Poll `predicate` every 0.2 s; AssertionError naming `what` after `timeout_s`."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.2)
+
+
 def run_dirs(results: Path) -> list[Path]:
     return sorted(p for p in Path(results).iterdir() if (p / "cases").is_dir()) if Path(results).is_dir() else []
 

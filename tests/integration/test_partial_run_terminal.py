@@ -14,7 +14,16 @@ import time
 
 import pytest
 
-from tests.sweep_helpers import SMALL, case_results, child_env, pytest_cmd, run_dirs, write_sweep_project
+from tests.sweep_helpers import (
+    SMALL,
+    case_results,
+    child_env,
+    pytest_cmd,
+    run_dirs,
+    start_sweep,
+    wait_for,
+    write_sweep_project,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -28,14 +37,6 @@ def _lines(out: str) -> list[str]:
     return [line for line in out.splitlines() if line.strip()]
 
 
-def _wait_for(predicate, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
-
-
 @pytest.fixture(scope="module")
 def stopped(tmp_path_factory):
     """The sweep of bs1 and bs2, SIGTERMed while bs2 hangs in its measured steps (a fault
@@ -43,18 +44,13 @@ def stopped(tmp_path_factory):
     root = tmp_path_factory.mktemp("partial")
     write_sweep_project(root)
     results = root / "results"
-    proc = subprocess.Popen(
-        pytest_cmd("test_sweep.py", *SELECTION, *OPTIONS, "--bench-results-dir", str(results)),
-        cwd=root,
-        env=child_env(FSDP_BENCH_FAULTS="hang@measure:0/-bs2-"),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+    proc = start_sweep(
+        root, *SELECTION, *OPTIONS, "--bench-results-dir", str(results), FSDP_BENCH_FAULTS="hang@measure:0/-bs2-"
     )
     try:
-        _wait_for(lambda: len(run_dirs(results)) == 1, 60, "the run folder")
+        wait_for(lambda: len(run_dirs(results)) == 1, 60, "the run folder")
         (run,) = run_dirs(results)
-        _wait_for(lambda: (run / "cases" / IDS[1]).is_dir() and IDS[0] in case_results(run), 240, "bs2 to start")
+        wait_for(lambda: (run / "cases" / IDS[1]).is_dir() and IDS[0] in case_results(run), 240, "bs2 to start")
         time.sleep(2)  # into bs2's (hung) steps
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=120)

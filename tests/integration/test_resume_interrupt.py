@@ -10,25 +10,26 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.sweep_helpers import SMALL, case_results, child_env, processes_of, pytest_cmd, run_dirs, write_sweep_project
+from tests.sweep_helpers import (
+    SMALL,
+    case_results,
+    child_env,
+    processes_of,
+    pytest_cmd,
+    run_dirs,
+    start_sweep,
+    wait_for,
+    write_sweep_project,
+)
 
 pytestmark = pytest.mark.slow
 
 OPTIONS = [*SMALL, "--bench-batch-sizes", "1,2,3", "--bench-timeout", "120", "--bench-kill-grace", "10"]
 IDS = [f"ddp-gpt_tiny-ws2-bs{bs}-ga1-opt_after-sl32" for bs in (1, 2, 3)]
-
-
-def _wait_for(predicate, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
 
 
 def _rank_stage(work: Path, rank: int) -> str | None:
@@ -43,19 +44,14 @@ def interrupted(tmp_path_factory):
     root = tmp_path_factory.mktemp("resume")
     write_sweep_project(root)
     results = root / "results"
-    proc = subprocess.Popen(
-        pytest_cmd("test_sweep.py", "-q", *OPTIONS, "--bench-results-dir", str(results)),
-        cwd=root,
-        env=child_env(FSDP_BENCH_FAULTS="hang@measure:0/-bs2-"),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+    proc = start_sweep(
+        root, "-q", *OPTIONS, "--bench-results-dir", str(results), FSDP_BENCH_FAULTS="hang@measure:0/-bs2-"
     )
     try:
-        _wait_for(lambda: len(run_dirs(results)) == 1, 60, "the run folder")
+        wait_for(lambda: len(run_dirs(results)) == 1, 60, "the run folder")
         (run,) = run_dirs(results)
         work = run / "cases" / IDS[1]
-        _wait_for(lambda: _rank_stage(work, 0) == "measure", 120, "bs2 to hang in its measured steps")
+        wait_for(lambda: _rank_stage(work, 0) == "measure", 120, "bs2 to hang in its measured steps")
         bs1_before = (run / "cases" / f"{IDS[0]}.json").read_bytes()
         proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=60)
