@@ -5,9 +5,9 @@ Prediction (`analysis.step_model`). Per case and rank, one optimizer step costs
 
     step_s = c_flop x FLOPs + c_byte x wire bytes + c_micro x micro-steps
 
-FLOPs from the one formula (`analysis.duration.case_flops_per_token` x tokens per rank); wire bytes
-from the communication model (`analysis.comm_model.comm_volume`, each collective weighted by its
-ring factor); micro-steps = grad accumulation (Python, kernel launches, optimizer bookkeeping). The
+FLOPs from the one formula (`analysis.duration.case_flops_per_token` x tokens per rank); wire bytes from
+the communication model (`analysis.comm_model.comm_volume`, each collective weighted by its ring
+factor); micro-steps = grad accumulation (Python, kernel launches, optimizer bookkeeping). The
 three coefficients start at the published or documented rates `analysis.duration` uses (a device
 FLOP/s, PRIOR_BYTES_PER_S, a per-micro-step overhead) and are refitted after every round on the
 cases measured so far: least squares on relative error, pulled toward those priors (a ridge of
@@ -15,21 +15,20 @@ PRIOR_WEIGHT), so two measurements move them sensibly and twenty pin them down. 
 is the probe: two cases of the grid itself, chosen far apart in (FLOPs, bytes), measured once;
 that is the few-second device and bandwidth probe on CPU, and on a GPU as well.
 
-Peak memory: `analysis.fit.predict_peak_bytes`; under a budget a case whose prediction plus
-FIT_MARGIN exceeds it is skipped, "predicted not to fit", except the boundary one (the smallest
-predicted peak above the budget), which is measured once to check the prediction. A pick is only
-ever a measured case whose measured peak is within the budget.
+Peak memory: `analysis.fit.predict_peak_bytes`; under a budget a case whose prediction plus FIT_MARGIN exceeds it is
+skipped, "predicted not to fit", except the boundary one (the smallest predicted peak above the budget), which is
+measured once to check the prediction. A pick is only ever a measured case whose measured peak is within the budget.
 
-The schedule (a racing scheme in the spirit of successive halving, with the prediction as prior):
-after the probe, each round measures once the unmeasured fitting cases that could still beat the
-leader (predicted speed x (1 + model error) at or above the leader's measured speed), best predicted
-first, at most ROUND_SIZE; and gives every measured case whose tokens/s interval overlaps the
-leader's (`report.recommend`'s rule, at `results.stats.CONFIDENCE`) more repeats, doubling up to
-`--bench-repeats`, when that race could separate each of them from the leader (`worth_racing`);
-once no race could (the tie is final) under a drift as wide as the model's error, only cases that
-could beat the leader beyond the drift are still explored, the others named (`exploring`). Before
-racing, the leader's unmeasured neighbours (one grid step along accumulation) are measured once. It stops when nothing is left to measure: one leader separated beyond noise, or
-ties that the planned repeats could not split; or when the time budget is spent.
+The schedule (a racing scheme in the spirit of successive halving, with the prediction as prior): after the probe,
+each round measures once the unmeasured fitting cases that could still beat the leader (predicted speed x (1 + model
+error) at or above the leader's measured speed), best predicted first, at most ROUND_SIZE; and gives every measured
+case whose tokens/s interval overlaps the leader's (`report.recommend`'s rule, at `results.stats.CONFIDENCE`) more
+repeats, doubling up to `--bench-repeats`, when that race could separate each of them from the leader
+(`worth_racing`); once no race could (the tie is final) under a drift as wide as the model's error, only cases that
+could beat the leader beyond the drift are still explored, the others named (`exploring`). Before racing, the
+leader's unmeasured neighbours (one grid step along accumulation) are measured once. It stops when nothing is left
+to measure: one leader separated beyond noise, or ties that the planned repeats could not split; or when the time
+budget is spent.
 """
 
 from __future__ import annotations

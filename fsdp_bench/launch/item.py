@@ -5,8 +5,9 @@ pytest's (only the plugin imports pytest); what it shares with the other hooks i
 
 Outcomes: ok passes (None); `skipped` skips; `oom` is an expected failure (xfail: a result worth
 having); failed / timeout fail with the log's tail; a case that ran but never changed its
-parameters (an optimizer built before sharding, unfixed) is an xfail, so its speed never reads as
-a pass a user could pick; one whose loss diverged (NaN, inf) or never moved fails. Either stays a
+parameters where its optimizer timing says it cannot (built before sharding, unfixed) is an
+xfail, so its speed never reads as a pass a user could pick; any other case that did not train
+(parameters unchanged, a loss that diverged to NaN or inf or never moved) fails. Either stays a
 row of the table, never ranked (results.trained).
 """
 
@@ -73,9 +74,10 @@ def item_outcome(case: Case, result: CaseResult) -> Outcome:
         tail = result.get("log_tail", "")[-LOG_TAIL_SHOWN_CHARS:]
         return "fail", f"{status.upper()}: {reason}\n--- log tail ---\n{tail}"
     untrained = untrained_reason(result.get("metrics") or {})
-    if untrained == PARAMETERS_UNCHANGED:  # what an optimizer built before sharding does, unfixed
-        return "xfail", optimizer_timing(case.optimizer_timing).not_trained_reason or untrained
-    if untrained:  # a diverged or frozen loss is nothing this program expects
+    expected = optimizer_timing(case.optimizer_timing).not_trained_reason
+    if untrained == PARAMETERS_UNCHANGED and expected:  # an optimizer built before sharding, unfixed
+        return "xfail", expected
+    if untrained:  # anything else that did not train is nothing this program expects
         return "fail", f"DID NOT TRAIN: {untrained}"
     return None
 

@@ -13,6 +13,7 @@ from fsdp_bench.report.table import is_set, left_out, model_settings, trained_ro
 from fsdp_bench.report.why import short_name
 from fsdp_bench.results.metrics import M
 from fsdp_bench.results.records import TableRow
+from fsdp_bench.results.schema import memory_unit
 from fsdp_bench.results.stats import CONFIDENCE_PCT, NOISY_CV_PCT
 
 SPEED = M.tokens_per_s_per_device
@@ -38,7 +39,7 @@ class Recommendation:
 
     def rows_of(self, df):
         """The rows of `df` this recommendation chose among: its model (table.model_settings)."""
-        return df[model_settings(df) == self.model] if "model" in df else df.iloc[0:0]
+        return df[model_settings(df) == self.model]
 
 
 def recommend(df, budget_gib: float | None = None) -> list[Recommendation]:
@@ -48,7 +49,7 @@ def recommend(df, budget_gib: float | None = None) -> list[Recommendation]:
     be checked, so it is left out and counted."""
     memory = memory_column(df)
     ok = trained_rows(df)
-    if memory is None or SPEED not in ok or ok.empty:
+    if memory is None or SPEED not in ok or ok.empty or "model" not in ok:  # a recommendation is per model
         return []
     out = []
     for model, every in ok.groupby(model_settings(ok), sort=True):
@@ -98,8 +99,9 @@ def _fmt_speed(value: float) -> str:
 
 
 def format_gib(value: float) -> str:
-    """GiB, or MiB when under 0.1 GiB (tiny CPU models would otherwise read 0.00 GiB)."""
-    return f"{value:.2f} GiB" if value >= 0.1 else f"{value * 1024:.1f} MiB"
+    """GiB, or MiB under 1 GiB (schema.memory_unit, the report table's and the terminal's rule)."""
+    factor, unit = memory_unit(value)
+    return f"{value:.2f} GiB" if unit == "GiB" else f"{value * factor:.1f} MiB"
 
 
 def level_pct(row: TableRow) -> float:

@@ -8,6 +8,7 @@ from pathlib import Path
 from fsdp_bench.report.charts.style import ChartSkipped, RunData, pyplot, save_figure, strategy_color
 from fsdp_bench.report.recommend import SPEED, memory_column, recommend
 from fsdp_bench.report.table import left_out, trained_rows
+from fsdp_bench.results.schema import memory_unit
 from fsdp_bench.results.stats import pareto_front
 
 
@@ -19,7 +20,7 @@ def chart_pareto(run: RunData, path: Path) -> None:
     timed = ok[ok[SPEED].notna()]
     ok = timed[timed[memory].notna()]
     missing = timed[timed[memory].isna()]  # named on the chart, never silently dropped
-    scale, unit = (1024, "MiB") if ok[memory].max() < 0.1 else (1, "GiB")
+    scale, unit = memory_unit(float(ok[memory].max()))  # the report table's unit
     # One panel per recommendation: a model, or a model at one sequence length and precision where
     # it ran at several (table.model_settings). The ringed points are what the
     # recommendation says: its pick, or every configuration tied within noise with it (one ring
