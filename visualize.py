@@ -126,6 +126,11 @@ def parse_budget(text: str | None) -> float | None:
         raise ResultError(f"--budget-gib: {text} is not a positive number of GiB") from None
 
 
+def threshold_problem(threshold: float) -> str | None:
+    """Why --threshold is not a percentage a comparison can use, in one line; None when it is."""
+    return None if threshold >= 0 else f"--threshold: {threshold:g} is not a non-negative percentage"
+
+
 def run_folder_problem(path: Path) -> str | None:
     """Why `path` is not a run folder, in one line; None when it is one."""
     if not path.exists():
@@ -208,8 +213,8 @@ def compare_main(args: argparse.Namespace) -> int:
     try:
         if args.runs:
             raise ResultError("give either run folders or --compare BASE NEW, not both")
-        if not args.threshold >= 0:
-            raise ResultError(f"--threshold: {args.threshold:g} is not a non-negative percentage")
+        if problem := threshold_problem(args.threshold):
+            raise ResultError(problem)
         for run in (base, new):
             if problem := run_folder_problem(run):
                 raise ResultError(problem)
@@ -260,8 +265,8 @@ def history_main(args: argparse.Namespace) -> int:
     try:
         if args.runs:
             raise ResultError("give either run folders or --history RUN ..., not both")
-        if not args.threshold >= 0:
-            raise ResultError(f"--threshold: {args.threshold:g} is not a non-negative percentage")
+        if problem := threshold_problem(args.threshold):
+            raise ResultError(problem)
         runs = collect_run_dirs(args.history)
         first = args.history[0]
         out = args.out or ((first if not RunLayout(first).is_run() else first.parent) / "history")

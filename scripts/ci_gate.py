@@ -65,9 +65,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def argument_problem(args: argparse.Namespace) -> str | None:
     """Every check visualize.py --compare would make, made here first: its messages carry its
     own name, and a workflow log saying `visualize.py:` sends the reader to the wrong tool."""
-    if not args.threshold >= 0:
-        return f"--threshold: {args.threshold:g} is not a non-negative percentage"
-    if problem := visualize.run_folder_problem(args.run):
+    if problem := visualize.threshold_problem(args.threshold) or visualize.run_folder_problem(args.run):
         return problem
     if args.baseline.exists():
         if not RunLayout(args.baseline).is_run():

@@ -111,8 +111,7 @@ def run_tune(
     host memory (None: no guard, as with --bench-allow-memory-overcommit) is never a candidate: it
     is skipped with the guard's line before the probe, so no round spends a slot on a case that
     would end `skipped`."""
-    over, predictions = _predict(session, request, available_bytes, nnodes)
-    refused = {s.case_id for s in over}
+    over, refused, predictions = _predict(session, request, available_bytes, nnodes)
     fitting, skipped, boundary = split_by_budget(predictions, budget_gib)
     skipped = over + skipped
     if on_plan is not None:
@@ -152,13 +151,13 @@ def run_tune(
 
 
 def _predict(session: SweepSession, request: TuneRequest, available_bytes: int | None, nnodes: int):
-    """(the cases the host-memory guard refuses, as Skips; every other case's prediction)."""
+    """(the cases the host-memory guard refuses, as Skips; their ids; every other case's prediction)."""
     try:
         imported = session.torch_import_bytes() if available_bytes is not None else None
         guard = {"nnodes": nnodes, "import_bytes": imported}
         over = [Skip(c.id, r) for c in request.cases if (r := memory_skip_reason(c, available_bytes, **guard))]
         refused = {s.case_id for s in over}
-        return over, [predict_case(c) for c in request.cases if c.id not in refused]
+        return over, refused, [predict_case(c) for c in request.cases if c.id not in refused]
     except (ValueError, KeyError, OSError) as exc:
         raise TuneError(f"--bench-tune: cannot predict {request.model}: {exc}") from None
 

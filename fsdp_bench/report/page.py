@@ -81,18 +81,21 @@ def format_value(value: Any) -> str:
     return str(value)
 
 
-def _table_columns(df) -> list[tuple[str, str]]:
-    """The report table's columns: a model column (its sequence length and precision too where a
-    model ran at several, else rows would differ by nothing shown) when the run has more than one;
-    a GiB column in MiB when its largest value is under 1 GiB (schema.memory_unit), as the
-    terminal's and the summary's peaks are."""
-    lead = [(MODEL_SETTING, "model")] if MODEL_SETTING in df and df[MODEL_SETTING].nunique() > 1 else []
+def _table_columns(df) -> list[tuple[str, str, float]]:
+    """The report table's columns as (column, label, factor its values are shown times): a model
+    column (its sequence length and precision too where a model ran at several, else rows would
+    differ by nothing shown) when the run has more than one; a GiB column in MiB when its largest
+    value is under 1 GiB (schema.memory_unit), as the terminal's and the summary's peaks are."""
+    lead = [(MODEL_SETTING, "model", 1.0)] if MODEL_SETTING in df and df[MODEL_SETTING].nunique() > 1 else []
     columns = []
     for c, label in REPORT_COLUMNS:
-        if c in df and df[c].notna().any():
-            largest = max((v for v in df[c] if isinstance(v, (int, float)) and v == v), default=0.0)
-            unit = memory_unit(float(largest))[1] if c.endswith("_gib") else "GiB"
-            columns.append((c, label.replace("(GiB)", f"({unit})")))
+        if c not in df or not df[c].notna().any():
+            continue
+        factor = 1.0
+        if c.endswith("_gib"):
+            factor, unit = memory_unit(max((v for v in df[c] if isinstance(v, (int, float)) and v == v), default=0.0))
+            label = label.replace("(GiB)", f"({unit})")
+        columns.append((c, label, factor))
     return lead + columns
 
 
@@ -231,7 +234,7 @@ def _comparison_blocks(df) -> list:
     if df.empty:
         return [Heading("Comparison table"), Paragraph(plain("No case results."))]
     columns = _table_columns(df)
-    best = {c: best_index(df, c) for c, _ in columns}
+    best = {c: best_index(df, c) for c, _, _ in columns}
     scope = (
         "Best value per metric (among cases that trained and did the same work per optimizer step: model, "
         "seq_len, tokens per step, precision)"
@@ -245,14 +248,14 @@ def _comparison_blocks(df) -> list:
     for idx, row in df.iterrows():
         bad = row["status"] != "ok"
         cells = []
-        for c, label in columns:
+        for c, _, factor in columns:
             value = row.get(c)
-            text = format_value(value * 1024 if label.endswith("(MiB)") and isinstance(value, float) else value)
+            text = format_value(value * factor if factor != 1.0 and isinstance(value, float) else value)
             strong = c == "status" and bad
             cells.append(
                 Cell(
                     text.upper() if strong else text,
-                    left=c in ("model", "strategy", "optimizer_timing", "status"),
+                    left=c in (MODEL_SETTING, "strategy", "optimizer_timing", "status"),
                     best=idx in best[c],
                     strong=strong,
                 )
@@ -261,7 +264,7 @@ def _comparison_blocks(df) -> list:
     return [
         Heading("Comparison table"),
         Paragraph(note, note=True),
-        Table(tuple(label for _, label in columns), tuple(rows)),
+        Table(tuple(label for _, label, _ in columns), tuple(rows)),
     ]
 
 

@@ -140,6 +140,7 @@ def test_the_report_table_shows_small_peaks_in_mib_and_which_setting_a_row_is():
     column = table.header.index("peak alloc (MiB)")
     cells = {row.cells[0].text: row.cells[column].text for row in table.rows}
     assert cells == {"gpt_tiny sl128 bf16": "4.096", "gpt_tiny sl128 fp32": "5.12"}, cells
+    assert all(row.cells[0].left for row in table.rows)  # text, aligned as the model column always was
 
 
 def test_parameters_that_never_changed_fail_unless_the_optimizer_timing_explains_it():
