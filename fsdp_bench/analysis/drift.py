@@ -25,8 +25,12 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from fsdp_bench.analysis.run_noise import pooled_run_noise
+from fsdp_bench.results.metrics import M
+from fsdp_bench.results.records import CaseResult
+from fsdp_bench.results.trained import untrained_reason
 
 DRIFT_Z = 1.96  # two-sided 95% normal quantile (results.stats.CONFIDENCE)
 MIN_DRIFT_DOF = 2  # degrees of freedom the pool needs before a lone winner may be claimed
@@ -68,7 +72,32 @@ def measured_drift(repeat_medians: Iterable[Sequence[float]]) -> Drift | None:
 
 def drift_band(low: float, high: float, repeats: int, drift: Drift | None) -> tuple[float, float]:
     """A tokens/s band (already widened for the assumed noise) widened to the measured drift."""
-    if drift is None or not low > 0 or not high > 0:
+    return (low, high) if drift is None else at_least(low, high, drift.half_width(repeats))
+
+
+def at_least(low: float, high: float, half_log: float) -> tuple[float, float]:
+    """The band, at least `half_log` wide each way (log terms) about its geometric centre."""
+    if not low > 0 or not high > 0 or not half_log > 0:
         return low, high
-    center, half = math.sqrt(low * high), drift.half_width(repeats)
-    return min(low, center * math.exp(-half)), max(high, center * math.exp(half))
+    center = math.sqrt(low * high)
+    return min(low, center * math.exp(-half_log)), max(high, center * math.exp(half_log))
+
+
+def run_drift(results: Iterable[CaseResult]) -> Drift | None:
+    """A run's drift, pooled over the repeat medians of every case that trained, as the tuner
+    pools it over the cases it measured (analysis.tune.tuning_drift): the sweep's recommendation
+    then ties and separates cases as the tuner did. None: no trained case ran twice."""
+    medians = []
+    for result in results:
+        metrics = result.get("metrics") or {}
+        if result.get("status") == "ok" and not untrained_reason(metrics):
+            medians.append([x for x in metrics.get(M.repeat_step_time_s_medians) or () if isinstance(x, (int, float))])
+    return measured_drift(medians)
+
+
+def half_width_of(drift_pct: Any, repeats: int) -> float:
+    """A case's drift half-width (log) at `repeats` measurements from the run's drift in percent
+    (one run's half-width, the table's run_drift_pct); 0 when the run measured none."""
+    if not isinstance(drift_pct, (int, float)) or not drift_pct > 0:
+        return 0.0
+    return math.log1p(drift_pct / 100) / math.sqrt(max(1, repeats))

@@ -58,12 +58,17 @@ def widened(low: float, high: float, repeats: int | None, spread_pct: float | No
     process changes: a llama3_tiny case whose repeats' medians were 37 % apart had a pooled
     interval of +-3 %. `repeats` may come from a table's column, where pandas holds it as a float
     (3.0) once any case lacks it, and as NaN for that case: both read as the count they stand for."""
-    if not (isinstance(repeats, (int, float)) and repeats > 1):  # None, NaN, 0 or 1: a single run
+    if repeat_count(repeats) == 1:
         return low * (1 - SINGLE_RUN_NOISE), high * (1 + SINGLE_RUN_NOISE)
     if not isinstance(spread_pct, (int, float)) or not spread_pct > 0 or not low > 0:
         return low, high
     center, half = math.sqrt(low * high), min(spread_pct / 200, 0.5)
     return min(low, center / (1 + half)), max(high, center / (1 - half))
+
+
+def repeat_count(repeats: Any) -> int:
+    """The repeats a table's cell stands for: None, NaN, 0 and 1 are a single run; 3.0 is 3."""
+    return int(repeats) if isinstance(repeats, (int, float)) and repeats > 1 else 1
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from fsdp_bench.analysis.busy import HOST_BOUND_BUSY_PCT, host_bound_detail, host_bound_text
-from fsdp_bench.analysis.run_noise import SINGLE_RUN_NOISE, speed_interval, widened
+from fsdp_bench.analysis.drift import at_least, half_width_of
+from fsdp_bench.analysis.run_noise import SINGLE_RUN_NOISE, repeat_count, speed_interval, widened
 from fsdp_bench.plan.catalog import intended_timing
 from fsdp_bench.report.table import is_set, left_out, model_settings, trained_rows
 from fsdp_bench.report.why import short_name
@@ -113,10 +114,15 @@ def level_pct(row: TableRow) -> float:
 
 def noise_band(row: TableRow) -> tuple[float, float] | None:
     """The tokens/s interval two cases are compared at (analysis.run_noise.widened): a single
-    run's widened for run-to-run noise, a case with repeats' as measured and spanning its repeats."""
+    run's widened for run-to-run noise, a case with repeats' as measured and spanning its repeats;
+    then at least as wide as the run's measured drift between repeats (run_drift_pct), as the
+    tuner widens its cases (analysis.tune.noise_band), so the two tie the same cases."""
     interval = speed_interval(row)
-    repeats, spread = row.get(M.repeats), row.get(M.repeat_spread_pct)
-    return None if interval is None else widened(*interval, repeats, spread)
+    if interval is None:
+        return None
+    repeats = row.get(M.repeats)
+    low, high = widened(*interval, repeats, row.get(M.repeat_spread_pct))
+    return at_least(low, high, half_width_of(row.get(M.run_drift_pct), repeat_count(repeats)))
 
 
 def speeds_overlap(best: TableRow, second: TableRow) -> bool:
@@ -148,14 +154,29 @@ NOISE_RULE = (
 )
 
 
+def noise_rule(row: TableRow) -> str:
+    """NOISE_RULE, with the run's measured drift between repeats where it has one (every row
+    carries the same run_drift_pct)."""
+    drift = row.get(M.run_drift_pct)
+    if isinstance(drift, (int, float)) and drift > 0:
+        return f"{NOISE_RULE}, each at least the run's drift between repeats wide (+-{drift:.0f}% for one run)"
+    return NOISE_RULE
+
+
 def separator(tied: list[TableRow]) -> str:
     """What would tell tied configurations apart, read off their measurements: a noisy step time
     (CV over NOISY_CV_PCT) is the machine's load, which more steps do not fix; single runs are
-    widened for run-to-run noise, which only repeats measure; repeated ones need more steps."""
+    widened for run-to-run noise, which only repeats measure; repeated ones need more steps, or
+    more repeats where the run measured a drift between them (it narrows as their square root)."""
     noisy = sum(1 for r in tied if (r.get(M.step_time_cv_pct) or 0) > NOISY_CV_PCT)
-    repeated = all(isinstance(r.get(M.repeats), (int, float)) and r[M.repeats] > 1 for r in tied)
+    repeats = min(repeat_count(r.get(M.repeats)) for r in tied)
     parts = [f"a quieter machine ({noisy} NOISY)"] if noisy else []
-    parts.append("a longer --bench-measure-cap-s" if repeated else "--bench-repeats 3")
+    if repeats == 1:
+        parts.append("--bench-repeats 3")
+    elif half_width_of(tied[0].get(M.run_drift_pct), 1) > 0:
+        parts.append(f"more than {repeats} --bench-repeats")
+    else:
+        parts.append("a longer --bench-measure-cap-s")
     return " and ".join(parts)
 
 
@@ -165,7 +186,7 @@ def _winner_text(rec: Recommendation, budget: str) -> str:
         names = "; ".join(describe(r, rec.memory) for r in rec.tied)
         return (
             f"Recommendation ({rec.model}, {budget}): no single winner, {len(rec.tied)} configurations tied "
-            f"within noise (their {NOISE_RULE}, overlap the fastest's): {names}; to separate them: {separator(rec.tied)}"
+            f"within noise (their {noise_rule(rec.picks[0])}, overlap the fastest's): {names}; to separate them: {separator(rec.tied)}"
         )
     text = f"Recommendation ({rec.model}, {budget}): {describe(best, rec.memory)}"
     if len(rec.picks) > 1:
@@ -173,7 +194,7 @@ def _winner_text(rec: Recommendation, budget: str) -> str:
         slower = 100 * (1 - second[SPEED] / best[SPEED])
         text += (
             f"; runner-up {describe(second, rec.memory)}, {slower:.0f}% slower, beyond noise "
-            f"(the {NOISE_RULE}, do not overlap)"
+            f"(the {noise_rule(best)}, do not overlap)"
         )
     return text
 

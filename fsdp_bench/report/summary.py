@@ -73,12 +73,12 @@ def largest_batch_that_fits(df) -> list[str]:
 
 def _gain_text(best, second) -> str:
     """ "+N% over X" with the gain's range from the two tokens/s intervals, or "within noise"."""
-    from fsdp_bench.report.recommend import NOISE_RULE, noise_band, speeds_overlap
+    from fsdp_bench.report.recommend import noise_band, noise_rule, speeds_overlap
 
     speed = M.tokens_per_s_per_device
     gain = 100 * (best[speed] / second[speed] - 1)
     if speeds_overlap(dict(best), dict(second)):
-        return f"{second['strategy']} within noise ({gain:+.0f}%; {NOISE_RULE}, overlap)"
+        return f"{second['strategy']} within noise ({gain:+.0f}%; {noise_rule(best)}, overlap)"
     a, b = noise_band(dict(best)), noise_band(dict(second))
     return (
         f"+{gain:.0f}% over {second['strategy']} (at least +{100 * (a[0] / b[1] - 1):.0f}% at "

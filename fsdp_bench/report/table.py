@@ -117,6 +117,7 @@ def build_table(results: Iterable[CaseResult]):
     import pandas as pd
 
     from fsdp_bench.analysis.aggregate import loss_dev_onset_step_vs_ddp, loss_max_abs_dev_vs_ddp
+    from fsdp_bench.analysis.drift import run_drift
     from fsdp_bench.report.why import add_why_vs_best
     from fsdp_bench.results.stats import mean_across_ranks
 
@@ -136,6 +137,8 @@ def build_table(results: Iterable[CaseResult]):
     onset = loss_dev_onset_step_vs_ddp(rows, curves)
     df[M.loss_dev_onset_step_vs_ddp] = pd.array([onset.get(c) for c in df["case_id"]], dtype="Int64")
     df[MODEL_SETTING] = _model_settings(df)
+    drift = run_drift(results)  # one figure for the whole run: what a fresh process tree changes
+    df[M.run_drift_pct] = float("nan") if drift is None else drift.pct
     df = add_why_vs_best(add_ranking(df))
     lead = [c for c in LEAD_COLUMNS if c in df.columns]
     df = df[lead + [c for c in df.columns if c not in lead]]

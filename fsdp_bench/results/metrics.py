@@ -174,6 +174,9 @@ METRICS: tuple[Metric, ...] = (
     _m("repeat_step_time_s_medians", "s (list)", "--bench-repeats: each repeat's step_time_s_median, in repeat order (a list)"),
     _m("repeat_spread_pct", "%", "(max - min) / median of the repeats' step-time medians", None,
        "spread between repeats (%)", TABLE, LIVE),
+    _m("run_drift_pct", "%", "filled by the report: the run's drift between repeats, one run's 95% half-width (analysis."
+       "drift) pooled over every trained case's repeat medians, the same on every row; each case's tokens/s band is at "
+       "least that over sqrt(its repeats) when cases are ranked, as --bench-tune ranks them (empty: no case repeated)"),
     _m("effective_sharding", "label", "the sharding every rank really ran, in the strategy catalog's words "
        "(replicated, full_shard, shard_grad_op, hybrid_...): what a strategy name promised, checked", None,
        "sharding done", TABLE),

@@ -157,3 +157,50 @@ def test_no_recommendation_without_a_model_column():
     for r in results:
         del r["case"]["model"]
     assert answer_lines(build_table(results)) == [] and recommendation_lines(build_table(results)) == []
+
+
+def _repeated(strategy: str, medians: list[float], batch=4) -> dict:
+    """A case run 3 times: each repeat's own interval +-1%, the merged median the middle one."""
+    step = sorted(medians)[1]
+    return _result(
+        strategy,
+        1024 / step,
+        batch=batch,
+        repeats=len(medians),
+        repeat_step_time_s_medians=medians,
+        repeat_spread_pct=100 * (max(medians) - min(medians)) / step,
+    )
+
+
+def test_the_recommendation_ties_what_the_tuner_ties_on_the_runs_measured_drift():
+    """A tuned run ended "fastest of 2 tied within noise" while the sweep's recommendation, over
+    the same cases, called the pick "beyond noise": the tuner widens every band to the drift measured
+    between repeats (analysis.drift), the recommendation did not. Here the leader's repeats spread
+    +-30% (a loaded minute), so the drift pooled over the run is wide; ddp, 14% behind with tight
+    repeats of its own, is separated by its repeats' spread alone and tied by the drift."""
+    from fsdp_bench.analysis.tune import survivors
+    from fsdp_bench.report.recommend import noise_band, recommend
+
+    results = [
+        _repeated("fsdp2", [1.0, 1.01, 0.99]),
+        _repeated("ddp", [1.13, 1.14, 1.12]),
+        _repeated("fsdp1_full_shard", [3.0, 4.5, 2.0]),  # far behind at any drift
+    ]
+    df = build_table(results)
+    (drift,) = set(df["run_drift_pct"])
+    assert drift > 30, drift
+    (rec,) = recommend(df)
+    tuner = [m.case_id for m in survivors({r["case_id"]: measured_from_result(r) for r in results}, None)]
+    assert [r["case_id"] for r in rec.tied] == tuner == ["fsdp2-fp32-bs4", "ddp-fp32-bs4"]
+    # without the run's drift, the repeats' own spreads did not overlap: the disagreement this fixes
+    rows = {r["case_id"]: r for r in df.drop(columns="run_drift_pct").to_dict("records")}
+    assert noise_band(rows["fsdp2-fp32-bs4"])[0] > noise_band(rows["ddp-fp32-bs4"])[1]
+    line = recommendation_lines(df)[0]
+    assert "2 configurations tied" in line and f"+-{drift:.0f}% for one run" in line and "more than 3 --bench-repeats" in line
+
+
+def test_single_runs_keep_the_assumed_widening_and_no_drift_column_value():
+    df = build_table([_result("fsdp2", 140.0), _result("ddp", 100.0)])
+    assert df["run_drift_pct"].isna().all()
+    line = recommendation_lines(df)[0]  # 40% apart, each widened +-10%: as before
+    assert "beyond noise" in line and "drift" not in line
