@@ -72,8 +72,13 @@ def argument_problem(args: argparse.Namespace) -> str | None:
             return f"{args.baseline}: exists but is not a fsdp-bench run folder"
         if args.baseline.resolve() == args.run.resolve():
             return f"--baseline: {args.baseline} is the run itself; give the stored baseline's folder"
+    comparing = RunLayout(args.baseline).is_run()
+    stores = args.update_baseline if comparing else not args.suite_failed
     try:
-        writable_dir("RUN", str(args.run))  # compare.* are written beside the run
+        if comparing:
+            writable_dir("RUN", str(args.run))  # compare.* are written beside the run
+        if stores:  # the run is copied into a staging folder beside the baseline
+            writable_dir("--baseline", str(args.baseline.parent))
     except CaseError as exc:
         return str(exc)
     return None

@@ -72,3 +72,30 @@ def test_ci_gate_checks_its_own_arguments(tmp_path, argv, problem):
     for name, path in names.items():
         found = found and found.replace(str(path), name)
     assert found == problem
+
+
+def test_ci_gate_asks_for_write_access_only_where_it_writes(tmp_path, monkeypatch):
+    """A first run (no baseline yet) copies RUN beside the baseline and writes nothing into RUN; a
+    comparison writes compare.* into RUN, and beside the baseline only with --update-baseline. The
+    gate used to ask for a writable RUN always and never for the baseline's folder, where
+    store_baseline then failed with a traceback."""
+    shelf = tmp_path / "shelf"
+    shelf.write_text("a file where the baseline's folder should be")
+    gate = _gate()
+
+    def problem(baseline, *extra):
+        return gate.argument_problem(gate.parse_args([str(GOLDEN / "new"), "--baseline", str(baseline), *extra]))
+
+    # real checks: a baseline that cannot be stored is named before the sweep's run is read
+    assert problem(shelf / "base") == f"--baseline: {str(shelf)!r} is not a folder ({str(shelf)!r} is a file)"
+    assert problem(shelf / "base", "--suite-failed") is None  # never stored: nothing is written
+    # which folders each mode asks about (as root, the test's user here, every folder is writable)
+    asked = []
+    monkeypatch.setattr(gate, "writable_dir", lambda option, raw: asked.append((option, raw)))
+    fresh = tmp_path / "fresh" / "base"
+    assert problem(fresh) is None and asked == [("--baseline", str(fresh.parent))]
+    asked.clear()
+    assert problem(GOLDEN / "base") is None and asked == [("RUN", str(GOLDEN / "new"))]
+    asked.clear()
+    assert problem(GOLDEN / "base", "--update-baseline") is None
+    assert asked == [("RUN", str(GOLDEN / "new")), ("--baseline", str(GOLDEN))]

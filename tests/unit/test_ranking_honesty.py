@@ -196,7 +196,11 @@ def test_the_recommendation_ties_what_the_tuner_ties_on_the_runs_measured_drift(
     rows = {r["case_id"]: r for r in df.drop(columns="run_drift_pct").to_dict("records")}
     assert noise_band(rows["fsdp2-fp32-bs4"])[0] > noise_band(rows["ddp-fp32-bs4"])[1]
     line = recommendation_lines(df)[0]
-    assert "2 configurations tied" in line and f"+-{drift:.0f}% for one run" in line and "more than 3 --bench-repeats" in line
+    assert (
+        "2 configurations tied" in line
+        and f"+-{drift:.0f}% for one run" in line
+        and "more than 3 --bench-repeats" in line
+    )
 
 
 def test_single_runs_keep_the_assumed_widening_and_no_drift_column_value():
