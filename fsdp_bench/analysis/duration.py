@@ -27,14 +27,22 @@ sweep for a GPU can be planned on a machine without one:
   30-50% for tuned, compiled runs; small eager cases reach less), so GPU estimates lean long: on
   the H100 (2026-11-26) GPT-2 124M bf16 stepped in 0.052-0.055 s at batch 8 (estimated 0.068 s)
   and 0.095-0.106 s at batch 32 (0.154 s), llama3_1b at batch 8 x 2048 in 0.361 s eager (0.584 s).
-The fixed cost per case on CPU is 5 s: 3.5 s measured on the quiet 2-core VM (launch 2.0 s,
-setup 1.0 s of which torch._dynamo's import is most, exit 0.1 s, pytest's share 0.4 s; see
-scripts/measure_sweep_cost.py), about twice that when the machine is loaded. The overhead per
-micro-step (50 ms on CPU; tiny models' steps take 10-70 ms) was read off tiny sweeps (gpt_tiny,
+The fixed cost per case on CPU is 9 s at a probe of REFERENCE_GFLOPS, and scales as the square
+root of the probe's slowdown (STARTUP_EXPONENT; `Calibration.startup_scale`). Once 5 s, scaled
+linearly: the launch, setup and exit of seven default-sized CPU sweeps (results/reference/
+cpu-sweeps, cpu-why-quiet, cpu-readme-example and a 2-case sweep of 2026-11-29) took 1.7-2.2x
+that on quiet and people-loaded machines, but 1.15x under two busy loops, whose matmul probe (18
+GFLOP/s) they slowed far more than imports; against the square root the seven ratios spread
+7.7-12.4 s (linear: 5.8-10.9), 9 their middle. A Hugging Face flavor adds HF_BUILD_S (transformers'
+import and model classes: llama3_tiny's setup took 5.1 s a case against gpt_tiny's 2.7 s). Held out
+(2026-11-29, results/reference/cpu-estimate): gpt2_tiny x 6 quiet, 2m20s estimated for 2m30s;
+gpt_tiny x 6 beside two busy loops, 2m21s for 2m32s (the 5 s figure: 1m36s and 1m52s). The
+overhead per micro-step (50 ms on CPU; tiny models' steps take 10-70 ms) was read off tiny sweeps (gpt_tiny,
 2 gloo ranks) on the same VM, so it holds their bookkeeping between steps too (STEP_BOOKKEEPING_S
-is 0 on CPU). A sweep adds SESSION_S once: pytest's own start and the report at its end (1.8 s and
-1.3-1.7 s measured on the VM, docs/metrics.md "What a sweep costs"; 7.0-7.6 s on the H100 machine,
-whose report draws more charts). A model between tiny and GPT-2 runs faster than 10 GFLOP/s on CPU
+is 0 on CPU). A sweep adds SESSION_S once: pytest's own start and the report at its end, on CPU
+10 s scaled as the start-up (8.8 s for a 2-case sweep and 11.9 s for the 24-case README example
+at a scale of 0.8-0.9, 2026-11-29; the report draws a dozen charts); on CUDA 5 s, the figure the
+constants below were fitted with (7.0-7.6 s measured on the H100 machine). A model between tiny and GPT-2 runs faster than 10 GFLOP/s on CPU
 (gpt_small: 0.41 s measured for a 1.5 s estimate), so estimates for such models err long too.
 
 The CUDA constants are read off the H100 runs of 2026-11-26 (results/reference/NVIDIA-H100-80GB-HBM3,
@@ -123,8 +131,11 @@ CPU_FLOPS = 10e9  # per rank, see the module docstring
 DEFAULT_GPU_NAME = "H100 SXM"  # whose figures a CUDA estimate uses when no GPU is named or visible
 CUDA_PEAK_FRACTION = 0.25  # assumed model FLOPs utilization on one GPU, see the module docstring
 # CUDA figures from the H100 runs of 2026-11-26: see the module docstring.
-CASE_FIXED_S = {"cpu": 5.0, "cuda": 15.0}  # start-up and teardown of one case's process tree
+CASE_FIXED_S = {"cpu": 9.0, "cuda": 15.0}  # start-up and teardown of one case's process tree
 SETUP_S_PER_PARAM = {"cpu": 0.0, "cuda": 1e-8}  # building and placing the model, beyond CASE_FIXED_S
+# importing transformers and building its model class, per case of a Hugging Face flavor (CPU: see the
+# module docstring; on CUDA inside CASE_FIXED_S and SETUP_S_PER_PARAM, fitted on GPT-2 and llama3_1b)
+HF_BUILD_S = {"cpu": 3.0, "cuda": 0.0}
 MICRO_STEP_OVERHEAD_S = {"cpu": 0.05, "cuda": 0.04}  # Python, kernel launches, collectives per micro-step
 STEP_BOOKKEEPING_S = {"cpu": 0.0, "cuda": 0.0025}  # between two steps of the timed loop (CPU: in the above)
 UPDATE_NORM_S_PER_PARAM = {"cpu": 4.5e-9, "cuda": 1e-9}  # one update norm, per local parameter
@@ -135,12 +146,13 @@ COMPILE_S = {"cpu": 30.0, "cuda": 10.0}  # torch.compile of the blocks, forward 
 OFFLOAD_S_PER_PARAM = 2e-9
 ARTIFACT_S = 10.0  # writing one memory snapshot pickle or one profiler trace
 RECOMPUTE = 8 / 6  # activation checkpointing: forward twice, then backward
-SESSION_S = 5.0  # pytest's start and the table and charts at the end, once per sweep
+SESSION_S = {"cpu": 10.0, "cuda": 5.0}  # pytest's start and the table and charts at the end, once per sweep
 PROBE_STEP_EQUIVALENTS = 3 + PARTS_PROBE_STEPS  # FLOP-counter + MemTracker steps (3 plain ones), the step-parts probe
 FIRST_STEP_LIMIT_S = 60.0  # CPU: a first step estimated longer than this stops the sweep
 CPU_MATMUL_EFFICIENCY = 0.5  # training FLOP/s per rank / single-thread 256x256 matmul FLOP/s (see Calibration)
 REFERENCE_GFLOPS = 48.0  # the probe's rate at which the CPU's fixed, per-micro-step and norm figures hold
 LOAD_CPU_BOUND = 0.3  # the load average's tasks, as busy loops would compete for a core (Calibration)
+STARTUP_EXPONENT = 0.5  # a case's start-up slows as the square root of the probe's rate (Calibration)
 
 
 @dataclass(frozen=True)
@@ -155,6 +167,7 @@ class Calibration:
     measured: bool = False
     load_factor: float = 1.0
     load_average: float | None = None
+    startup_scale: float = 1.0  # the case's start-up: sqrt(REFERENCE_GFLOPS / rate), see STARTUP_EXPONENT
 
     @classmethod
     def from_facts(cls, facts: dict, load_average: float | None = None, cpus: int | None = None) -> Calibration:
@@ -174,6 +187,7 @@ class Calibration:
             measured=True,
             load_factor=factor,
             load_average=load_average,
+            startup_scale=(REFERENCE_GFLOPS / rate) ** STARTUP_EXPONENT,
         )
 
 
@@ -324,9 +338,27 @@ def fixed_seconds(case: Case, calibration: Calibration = FIXED) -> float:
     CPU scaled by the calibration), its compilation, and the snapshot and trace it writes."""
     device = _device(case)
     artifacts = ARTIFACT_S * (case.profile + (case.memory_snapshot and device == "cuda"))
-    scale = calibration.fixed_scale if device == "cpu" else 1.0
+    scale = calibration.startup_scale if device == "cpu" else 1.0
     setup = SETUP_S_PER_PARAM[device] * case_params(case) if SETUP_S_PER_PARAM[device] else 0.0
+    if _built_by_transformers(case):
+        setup += HF_BUILD_S[device] * scale
     return CASE_FIXED_S[device] * scale + setup + (COMPILE_S[device] if case.compile else 0.0) + artifacts
+
+
+def session_seconds(cuda: bool, calibration: Calibration = FIXED) -> float:
+    """pytest's start and the report at the end, once per sweep: on a CPU machine scaled as a
+    case's start-up (both are Python and imports on the host)."""
+    return SESSION_S["cuda"] if cuda else SESSION_S["cpu"] * calibration.startup_scale
+
+
+def _built_by_transformers(case: Case) -> bool:
+    """A Hugging Face flavor, or an `hf:PATH` whose config cannot be read (counted as one)."""
+    if case.model.startswith("hf:"):
+        return True
+    try:
+        return flavor_for(case.model).from_hf_config
+    except (ValueError, KeyError, OSError):
+        return False
 
 
 @dataclass(frozen=True)
@@ -351,7 +383,7 @@ def estimate_sweep(
     """Every case run `repeats` times, plus the session; the case with the slowest first step, for
     the guard. A model whose shapes are unknown (an unsupported hf:PATH) counts only its fixed
     cost. Cases whose id is in `kept` (ok in the run a resume continues) cost nothing."""
-    total, slowest, slowest_s, n, cuda, skipped = SESSION_S, None, 0.0, 0, False, 0
+    total, slowest, slowest_s, n, cuda, skipped = 0.0, None, 0.0, 0, False, 0
     for case in cases:
         if case.id in kept:
             skipped += 1
@@ -369,7 +401,7 @@ def estimate_sweep(
     return SweepEstimate(
         cases=n,
         repeats=repeats,
-        total_s=total,
+        total_s=total + session_seconds(cuda, calibration),
         slowest_case=slowest,
         slowest_first_step_s=slowest_s,
         gpu_name=gpu_name if cuda else None,
@@ -404,9 +436,7 @@ def estimate_line(estimate: SweepEstimate) -> str:
     if estimate.calibration.measured:
         cal = estimate.calibration
         load = f", load average {cal.load_average:.1f}: x{cal.load_factor:.2f}" if cal.load_factor < 1 else ""
-        figures += (
-            f", CPU calibrated now ({cal.cpu_flops / 1e9:.0f} GFLOP/s per rank, start-up x{cal.fixed_scale:.1f}{load})"
-        )
+        figures += f", CPU calibrated now ({cal.cpu_flops / 1e9:.0f} GFLOP/s per rank, start-up x{cal.startup_scale:.1f}{load})"
     return line + f"; a rough figure from model FLOPs{figures}, see fsdp_bench/analysis/duration.py"
 
 

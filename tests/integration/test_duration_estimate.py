@@ -17,6 +17,7 @@ from fsdp_bench.analysis.duration import (
     case_seconds,
     estimate_line,
     estimate_sweep,
+    session_seconds,
     slow_cpu_line,
     step_seconds,
 )
@@ -54,7 +55,8 @@ def test_estimate_grows_with_steps_and_repeats():
     assert case_seconds(long) > case_seconds(short)
     cases = _cases(model="gpt_tiny")
     once, thrice = estimate_sweep(cases), estimate_sweep(cases, repeats=3)
-    assert thrice.total_s - SESSION_S == pytest.approx(3 * (once.total_s - SESSION_S))
+    session = session_seconds(cuda=False)
+    assert thrice.total_s - session == pytest.approx(3 * (once.total_s - session))
     assert "x 3 repeats" in estimate_line(thrice)
 
 
@@ -162,7 +164,7 @@ def test_collect_only_estimates_a_cuda_sweep_without_a_gpu(pytester, no_gpu):
     case = Case(
         strategy="fsdp2", model="gpt_124m", seq_len=1024, precision="bf16", batch_size=8, nproc=1, device="cuda"
     )
-    assert f"estimated duration {format_duration(SESSION_S + case_seconds(case))} for 1 case(s)" in line
+    assert f"estimated duration {format_duration(SESSION_S['cuda'] + case_seconds(case))} for 1 case(s)" in line
     assert "H100 SXM's published peak" in line  # the default when no GPU is named or visible
 
 

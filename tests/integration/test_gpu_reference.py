@@ -145,7 +145,7 @@ def test_dry_run_minutes_are_the_projects_estimate():
         },
         plan_only=True,
     )
-    expected = SESSION_S + sum(case_seconds(case) for case in sweep.cases())
+    expected = SESSION_S["cuda"] + sum(case_seconds(case) for case in sweep.cases())
     assert abs(seconds - expected) <= 1, (seconds, expected)
 
 

@@ -58,7 +58,7 @@ def test_part3_six_cases_estimate_long_but_close():
     measured = sum(r["duration_s"] for r in results)
     estimated = sum(_estimated_s(r) for r in results)
     assert measured == pytest.approx(128.5, abs=0.1)
-    assert format_duration(SESSION_S + estimated) == "2m23s"
+    assert format_duration(SESSION_S["cuda"] + estimated) == "2m23s"
     assert 1.0 <= estimated / measured <= 1.10
 
 
@@ -76,7 +76,7 @@ def test_llama_pair_estimates_long_by_its_step_estimate():
     results = _results("part5_eager_vs_compiled")
     assert len(results) == 2
     estimated = sum(map(_estimated_s, results))
-    assert format_duration(SESSION_S + estimated) == "1m43s"
+    assert format_duration(SESSION_S["cuda"] + estimated) == "1m43s"
     assert 1.0 <= estimated / sum(r["duration_s"] for r in results) <= 1.25
 
 

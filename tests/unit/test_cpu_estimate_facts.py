@@ -1,0 +1,56 @@
+"""results/reference/cpu-estimate/NOTES.md's figures are this version's estimate of each run, from
+its own files: the calibration its env.json recorded, its cases from comparison.csv."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from fsdp_bench.analysis.duration import Calibration, estimate_sweep, format_duration
+from fsdp_bench.plan.case import Case
+
+FOLDER = Path(__file__).resolve().parents[2] / "results" / "reference" / "cpu-estimate"
+LOAD_BEFORE = {  # the 1-minute load average `uptime` read just before each run (NOTES.md)
+    "fit-gpt_tiny-2-cases": 0.4,
+    "fit-llama3_tiny-quiet": 0.7,
+    "heldout-gpt2_tiny-quiet": 1.4,
+    "heldout-gpt_tiny-busy-loops": 2.0,
+}
+
+
+def _cases(run: Path) -> list[Case]:
+    """Each row's case, its fields read back from their text in the CSV."""
+    fields = [f for f in dataclasses.fields(Case) if not isinstance(f.default, tuple)]
+    cases = []
+    for row in csv.DictReader((run / "comparison.csv").open()):
+        values = {}
+        for f in fields:
+            text = row.get(f.name)
+            if text in (None, ""):
+                continue
+            kind = type(f.default)
+            values[f.name] = text == "True" if kind is bool else kind(float(text)) if kind in (int, float) else text
+        cases.append(Case.from_dict(values))
+    return cases
+
+
+def _notes() -> dict[str, tuple[str, str]]:
+    """folder -> (this version's estimate, took), from NOTES.md's table."""
+    rows = {}
+    for line in (FOLDER / "NOTES.md").read_text().splitlines():
+        if m := re.match(r"\| `([^/]+)/` \|.*\| (\d+m\d\ds) \| (\d+m\d\ds) \|$", line):
+            rows[m[1]] = (m[2], m[3])
+    return rows
+
+
+@pytest.mark.parametrize("name", sorted(LOAD_BEFORE))
+def test_the_notes_estimate_is_this_versions_from_the_runs_files(name):
+    run = FOLDER / name
+    calibration = Calibration.from_facts(json.loads((run / "env.json").read_text()), LOAD_BEFORE[name], 2)
+    estimate = estimate_sweep(_cases(run), calibration=calibration)
+    assert (format_duration(estimate.total_s), _notes()[name][1]) == _notes()[name]
