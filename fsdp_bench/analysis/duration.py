@@ -37,13 +37,14 @@ GFLOP/s) they slowed far more than imports; against the square root the seven ra
 import and model classes: llama3_tiny's setup took 5.1 s a case against gpt_tiny's 2.7 s). Held out
 (2026-11-29, results/reference/cpu-estimate): gpt2_tiny x 6 quiet, 2m20s estimated for 2m30s;
 gpt_tiny x 6 beside two busy loops, 2m21s for 2m32s (the 5 s figure: 1m36s and 1m52s). The
-overhead per micro-step (50 ms on CPU; tiny models' steps take 10-70 ms) was read off tiny sweeps (gpt_tiny,
-2 gloo ranks) on the same VM, so it holds their bookkeeping between steps too (STEP_BOOKKEEPING_S
-is 0 on CPU). A sweep adds SESSION_S once: pytest's own start and the report at its end, on CPU
-10 s scaled as the start-up (8.8 s for a 2-case sweep and 11.9 s for the 24-case README example
-at a scale of 0.8-0.9, 2026-11-29; the report draws a dozen charts); on CUDA 5 s, the figure the
-constants below were fitted with (7.0-7.6 s measured on the H100 machine). A model between tiny and GPT-2 runs faster than 10 GFLOP/s on CPU
-(gpt_small: 0.41 s measured for a 1.5 s estimate), so estimates for such models err long too.
+overhead per micro-step (50 ms on CPU; tiny models' steps take 10-70 ms) was read off tiny sweeps
+(gpt_tiny, 2 gloo ranks) on the same VM, so it holds their bookkeeping between steps too
+(STEP_BOOKKEEPING_S is 0 on CPU). A sweep adds SESSION_S once: pytest's own start and the report
+at its end, on CPU 10 s scaled as the start-up (8.8 s for a 2-case sweep and 11.9 s for the
+24-case README example at a scale of 0.8-0.9, 2026-11-29; the report draws a dozen charts); on
+CUDA 5 s, the figure the constants below were fitted with (7.0-7.6 s measured on the H100
+machine). A model between tiny and GPT-2 runs faster than 10 GFLOP/s on CPU (gpt_small: 0.41 s
+measured for a 1.5 s estimate), so estimates for such models err long too.
 
 The CUDA constants are read off the H100 runs of 2026-11-26 (results/reference/NVIDIA-H100-80GB-HBM3,
 each case's `time_*_s` split and its rank records' stage and step times; the 2026-11-24 runs took

@@ -4,6 +4,7 @@ trained only; pure pandas, no matplotlib."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from fsdp_bench.analysis.busy import HOST_BOUND_BUSY_PCT, host_bound_detail, host_bound_text
@@ -173,11 +174,21 @@ def separator(tied: list[TableRow]) -> str:
     parts = [f"a quieter machine ({noisy} NOISY)"] if noisy else []
     if repeats == 1:
         parts.append("--bench-repeats 3")
-    elif half_width_of(tied[0].get(M.run_drift_pct), 1) > 0:
-        parts.append(f"more than {repeats} --bench-repeats")
+    elif drift := half_width_of(tied[0].get(M.run_drift_pct), 1):
+        parts.append(f"at least --bench-repeats {_repeats_to_split(tied, drift, repeats)}")
     else:
         parts.append("a longer --bench-measure-cap-s")
     return " and ".join(parts)
+
+
+def _repeats_to_split(tied: list[TableRow], drift_log: float, repeats: int) -> int:
+    """The repeats each at which the run's drift alone (one run's half-width `drift_log`, over
+    sqrt(repeats) each way) would leave the two fastest apart: a lower bound, their own intervals
+    and spreads come on top; one more than `repeats` when they measured the same speed."""
+    gap = math.log(tied[0][SPEED] / tied[1][SPEED]) if len(tied) > 1 and tied[1][SPEED] > 0 else 0.0
+    if not gap > 0:
+        return repeats + 1
+    return max(repeats + 1, math.floor((2 * drift_log / gap) ** 2) + 1)
 
 
 def _winner_text(rec: Recommendation, budget: str) -> str:

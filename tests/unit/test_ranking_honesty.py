@@ -199,7 +199,8 @@ def test_the_recommendation_ties_what_the_tuner_ties_on_the_runs_measured_drift(
     assert (
         "2 configurations tied" in line
         and f"+-{drift:.0f}% for one run" in line
-        and "more than 3 --bench-repeats" in line
+        # the repeats at which the drift alone, over sqrt(repeats) each way, leaves 13% apart
+        and f"at least --bench-repeats {math.floor((2 * math.log1p(drift / 100) / math.log(1.13)) ** 2) + 1}" in line
     )
 
 
