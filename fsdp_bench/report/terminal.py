@@ -13,19 +13,10 @@ from fsdp_bench.results.metrics import M
 from fsdp_bench.results.records import CaseResult
 
 
-def sweep_summary_lines(results: list[CaseResult]) -> list[str]:
-    """Cases by status, the fastest trained case per group of like-for-like cases, and the
-    recommendation."""
-    from fsdp_bench.report.recommend import recommendation_lines
-    from fsdp_bench.report.table import build_table
-
-    return summary_body_lines(results) + recommendation_lines(build_table(results))
-
-
-def summary_body_lines(results: list[CaseResult], kept: Collection[str] = ()) -> list[str]:
+def summary_body_lines(results: list[CaseResult], kept: Collection[str] = (), df=None) -> list[str]:
     """Cases by status, the fastest trained case per group of like-for-like cases, where the time
     went. `kept`: ids of the cases a resume kept from the run folder; they count in the statuses
-    (said how many), not in this session's time."""
+    (said how many), not in this session's time. `df`: the results' table when the caller has it."""
     from fsdp_bench.report.recommend import tied_with_best
     from fsdp_bench.report.table import build_table, unranked
 
@@ -35,7 +26,7 @@ def summary_body_lines(results: list[CaseResult], kept: Collection[str] = ()) ->
     kept = {r.get("case_id") for r in results} & set(kept)
     if kept:
         lines[0] += f" ({len(kept)} kept from the resumed run)"
-    df = build_table(results)
+    df = build_table(results) if df is None else df
     if "is_best" in df:
         for row in df[df["is_best"] == True].to_dict("records"):  # noqa: E712
             tied = tied_with_best(df, row)
@@ -138,5 +129,6 @@ def report_sections(
     ):
         lines.append(f"note: suite {suite} ran scaled down ({scaled})")
     lines.append(f"table and charts: {', '.join(p.name for p in written)}")
-    lines += summary_body_lines(results, kept)
-    return lines, closing_lines(run_dir, answer_lines(build_table(results), budget_gib), report=True)
+    df = build_table(results)  # once for the summary and the answer (write_report built its own)
+    lines += summary_body_lines(results, kept, df)
+    return lines, closing_lines(run_dir, answer_lines(df, budget_gib), report=True)
