@@ -139,6 +139,7 @@ def test_calibration_scales_the_cpu_rate_and_the_fixed_cost():
     from fsdp_bench.analysis.duration import (
         CASE_FIXED_S,
         REFERENCE_GFLOPS,
+        STARTUP_EXPONENT,
         Calibration,
         estimate_sweep,
         fixed_seconds,
@@ -149,7 +150,8 @@ def test_calibration_scales_the_cpu_rate_and_the_fixed_cost():
     slow = Calibration.from_facts({"cpu_matmul_gflops": REFERENCE_GFLOPS / 3})
     reference = Calibration.from_facts({"cpu_matmul_gflops": REFERENCE_GFLOPS})
     assert fixed_seconds(case, reference) == pytest.approx(CASE_FIXED_S["cpu"])
-    assert fixed_seconds(case, slow) == pytest.approx(3 * CASE_FIXED_S["cpu"])
+    # a case's start-up slows as the square root of the probe's slowdown (STARTUP_EXPONENT)
+    assert fixed_seconds(case, slow) == pytest.approx(3**STARTUP_EXPONENT * CASE_FIXED_S["cpu"])
     assert rank_flops(case, cpu_count=8, calibration=slow) == pytest.approx(
         rank_flops(case, cpu_count=8, calibration=reference) / 3
     )

@@ -36,6 +36,7 @@ def test_the_estimate_grows_with_the_load_a_quiet_probe_missed():
     factor = load_factor(8.0, 2, 1.0)
     assert busy.calibration.cpu_flops == pytest.approx(quiet.calibration.cpu_flops * factor)
     assert busy.calibration.fixed_scale == pytest.approx(quiet.calibration.fixed_scale / factor)
+    assert busy.calibration.startup_scale == pytest.approx(quiet.calibration.startup_scale / factor**0.5)
     # the measured phase is capped in seconds (adaptive measuring), so the whole grows by less
     assert quiet.total_s * 1.1 < busy.total_s < quiet.total_s / factor
     # the facts alone (no load average given) are the probe's rate, as before
