@@ -126,7 +126,7 @@ from fsdp_bench.plan.case import (
 )
 from fsdp_bench.plan.catalog import precision as precision_row
 from fsdp_bench.plan.catalog import strategy as catalog_strategy
-from fsdp_bench.plan.flavors import flavor_for
+from fsdp_bench.plan.flavors import MODEL_FLAVORS, flavor_for, is_hf_path
 
 CPU_FLOPS = 10e9  # per rank, see the module docstring
 DEFAULT_GPU_NAME = "H100 SXM"  # whose figures a CUDA estimate uses when no GPU is named or visible
@@ -353,13 +353,9 @@ def session_seconds(cuda: bool, calibration: Calibration = FIXED) -> float:
 
 
 def _built_by_transformers(case: Case) -> bool:
-    """A Hugging Face flavor, or an `hf:PATH` whose config cannot be read (counted as one)."""
-    if case.model.startswith("hf:"):
-        return True
-    try:
-        return flavor_for(case.model).from_hf_config
-    except (ValueError, KeyError, OSError):
-        return False
+    """A Hugging Face flavor, or any `hf:PATH` (its config not read: fixed_seconds is the estimate
+    of a case whose shapes cannot be read). A case's model is one of the two (plan.case)."""
+    return is_hf_path(case.model) or MODEL_FLAVORS[case.model].from_hf_config
 
 
 @dataclass(frozen=True)
