@@ -1,10 +1,8 @@
 """results/reference/cpu-estimate/NOTES.md's figures are this version's estimate of each run, from
-its own files: the calibration its env.json recorded, its cases from comparison.csv."""
+its own files: the calibration its env.json recorded, its cases' case.json."""
 
 from __future__ import annotations
 
-import csv
-import dataclasses
 import json
 import re
 from pathlib import Path
@@ -24,19 +22,8 @@ LOAD_BEFORE = {  # the 1-minute load average `uptime` read just before each run 
 
 
 def _cases(run: Path) -> list[Case]:
-    """Each row's case, its fields read back from their text in the CSV."""
-    fields = [f for f in dataclasses.fields(Case) if not isinstance(f.default, tuple)]
-    cases = []
-    for row in csv.DictReader((run / "comparison.csv").open()):
-        values = {}
-        for f in fields:
-            text = row.get(f.name)
-            if text in (None, ""):
-                continue
-            kind = type(f.default)
-            values[f.name] = text == "True" if kind is bool else kind(float(text)) if kind in (int, float) else text
-        cases.append(Case.from_dict(values))
-    return cases
+    """The run's cases, from each case's case.json as the sweep wrote it (case-json/)."""
+    return [Case.from_dict(json.loads(p.read_text())) for p in sorted((run / "case-json").glob("*.json"))]
 
 
 def _notes() -> dict[str, tuple[str, str]]:
