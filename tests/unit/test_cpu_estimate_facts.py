@@ -18,6 +18,7 @@ LOAD_BEFORE = {  # the 1-minute load average `uptime` read just before each run 
     "fit-llama3_tiny-quiet": 0.7,
     "heldout-gpt2_tiny-quiet": 1.4,
     "heldout-gpt_tiny-busy-loops": 2.0,
+    "heldout-qwen2_tiny-test-suite": 2.2,
 }
 
 
